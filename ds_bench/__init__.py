@@ -1,0 +1,1 @@
+"""ds_bench: DeepSpeed benchmarking harness."""

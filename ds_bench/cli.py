@@ -1,0 +1,103 @@
+"""Command line: ``ds-bench run | bench | report`` (also ``python -m ds_bench``).
+
+Thin by design: parse, build a config, call one function, turn ``UserError`` into a one-line
+message and exit code 2. The deepspeed launcher appends ``--local_rank=N`` to the module's
+arguments; it is accepted and ignored (LOCAL_RANK is read from the environment).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from ds_bench.config import RunConfig
+from ds_bench.errors import UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
+        raise UserError(f"{self.prog}: {message}")
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workload", required=True, help="mnist | resnet | gpt2")
+    p.add_argument("--ds-config", required=True, help="DeepSpeed JSON config (ds_configs/)")
+    p.add_argument("--steps", type=int, default=50, help="total steps, warm-up included (default 50)")
+    p.add_argument("--warmup", type=int, default=5, help="leading steps not timed (default 5)")
+    p.add_argument("--micro-batch", type=int, default=None, help="per-device micro-batch (default: config, else 32)")
+    p.add_argument("--data", default="synthetic", help="synthetic (default) or a data path")
+    p.add_argument("--results", default="results/results.jsonl", help="JSON-lines results file")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a DeepSpeed config key by dotted path, e.g. zero_optimization.stage=3")
+    p.add_argument("--size", default=None, help="named model size of the workload")
+    p.add_argument("--seq-len", type=int, default=1024, help="GPT-2 sequence length (default 1024)")
+    p.add_argument("--image-size", type=int, default=None, help="ResNet input side (default 224)")
+    p.add_argument("--num-classes", type=int, default=None, help="ResNet classes (default 1000)")
+    p.add_argument("--model", dest="model_path", default=None, help="local pretrained weights folder")
+    p.add_argument("--activation-checkpointing", action="store_true")
+    p.add_argument("--peak-tflops", type=float, default=None, help="per-device dense peak for MFU")
+    p.add_argument("--lr", type=float, default=None, help="learning rate where the config says auto")
+    p.add_argument("--tag", default=None, help="label stored in the record")
+    p.add_argument("--iface", default=None, help="network interface for the rendezvous")
+    p.add_argument("--dist-timeout", dest="dist_timeout_s", type=float, default=300.0,
+                   help="seconds before process-group init or a collective gives up (default 300)")
+    p.add_argument("--connect-timeout", dest="connect_timeout_s", type=float, default=30.0,
+                   help="seconds a rank tries to reach MASTER_ADDR:MASTER_PORT (default 30)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ds_bench import suite
+
+    parser = _Parser(prog="ds-bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="one benchmark run (what every rank executes)")
+    _add_run_args(run)
+    run.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)
+    suite.add_arguments(sub.add_parser("bench", help="a suite of runs under the deepspeed launcher, then a table"))
+    report = sub.add_parser("report", help="table (and plot) of a results file")
+    report.add_argument("results", nargs="?", default="results/results.jsonl")
+    report.add_argument("--tag", default=None, help="only records with this tag")
+    report.add_argument("--plot", default=None, help="write a PNG plot here")
+    return parser
+
+
+def run_config(args: argparse.Namespace) -> RunConfig:
+    names = set(RunConfig.__dataclass_fields__) - {"overrides", "extra"}
+    values = {k: v for k, v in vars(args).items() if k in names}
+    return RunConfig(overrides=tuple(args.overrides), **values)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ds_bench.logs import setup_logging
+
+    setup_logging()
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "run":
+            from ds_bench.run import run_benchmark
+
+            return run_benchmark(run_config(args))
+        if args.command == "bench":
+            from ds_bench import suite
+
+            return suite.main(args)
+        from ds_bench import suite
+
+        return suite.report_main(args)
+    except UserError as e:
+        print(f"ds-bench: error: {e}", file=sys.stderr, flush=True)
+        return UserError.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+def entry() -> None:
+    """Console-script entry: a distributed run ends through ``runtime.exit_process``."""
+    from ds_bench.runtime import exit_process
+
+    code = main()
+    logging.getLogger("ds_bench").debug("exit %s", code)
+    exit_process(code)

@@ -1,0 +1,92 @@
+"""The run configuration: every knob of one `ds-bench run`, validated once at load.
+
+Precedence, as in torchtitan: command-line flag > DeepSpeed config file > default here. The
+DeepSpeed JSON itself is resolved by ``ds_bench.ds_config``; this module owns only ds_bench's own
+settings. Anything invalid raises ``UserError`` naming the flag and what is expected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+
+from ds_bench.errors import UserError
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One benchmark run, as every rank executes it."""
+
+    workload: str
+    """Registered workload name (``ds_bench.workloads.REGISTRY``)."""
+    ds_config: str
+    """Path of the DeepSpeed JSON config."""
+    steps: int = 50
+    """Total optimizer steps, warm-up included."""
+    warmup: int = 5
+    """Leading steps excluded from every timing statistic."""
+    micro_batch: int | None = None
+    """Samples per device per micro-step; None: the config's value, else 32."""
+    data: str = "synthetic"
+    """``synthetic`` or a path the workload knows how to read."""
+    results: str = "results/results.jsonl"
+    """JSON-lines file rank 0 appends one record per run to."""
+    seed: int = 0
+    overrides: tuple[str, ...] = ()
+    """``--set KEY=VALUE`` DeepSpeed overrides, dotted keys."""
+    size: str | None = None
+    """Named model size (workload flavour); None: the workload's default."""
+    seq_len: int = 1024
+    image_size: int | None = None
+    num_classes: int | None = None
+    model_path: str | None = None
+    activation_checkpointing: bool = False
+    peak_tflops: float | None = None
+    """Override of the per-device peak used for MFU (dense TFLOP/s)."""
+    lr: float | None = None
+    """Learning rate used where the config says "auto"; None: the workload's default."""
+    tag: str | None = None
+    """Free label stored in the record; ``ds-bench bench`` uses it to group a suite."""
+    iface: str | None = None
+    """Network interface for the rendezvous (``--iface``); None: chosen automatically."""
+    dist_timeout_s: float = 300.0
+    """Timeout of process-group initialisation and of every collective."""
+    connect_timeout_s: float = 30.0
+    """How long a non-zero rank tries to reach MASTER_ADDR:MASTER_PORT before failing."""
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _require(self.steps > 0, f"--steps must be a positive integer, got {self.steps}")
+        _require(self.warmup >= 0, f"--warmup must be >= 0, got {self.warmup}")
+        _require(
+            self.steps > self.warmup,
+            f"--steps ({self.steps}) must be greater than --warmup ({self.warmup}): "
+            "at least one step must be measured",
+        )
+        if self.micro_batch is not None:
+            _require(self.micro_batch > 0, f"--micro-batch must be positive, got {self.micro_batch}")
+        _require(self.seq_len > 0, f"--seq-len must be positive, got {self.seq_len}")
+        for name in ("image_size", "num_classes", "peak_tflops", "lr"):
+            value = getattr(self, name)
+            _require(value is None or value > 0, f"--{name.replace('_', '-')} must be positive, got {value}")
+        _require(self.dist_timeout_s > 0, "--dist-timeout must be positive")
+        _require(self.connect_timeout_s > 0, "--connect-timeout must be positive")
+        if self.data != "synthetic" and not os.path.exists(self.data):
+            raise UserError(f"--data {self.data}: no such file or folder (or use --data synthetic)")
+        if self.model_path is not None and not os.path.isdir(self.model_path):
+            raise UserError(f"--model {self.model_path}: not a folder with pretrained weights")
+        if not os.path.isfile(self.ds_config):
+            raise UserError(f"--ds-config {self.ds_config}: file not found")
+
+    @property
+    def steps_measured(self) -> int:
+        return self.steps - self.warmup
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise UserError(message)

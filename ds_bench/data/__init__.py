@@ -1,0 +1,1 @@
+"""Readers for the data formats ds_bench accepts with ``--data PATH``."""

@@ -1,0 +1,32 @@
+"""Rank-aware logging: one format carrying the rank; rank 0 at INFO, the others at WARNING."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+FORMAT = "[ds_bench rank {rank}] %(levelname)s %(message)s"
+
+
+def _rank() -> str:
+    for var in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        if os.environ.get(var, "").isdigit():
+            return os.environ[var]
+    return "0"
+
+
+def setup_logging(verbose: bool = False) -> None:
+    rank = _rank()
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(FORMAT.format(rank=rank)))
+    log = logging.getLogger("ds_bench")
+    log.handlers[:] = [handler]
+    log.propagate = False
+    log.setLevel(logging.INFO if rank == "0" or verbose else logging.WARNING)
+
+
+def quiet_deepspeed() -> None:
+    """DeepSpeed logs its whole config at INFO on every rank; keep its warnings only."""
+    from deepspeed.utils import logger
+
+    logger.setLevel(logging.WARNING)

@@ -1,0 +1,70 @@
+"""Pure reductions from per-rank measurements to the run's metrics.
+
+Definitions (all over measured steps only, warm-up excluded):
+- step time of step i = max over ranks (the straggler sets the pace of synchronous training);
+- ``step_ms_median`` / ``step_ms_p90``: median and 90th percentile (linear interpolation) of those;
+- ``samples_per_s`` = train_batch_size x measured steps / sum of step times (global);
+  ``samples_per_s_per_device`` = that / world size;
+- ``peak_mem_bytes``: max over ranks of each rank's peak (GPU: max allocated; CPU: peak RSS),
+  ``peak_mem_bytes_mean`` the mean over ranks;
+- the loss of a step is the mean over ranks (equal micro-batches, so the global-batch mean).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RankReport:
+    rank: int
+    host: str
+    step_s: list[float]
+    phase_s: dict[str, list[float]]
+    losses: list[float]
+    peak_mem: dict[str, int] = field(default_factory=dict)
+    """``rss`` on CPU; ``allocated`` and ``reserved`` on GPU."""
+
+
+def straggler_steps(reports: list[RankReport]) -> np.ndarray:
+    return np.max(np.array([r.step_s for r in reports], dtype=float), axis=0)
+
+
+def summarize(reports: list[RankReport], train_batch_size: int) -> dict:
+    steps = straggler_steps(reports)
+    world = len(reports)
+    window = float(steps.sum())
+    losses = np.mean(np.array([r.losses for r in reports], dtype=float), axis=0)
+    peak_key = "allocated" if "allocated" in reports[0].peak_mem else "rss"
+    peaks = np.array([r.peak_mem.get(peak_key, 0) for r in reports], dtype=float)
+    metrics = {
+        "steps_measured": int(steps.size),
+        "samples_per_s": train_batch_size * steps.size / window,
+        "samples_per_s_per_device": train_batch_size * steps.size / window / world,
+        "step_ms_median": float(np.median(steps)) * 1e3,
+        "step_ms_p90": float(np.percentile(steps, 90)) * 1e3,
+        "step_ms_mean": float(steps.mean()) * 1e3,
+        "step_ms_min": float(steps.min()) * 1e3,
+        "step_ms_max": float(steps.max()) * 1e3,
+        "breakdown_ms_median": phase_medians(reports),
+        "peak_mem_bytes": int(peaks.max()),
+        "peak_mem_bytes_mean": int(peaks.mean()),
+        "peak_mem_kind": peak_key,
+        "loss_first": float(losses[0]),
+        "loss_last": float(losses[-1]),
+        "loss_curve": [round(float(x), 6) for x in losses],
+    }
+    if peak_key == "allocated":
+        metrics["peak_mem_reserved_bytes"] = int(max(r.peak_mem.get("reserved", 0) for r in reports))
+    return metrics
+
+
+def phase_medians(reports: list[RankReport]) -> dict[str, float]:
+    """Median over steps of each phase's straggler time, in ms."""
+    out = {}
+    for name in reports[0].phase_s:
+        per_step = np.max(np.array([r.phase_s[name] for r in reports], dtype=float), axis=0)
+        out[name] = float(np.median(per_step)) * 1e3
+    return out

@@ -1,0 +1,134 @@
+"""Process-level side effects of a run: rendezvous environment, process group, device, exit.
+
+This is the one module that writes ``os.environ`` and the one that ends the process. Rank
+discovery itself is the pure ``ds_bench.discovery.discover``; here its result becomes the five
+variables DeepSpeed reads (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). With all five
+set, ``deepspeed.init_distributed`` skips its own MPI discovery, whose ``hostname -I`` choice of
+master address is the bug users patch by hand.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import warnings
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+
+from ds_bench.discovery import RankInfo, discover
+
+log = logging.getLogger("ds_bench")
+
+_state = {"initialized": False}
+
+
+@dataclass(frozen=True)
+class DistState:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+    launcher: str
+    """Which discovery path found the ranks (``RankInfo.source``)."""
+    device: torch.device
+    backend: str
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rendezvous_env(info: RankInfo) -> dict[str, str]:
+    """The variables DeepSpeed and torch.distributed read, from a complete ``RankInfo``."""
+    return {
+        "RANK": str(info.rank),
+        "WORLD_SIZE": str(info.world_size),
+        "LOCAL_RANK": str(info.local_rank),
+        "LOCAL_WORLD_SIZE": str(info.local_world_size),
+        "MASTER_ADDR": str(info.master_addr),
+        "MASTER_PORT": str(info.master_port),
+    }
+
+
+def single_rank(info: RankInfo) -> RankInfo:
+    """Fill the rendezvous of a run started with no launcher (one rank on this host)."""
+    return RankInfo(rank=0, world_size=1, local_rank=0, local_world_size=1, node_rank=0,
+                    master_addr=info.master_addr or "127.0.0.1",
+                    master_port=info.master_port or free_port(), source="single")
+
+
+def select_accelerator() -> None:
+    """Name the CPU accelerator explicitly when there is no CUDA, instead of DeepSpeed guessing noisily."""
+    if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
+        os.environ["DS_ACCELERATOR"] = "cpu"
+
+
+def discover_ranks() -> RankInfo:
+    info = discover(os.environ)
+    if info.source == "single":
+        return single_rank(info)
+    return info
+
+
+def init_distributed(info: RankInfo, timeout_s: float) -> DistState:
+    """Join the process group (every wait bounded by ``timeout_s``) and pick this rank's device."""
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+
+    os.environ.update(rendezvous_env(info))
+    # DeepSpeed calls torch's deprecated *_into_tensor aliases; the warning is not the user's to act on.
+    warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
+    accel = get_accelerator()
+    _limit_cpu_threads(accel.device_name(), info.local_world_size)
+    backend = accel.communication_backend_name()
+    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
+                               timeout=timedelta(seconds=timeout_s))
+    _state["initialized"] = True
+    if accel.device_name() != "cpu":
+        accel.set_device(info.local_rank)
+    device = torch.device(accel.device_name(info.local_rank) if accel.device_name() != "cpu" else "cpu")
+    return DistState(rank=info.rank, world_size=info.world_size, local_rank=info.local_rank,
+                     local_world_size=info.local_world_size, master_addr=info.master_addr,
+                     master_port=info.master_port, launcher=info.source, device=device, backend=backend)
+
+
+def _limit_cpu_threads(device_type: str, local_world_size: int) -> None:
+    """On CPU ranks, share the cores: N ranks on C cores get C // N intra-op threads each."""
+    if device_type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_world_size)))
+
+
+def exit_process(code: int) -> None:
+    """End the process without the interpreter's teardown after a distributed run.
+
+    gloo worker threads can free tensors while the interpreter shuts down, killing ~1 in 10
+    two-rank CPU runs with SIGABRT after all work is done (see ENVIRONMENT.md). So: destroy the
+    process group, finalize MPI if it was started, flush, and ``os._exit``. The results file was
+    fsync'ed before this point, so nothing is lost.
+    """
+    if not _state["initialized"]:
+        sys.exit(code)
+    try:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    except Exception as e:  # teardown trouble must not turn a good run into a failed one
+        log.warning("destroy_process_group failed: %s", e)
+    _finalize_mpi()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _finalize_mpi() -> None:
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()

@@ -1,0 +1,126 @@
+"""``ds-bench bench``: a suite of runs under the real deepspeed launcher, then one comparison table.
+
+Each run is a separate ``deepspeed --num_gpus N --module ds_bench run ...`` (fresh processes,
+so one run's memory or a crash cannot colour the next). Runs share a ``--tag`` (the suite id) and a
+results file; the table and plot are made from the records carrying that tag. ``build_command``
+is pure and tested on exact argv; ``launch`` is the one place a child process is started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from ds_bench import plots, results, summary
+from ds_bench.errors import UserError
+
+log = logging.getLogger("ds_bench")
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ds_configs")
+
+
+@dataclass(frozen=True)
+class SuiteRun:
+    workload: str
+    ds_config: str
+    args: tuple[str, ...] = ()
+
+
+DEFAULT_SUITE = tuple(SuiteRun("mnist", f"zero{stage}.json") for stage in range(4))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nproc", type=int, default=None,
+                   help="ranks on this node (default: all GPUs; on CPU 2, or 1 with a single core)")
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--results", default="results/results.jsonl")
+    p.add_argument("--configs", nargs="*", default=None, metavar="JSON",
+                   help="DeepSpeed configs to compare (default: zero0..3.json of ds_configs/)")
+    p.add_argument("--workload", default=None, help="run only this workload")
+    p.add_argument("--master-port", type=int, default=29511)
+    p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    p.add_argument("run_args", nargs="*", help="after --: extra arguments for every ds-bench run")
+
+
+def default_nproc() -> int:
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.device_count()
+    return min(2, os.cpu_count() or 1)
+
+
+def build_command(run: SuiteRun, *, nproc: int, master_port: int, steps: int, warmup: int,
+                  results_path: str, tag: str, launcher: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """The deepspeed-launcher argv of one suite run."""
+    config = run.ds_config if os.sep in run.ds_config else os.path.join(CONFIG_DIR, run.ds_config)
+    return [launcher, "--num_gpus", str(nproc), "--master_port", str(master_port), "--module", "ds_bench",
+            "run", "--workload", run.workload, "--ds-config", config, "--steps", str(steps),
+            "--warmup", str(warmup), "--results", results_path, "--tag", tag, *run.args, *extra]
+
+
+def deepspeed_launcher() -> str:
+    beside = os.path.join(os.path.dirname(sys.executable), "deepspeed")
+    return beside if os.path.exists(beside) else "deepspeed"
+
+
+def launch(argv: list[str]) -> int:
+    log.info("$ %s", shlex.join(argv))
+    return subprocess.run(argv, check=False).returncode
+
+
+def plan(args: argparse.Namespace) -> list[SuiteRun]:
+    from ds_bench.workloads import REGISTRY
+
+    if args.workload and args.workload not in REGISTRY:
+        raise UserError(f"--workload {args.workload!r} is unknown; known: {', '.join(sorted(REGISTRY))}")
+    runs = [r for r in DEFAULT_SUITE if args.workload in (None, r.workload)]
+    if args.configs:
+        names = {r.workload for r in runs} or {args.workload}
+        runs = [SuiteRun(w, c) for w in sorted(names) for c in args.configs]
+    for run in runs:
+        path = run.ds_config if os.sep in run.ds_config else os.path.join(CONFIG_DIR, run.ds_config)
+        if not os.path.isfile(path):
+            raise UserError(f"--configs {run.ds_config}: file not found")
+    return runs
+
+
+def main(args: argparse.Namespace) -> int:
+    runs = plan(args)
+    tag = "bench-" + time.strftime("%Y%m%dT%H%M%S")
+    nproc = args.nproc or default_nproc()
+    argvs = [build_command(r, nproc=nproc, master_port=args.master_port, steps=args.steps,
+                           warmup=args.warmup, results_path=args.results, tag=tag,
+                           launcher=deepspeed_launcher(), extra=tuple(args.run_args)) for r in runs]
+    if args.dry_run:
+        print("\n".join(shlex.join(a) for a in argvs))
+        return 0
+    failed = [shlex.join(a) for a in argvs if launch(a) != 0]
+    code = show(args.results, tag, plot_path=os.path.splitext(args.results)[0] + f"-{tag}.png")
+    for cmd in failed:
+        log.error("run failed: %s", cmd)
+    return 1 if failed else code
+
+
+def show(results_path: str, tag: str | None, plot_path: str | None) -> int:
+    if not os.path.isfile(results_path):
+        raise UserError(f"{results_path}: no results file")
+    records = [r for r in results.read_records(results_path) if tag is None or r.get("tag") == tag]
+    if not records:
+        raise UserError(f"{results_path}: no records" + (f" with tag {tag}" if tag else ""))
+    print(summary.table(records))
+    print(f"\nresults: {results_path}" + (f" (tag {tag})" if tag else ""))
+    if plot_path and plots.bench_plot(records, plot_path):
+        print(f"plot:    {plot_path}")
+    return 0
+
+
+def report_main(args: argparse.Namespace) -> int:
+    return show(args.results, args.tag, args.plot)

@@ -1,0 +1,61 @@
+"""Human-readable views of results records: one run's summary, and comparison tables.
+
+Units: throughput in samples (or images, sequences, tokens) per second; times in milliseconds;
+memory in MiB (2^20 bytes); TFLOP/s per device in 10^12 FLOP/s.
+"""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+MIB = 2**20
+
+COLUMNS = [
+    ("workload", lambda r: r["workload"] + (f"/{r['size']}" if r.get("size") else "")),
+    ("zero", lambda r: r.get("zero_stage")),
+    ("prec", lambda r: r.get("precision")),
+    ("world", lambda r: r.get("world_size")),
+    ("mbs", lambda r: r.get("micro_batch")),
+    ("samples/s", lambda r: _m(r, "samples_per_s", "{:.1f}")),
+    ("step ms p50", lambda r: _m(r, "step_ms_median", "{:.1f}")),
+    ("step ms p90", lambda r: _m(r, "step_ms_p90", "{:.1f}")),
+    ("peak MiB", lambda r: _m(r, "peak_mem_bytes", "{:.0f}", scale=1 / MIB)),
+    ("TFLOP/s/dev", lambda r: _m(r, "tflops_per_device", "{:.3f}")),
+    ("MFU", lambda r: _m(r, "mfu", "{:.1%}")),
+    ("loss first", lambda r: _m(r, "loss_first", "{:.3f}")),
+    ("loss last", lambda r: _m(r, "loss_last", "{:.3f}")),
+    ("status", lambda r: r.get("status")),
+]
+
+
+def _m(record: dict, key: str, fmt: str, scale: float = 1.0) -> str:
+    value = record.get("metrics", {}).get(key)
+    return "-" if value is None else fmt.format(value * scale)
+
+
+def table(records: list[dict], fmt: str = "github") -> str:
+    rows = [[get(r) for _, get in COLUMNS] for r in records]
+    return tabulate(rows, headers=[name for name, _ in COLUMNS], tablefmt=fmt, disable_numparse=True)
+
+
+def one_run(record: dict, results_path: str) -> str:
+    m = record["metrics"]
+    unit = m.get("sample_unit", "samples")
+    phases = " | ".join(f"{k} {v:.1f}" for k, v in m["breakdown_ms_median"].items())
+    lines = [
+        f"ds_bench {record['workload']}: ZeRO-{record['zero_stage']} {record['precision']}, "
+        f"{record['world_size']} x {record['hardware']['device_type']} rank(s) via {record['launcher']}, "
+        f"batch {record['micro_batch']} x {record['grad_accum']} accum x {record['world_size']} = "
+        f"{record['train_batch_size']}",
+        f"  throughput   {m['samples_per_s']:.1f} {unit}/s ({m['samples_per_s_per_device']:.1f} per device)"
+        + (f", {m['tokens_per_s']:.0f} tokens/s" if m.get("tokens_per_s") else ""),
+        f"  step time    median {m['step_ms_median']:.1f} ms, p90 {m['step_ms_p90']:.1f} ms over "
+        f"{m['steps_measured']} measured steps  [ms: {phases}]",
+        f"  peak memory  {m['peak_mem_bytes'] / MIB:.0f} MiB on the largest rank ({m['peak_mem_kind']})",
+        f"  loss         {m['loss_first']:.4f} -> {m['loss_last']:.4f}",
+    ]
+    if "tflops_per_device" in m:
+        mfu = f"{m['mfu']:.1%}" if m.get("mfu") is not None else f"n/a ({m.get('mfu_note')})"
+        lines.append(f"  compute      {m['tflops_per_device']:.3f} TFLOP/s per device, MFU {mfu}")
+    lines.append(f"  results      {results_path} (run {record['run_id']})")
+    return "\n".join(lines)

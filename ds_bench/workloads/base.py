@@ -1,0 +1,79 @@
+"""The contract every workload meets, and the data helpers they share.
+
+A workload turns a ``RunConfig`` into a model, an endless stream of per-rank batches, a loss and
+(for FLOPs/MFU) a model-FLOPs count. ``ds_bench.workloads.REGISTRY`` maps names to the classes.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+
+import torch
+
+from ds_bench.config import RunConfig
+from ds_bench.errors import UserError
+
+Batch = dict[str, torch.Tensor]
+
+
+class Workload(ABC):
+    name: str = ""
+    sizes: tuple[str, ...] = ()
+    default_size: str | None = None
+    default_lr: float = 1e-3
+    sample_unit: str = "samples"
+    """What one sample is, in the summary: ``images``, ``sequences``..."""
+
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        self.size = cfg.size or self.default_size
+        if self.sizes and self.size not in self.sizes:
+            raise UserError(f"--size {self.size!r} is not a size of workload {self.name}; "
+                            f"known: {', '.join(self.sizes)}")
+        if not self.sizes and cfg.size is not None:
+            raise UserError(f"--size is not used by workload {self.name} (it has one size)")
+
+    @property
+    def hidden_size(self) -> int | None:
+        """Width used to resolve ZeRO bucket sizes set to "auto" (HF convention)."""
+        return None
+
+    @property
+    def tokens_per_sample(self) -> int | None:
+        return None
+
+    @abstractmethod
+    def build_model(self) -> torch.nn.Module: ...
+
+    @abstractmethod
+    def batches(self, rank: int, world_size: int, micro_batch: int) -> Iterator[Batch]:
+        """Endless per-rank batches on the CPU; each rank sees its own shard."""
+
+    @abstractmethod
+    def loss(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor: ...
+
+    def model_flops_per_sample(self, model: torch.nn.Module) -> float | None:
+        """Training FLOPs (forward + backward) per sample; None where not counted."""
+        return None
+
+
+def shard_epochs(n: int, rank: int, world_size: int, micro_batch: int, seed: int) -> Iterator[torch.Tensor]:
+    """Endless index batches over this rank's shard of ``n`` samples, reshuffled every epoch.
+
+    Every rank draws the same permutation (same seed) and takes every ``world_size``-th index,
+    the DistributedSampler scheme, so shards are disjoint and equal in size.
+    """
+    per_rank = n // world_size
+    if per_rank < micro_batch:
+        raise UserError(f"--data holds {n} samples: too few for {world_size} ranks x micro-batch {micro_batch}")
+    gen = torch.Generator().manual_seed(seed)
+    while True:
+        shard = torch.randperm(n, generator=gen)[rank:per_rank * world_size:world_size]
+        for start in range(0, per_rank - micro_batch + 1, micro_batch):
+            yield shard[start:start + micro_batch]
+
+
+def cycle_pool(pool: list[Batch]) -> Iterator[Batch]:
+    while True:
+        yield from pool

@@ -1,0 +1,47 @@
+"""Shared helpers: run the real CLI in subprocesses and read what it recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "OMPI_", "PMI", "SLURM_"))}
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra)
+    return env
+
+
+def run_cmd(argv: list[str], timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=REPO, env=child_env(**env), capture_output=True, text=True, timeout=timeout)
+
+
+def ds_bench(*args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    return run_cmd([sys.executable, "-m", "ds_bench", *args], timeout=timeout, **env)
+
+
+def records(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def explain(proc: subprocess.CompletedProcess) -> str:
+    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-5000:]}"
+
+
+@pytest.fixture(scope="session")
+def fashion_mnist() -> Path:
+    assert FASHION_MNIST.is_dir(), "Fashion-MNIST missing: `make test` installs dataset-fashion-mnist"
+    return FASHION_MNIST

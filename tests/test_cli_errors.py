@@ -1,0 +1,56 @@
+"""Bad input: a one-line error naming what is wrong, exit code 2, no traceback, nothing recorded."""
+
+import pytest
+
+from tests.conftest import ds_bench, explain
+
+
+def bad_run(tmp_path, *args):
+    results = tmp_path / "r.jsonl"
+    base = {"--workload": "mnist", "--ds-config": "ds_configs/zero2.json", "--results": str(results)}
+    pairs = dict(zip(args[::2], args[1::2]))
+    argv = [x for k, v in {**base, **pairs}.items() for x in (k, v)]
+    proc = ds_bench("run", *argv, "--steps", pairs.get("--steps", "3"), "--warmup", pairs.get("--warmup", "1"),
+                    timeout=120)
+    return proc, results
+
+
+def malformed(tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text('{\n  "train_batch_size": 8\n  "bf16": {}\n}\n')
+    return str(path)
+
+
+CASES = {
+    "missing config": (lambda t: ("--ds-config", str(t / "absent.json")), r"--ds-config .*absent\.json: file not found"),
+    "malformed config": (lambda t: ("--ds-config", malformed(t)), r"broken\.json:3:3: invalid JSON: Expecting ','"),
+    "unknown workload": (lambda t: ("--workload", "bert"), r"--workload 'bert' is unknown; known: .*mnist"),
+    "missing data": (lambda t: ("--data", str(t / "no_such_dir")), r"--data .*no_such_dir: no such file or folder"),
+    "steps not above warmup": (lambda t: ("--steps", "5", "--warmup", "5"),
+                               r"--steps \(5\) must be greater than --warmup \(5\)"),
+    "bad --set": (lambda t: ("--set", "zero_optimization.stage"), r"--set 'zero_optimization.stage': expected KEY=VALUE"),
+    "typo key": (lambda t: ("--set", "zero_optimization.stage3_param_persitence_threshold=1"),
+                 r"did you mean stage3_param_persistence_threshold\?"),
+    "fp16 on cpu": (lambda t: ("--ds-config", "ds_configs/zero2_fp16.json"), r"fp16 is not supported on CPU"),
+    "data folder without idx files": (lambda t: ("--data", str(t)), r"no train-images-idx3-ubyte"),
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_bad_input_is_one_line_exit_2_and_records_nothing(tmp_path, case):
+    make_args, pattern = CASES[case]
+    proc, results = bad_run(tmp_path, *make_args(tmp_path))
+    assert proc.returncode == 2, explain(proc)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ds-bench: error:")]
+    assert len(errors) == 1, explain(proc)
+    assert "Traceback" not in proc.stderr, explain(proc)
+    import re
+
+    assert re.search(pattern, errors[0]), errors[0]
+    assert not results.exists()
+
+
+def test_unknown_flag_is_exit_2_without_traceback():
+    proc = ds_bench("run", "--workload", "mnist", "--ds-config", "ds_configs/zero2.json", "--stepz", "3")
+    assert proc.returncode == 2 and "unrecognized arguments: --stepz" in proc.stderr
+    assert "Traceback" not in proc.stderr

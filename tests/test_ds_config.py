@@ -1,0 +1,135 @@
+"""DeepSpeed config resolution: parsing, --set, unknown keys, "auto", batch arithmetic, precision."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ds_bench.ds_config import (RunContext, apply_overrides, load_json, parse_override, precision_of, prepare,
+                                resolve_auto, unknown_keys)
+from ds_bench.errors import UserError
+
+CONFIGS = sorted((Path(__file__).parent.parent / "ds_configs").glob("*.json"))
+CPU = RunContext(world_size=2, device_type="cpu", lr=1e-3, steps=50, warmup=5)
+
+
+def write(tmp_path, cfg) -> str:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cfg) if not isinstance(cfg, str) else cfg)
+    return str(path)
+
+
+def test_invalid_json_reports_line_and_column(tmp_path):
+    path = write(tmp_path, '{\n  "train_batch_size": 8,\n  "bf16": {"enabled": true,}\n}')
+    with pytest.raises(UserError, match=r"c\.json:3:\d+: invalid JSON"):
+        load_json(path)
+
+
+def test_missing_and_non_object_configs(tmp_path):
+    with pytest.raises(UserError, match="nope.json: cannot read DeepSpeed config"):
+        load_json(str(tmp_path / "nope.json"))
+    with pytest.raises(UserError, match="must be a JSON object, got list"):
+        load_json(write(tmp_path, "[1, 2]"))
+
+
+def test_set_parses_json_values_and_dotted_paths():
+    cfg = apply_overrides({"zero_optimization": {"stage": 1}},
+                          ("zero_optimization.stage=3", "bf16.enabled=true", "optimizer.type=AdamW"))
+    assert cfg == {"zero_optimization": {"stage": 3}, "bf16": {"enabled": True}, "optimizer": {"type": "AdamW"}}
+
+
+@pytest.mark.parametrize("bad", ["zero_optimization.stage", "=3", "a..b=1", ".a=1"])
+def test_bad_set_is_rejected(bad):
+    with pytest.raises(UserError, match="expected KEY=VALUE"):
+        parse_override(bad)
+
+
+def test_set_through_a_scalar_is_rejected():
+    with pytest.raises(UserError, match="train_batch_size is not a JSON object"):
+        apply_overrides({"train_batch_size": 8}, ("train_batch_size.x=1",))
+
+
+def test_unknown_keys_name_the_nearest_valid_one():
+    cfg = {"zero_optimization": {"stage": 3, "stage3_param_persitence_threshold": 10},
+           "gradient_acumulation_steps": 2, "totally_new": 1}
+    found = unknown_keys(cfg)
+    assert "zero_optimization.stage3_param_persitence_threshold (did you mean stage3_param_persistence_threshold?)" in found
+    assert "gradient_acumulation_steps (did you mean gradient_accumulation_steps?)" in found
+    assert "totally_new" in found
+
+
+def test_unknown_key_error_from_prepare(tmp_path):
+    path = write(tmp_path, {"zero_optimization": {"stage": 3, "stage3_param_persitence_threshold": 10}})
+    with pytest.raises(UserError, match=r"c\.json: unknown DeepSpeed key zero_optimization\.stage3_param_persitence_threshold "
+                                        r"\(did you mean stage3_param_persistence_threshold\?\)"):
+        prepare(path, (), CPU)
+
+
+def test_auto_values_resolved_from_the_run():
+    cfg = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+           "gradient_clipping": "auto", "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto"}},
+           "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto", "warmup_max_lr": "auto"}},
+           "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+                                 "stage3_param_persistence_threshold": "auto"}}
+    ctx = RunContext(world_size=4, device_type="cpu", lr=3e-4, steps=20, warmup=3, micro_batch=8, hidden_size=100)
+    out = resolve_auto(cfg, ctx, "c.json")
+    assert (out["train_micro_batch_size_per_gpu"], out["gradient_accumulation_steps"], out["train_batch_size"]) == (8, 1, 32)
+    assert out["optimizer"]["params"] == {"lr": 3e-4, "betas": [0.9, 0.999]}
+    assert out["scheduler"]["params"] == {"warmup_num_steps": 3, "warmup_max_lr": 3e-4}
+    assert out["zero_optimization"]["reduce_bucket_size"] == 10000
+    assert out["zero_optimization"]["stage3_prefetch_bucket_size"] == 9000
+    assert out["zero_optimization"]["stage3_param_persistence_threshold"] == 1000
+    assert out["gradient_clipping"] == 1.0
+
+
+def test_auto_without_a_rule_is_named():
+    with pytest.raises(UserError, match=r"no rule to resolve \"auto\" for aio\.block_size"):
+        resolve_auto({"aio": {"block_size": "auto"}}, CPU, "c.json")
+
+
+def test_batch_defaults_and_derivations():
+    assert resolve_auto({}, CPU, "c")["train_batch_size"] == 64  # 32 x 1 x 2
+    out = resolve_auto({"train_batch_size": 48, "gradient_accumulation_steps": 3}, CPU, "c")
+    assert out["train_micro_batch_size_per_gpu"] == 8
+    out = resolve_auto({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 16}, CPU, "c")
+    assert out["gradient_accumulation_steps"] == 2
+
+
+def test_batch_mismatch_shows_the_numbers():
+    cfg = {"train_batch_size": 100, "train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 2}
+    with pytest.raises(UserError, match=r"train_batch_size \(100\) must equal train_micro_batch_size_per_gpu \(16\) "
+                                        r"x gradient_accumulation_steps \(2\) x world size \(2\) = 64"):
+        resolve_auto(cfg, CPU, "c.json")
+
+
+def test_cli_micro_batch_wins_over_the_file():
+    ctx = RunContext(world_size=2, device_type="cpu", lr=1e-3, steps=10, warmup=1, micro_batch=4)
+    out = resolve_auto({"train_micro_batch_size_per_gpu": 16}, ctx, "c")
+    assert out["train_micro_batch_size_per_gpu"] == 4 and out["train_batch_size"] == 8
+
+
+def test_bad_batch_value():
+    with pytest.raises(UserError, match="train_batch_size must be a positive integer or \"auto\", got -1"):
+        resolve_auto({"train_batch_size": -1}, CPU, "c.json")
+
+
+def test_fp16_on_cpu_is_rejected_with_a_bf16_hint(tmp_path):
+    path = write(tmp_path, {"fp16": {"enabled": True}})
+    with pytest.raises(UserError, match="fp16 is not supported on CPU.*--set bf16.enabled=true"):
+        prepare(path, (), CPU)
+    gpu = RunContext(world_size=2, device_type="cuda", lr=1e-3, steps=10, warmup=1)
+    assert precision_of(prepare(path, (), gpu)) == "fp16"
+
+
+def test_bad_stage(tmp_path):
+    with pytest.raises(UserError, match="zero_optimization.stage must be 0, 1, 2 or 3, got 4"):
+        prepare(write(tmp_path, {"zero_optimization": {"stage": 4}}), (), CPU)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_shipped_config_resolves(path):
+    device = "cuda" if "fp16" in path.name else "cpu"
+    ctx = RunContext(world_size=2, device_type=device, lr=1e-3, steps=10, warmup=2, hidden_size=64)
+    cfg = prepare(str(path), (), ctx)
+    assert cfg["train_batch_size"] == 64
+    assert precision_of(cfg) == ("fp16" if "fp16" in path.name else "bf16")

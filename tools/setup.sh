@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One-shot, idempotent set-up of a virtual environment for ds_bench (called by `make`).
+#   tools/setup.sh VENV [--test]
+# - keeps a torch the machine already has (site module); otherwise installs $TORCH_SPEC
+#   (default torch==2.13.0, which this project's CPU machines serve as a local CPU wheel);
+# - pins the resulting torch through a constraints file so no later install replaces it;
+# - installs Open MPI / numactl through apt when missing and we are root, else says what is missing;
+# - with --test, also the test dependencies and the offline datasets the tests read.
+set -euo pipefail
+venv=${1:?usage: tools/setup.sh VENV [--test]}
+want_test=${2:-}
+python=${PYTHON:-python3}
+torch_spec=${TORCH_SPEC:-torch==2.13.0}
+log() { printf '[setup] %s\n' "$*"; }
+
+have_torch() { "$1" -c 'import torch' >/dev/null 2>&1; }
+
+if [ ! -x "$venv/bin/python" ]; then
+  if have_torch "$python"; then
+    log "keeping the torch that $python already has (venv with system site packages)"
+    "$python" -m venv --system-site-packages "$venv"
+  else
+    "$python" -m venv "$venv"
+  fi
+fi
+py="$venv/bin/python"
+pip=("$py" -m pip install --quiet)
+
+if ! have_torch "$py"; then
+  log "installing $torch_spec"
+  "${pip[@]}" "$torch_spec"
+fi
+torch_version=$("$py" -c 'import torch; print(torch.__version__)')
+constraints="$venv/constraints.txt"
+echo "torch==$torch_version" >"$constraints"
+export PIP_CONSTRAINT="$constraints"
+log "torch $torch_version pinned via $constraints"
+
+apt_install() {
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "apt-get install $*"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+  else
+    log "MISSING system packages: $* (install them, or load your site's MPI module)"
+  fi
+}
+missing=()
+command -v mpirun >/dev/null || missing+=(openmpi-bin libopenmpi-dev)
+command -v numactl >/dev/null || missing+=(numactl)
+if [ "$want_test" = --test ] && [ ! -d /usr/share/datasets/fashion-mnist ]; then
+  missing+=(dataset-fashion-mnist)
+fi
+[ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+"${pip[@]}" -r "$here/requirements.txt"
+"${pip[@]}" --no-deps -e "$here"
+if [ "$want_test" = --test ]; then
+  "${pip[@]}" -r "$here/requirements-test.txt"
+fi
+log "ready: $venv"
