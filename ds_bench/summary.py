@@ -54,7 +54,7 @@ def one_run(record: dict, results_path: str) -> str:
         f"  peak memory  {m['peak_mem_bytes'] / MIB:.0f} MiB on the largest rank ({m['peak_mem_kind']})",
         f"  loss         {m['loss_first']:.4f} -> {m['loss_last']:.4f}",
     ]
-    if "tflops_per_device" in m:
+    if m.get("tflops_per_device") is not None:
         mfu = f"{m['mfu']:.1%}" if m.get("mfu") is not None else f"n/a ({m.get('mfu_note')})"
         lines.append(f"  compute      {m['tflops_per_device']:.3f} TFLOP/s per device, MFU {mfu}")
     lines.append(f"  results      {results_path} (run {record['run_id']})")
