@@ -220,15 +220,16 @@ def _wait_for_all(comm, timeout_s: float) -> None:
         time.sleep(0.01)
 
 
-def complete_with_mpi(info: RankInfo, master_addr_on_rank0: Callable[[], str],
+def complete_with_mpi(info: RankInfo, choose_master: Callable[[bool], tuple[str, int]],
                       timeout_s: float) -> RankInfo:
     """Fill the fields ``info`` lacks from MPI_COMM_WORLD; every rank must call this.
 
-    Local rank/size and node rank come from grouping equal processor names; the master address
-    is the one rank 0 picks (``master_addr_on_rank0`` runs on rank 0 only, and only when rank 0
-    has none), broadcast to all. Values already in ``info`` are kept; rank and world size must
-    match MPI's, which catches ranks started as separate one-process MPI worlds. Rank 0 picks
-    its address before the timed barrier, so a failure there times the others out, not hangs.
+    Local rank/size and node rank come from grouping equal processor names. Rank 0 then picks
+    the master address and port (``choose_master(spans_hosts)``, only where the environment gave
+    none) and broadcasts them; if it fails, its error is broadcast instead, so no rank is left
+    waiting. Values already in ``info`` are kept; rank and world size must match MPI's, which
+    catches ranks started as separate one-process MPI worlds. The first collective is a timed
+    barrier, so a missing rank is reported, not waited for.
     """
     from mpi4py import MPI
 
@@ -237,19 +238,33 @@ def complete_with_mpi(info: RankInfo, master_addr_on_rank0: Callable[[], str],
     if info.rank not in (None, rank) or info.world_size not in (None, size):
         raise UserError(f"MPI: COMM_WORLD says rank {rank} of {size} but the environment "
                         f"({info.source}) says rank {info.rank} of {info.world_size}")
-    offer = (info.master_addr or master_addr_on_rank0()) if rank == 0 else None
     _wait_for_all(comm, timeout_s)
     names = comm.allgather(MPI.Get_processor_name())
     nodes = list(dict.fromkeys(names))  # node order = order of each node's lowest rank
     mine = names[rank]
-    chosen = comm.bcast(offer, root=0)
+    offer = _master_offer(info, choose_master, len(nodes) > 1) if rank == 0 else None
+    status, master = comm.bcast(offer, root=0)
+    if status == "error":
+        raise UserError(master if rank == 0 else f"rank 0 could not choose a master address: {master}")
     return replace(
         info, rank=rank, world_size=size,
         local_rank=_keep(info.local_rank, names[:rank].count(mine)),
         local_world_size=_keep(info.local_world_size, names.count(mine)),
         node_rank=_keep(info.node_rank, nodes.index(mine)),
-        master_addr=info.master_addr or chosen, hosts=info.hosts or tuple(nodes),
+        master_addr=master[0], master_port=master[1], hosts=info.hosts or tuple(nodes),
     )
+
+
+def _master_offer(info: RankInfo, choose_master: Callable[[bool], tuple[str, int]],
+                  spans_hosts: bool) -> tuple[str, object]:
+    try:
+        addr, port = (info.master_addr, info.master_port)
+        if addr is None or port is None:
+            chosen_addr, chosen_port = choose_master(spans_hosts)
+            addr, port = addr or chosen_addr, port or chosen_port
+        return "ok", (addr, port)
+    except UserError as e:
+        return "error", str(e)
 
 
 def _keep(value: int | None, fallback: int) -> int:

@@ -9,12 +9,13 @@ measured outcome: rank 0 appends a ``status: failed`` record with the error, and
 from __future__ import annotations
 
 import logging
+import os
 import resource
 import socket
 
 import torch
 
-from ds_bench import ds_config, ops, peaks, results, runtime, summary
+from ds_bench import ds_config, ops, peaks, rendezvous, results, runtime, summary
 from ds_bench.config import RunConfig
 from ds_bench.ds_config import RunContext
 from ds_bench.errors import UserError
@@ -29,7 +30,8 @@ log = logging.getLogger("ds_bench")
 def run_benchmark(cfg: RunConfig) -> int:
     workload = build_workload(cfg)
     runtime.select_accelerator()
-    info = runtime.discover_ranks()
+    rdzv = rendezvous.resolve(os.environ, cfg.iface, cfg.dist_timeout_s)
+    info = rdzv.info
     device_type = _device_type()
     ctx = RunContext(world_size=info.world_size, device_type=device_type, lr=cfg.lr or workload.default_lr,
                      steps=cfg.steps, warmup=cfg.warmup, micro_batch=cfg.micro_batch,
@@ -37,7 +39,7 @@ def run_benchmark(cfg: RunConfig) -> int:
     ds_cfg = ds_config.prepare(cfg.ds_config, cfg.overrides, ctx)
     ops.announce_cpu_builds(device_type, _needs_cpu_adam(ds_cfg))
     quiet_deepspeed()
-    state = runtime.init_distributed(info, cfg.dist_timeout_s)
+    state = runtime.init_distributed(rdzv, cfg.dist_timeout_s, cfg.connect_timeout_s)
     run_id = results.new_run_id()
     try:
         metrics, extra = _measure(cfg, workload, ds_cfg, state)
@@ -131,6 +133,7 @@ def _record(run_id: str, cfg: RunConfig, ds_cfg: dict, state: runtime.DistState,
     record.update(
         status=status, error=error, workload=cfg.workload, size=cfg.size, tag=cfg.tag,
         world_size=state.world_size, launcher=state.launcher, master_addr=state.master_addr,
+        rendezvous=state.rendezvous,
         backend=state.backend, ds_config=ds_cfg, zero_stage=ds_config.zero_stage(ds_cfg),
         precision=ds_config.precision_of(ds_cfg), micro_batch=ds_cfg["train_micro_batch_size_per_gpu"],
         grad_accum=ds_cfg["gradient_accumulation_steps"], train_batch_size=ds_cfg["train_batch_size"],

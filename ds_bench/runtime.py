@@ -1,17 +1,16 @@
-"""Process-level side effects of a run: rendezvous environment, process group, device, exit.
+"""Process-level side effects of a run: exported environment, process group, device, exit.
 
-This is the one module that writes ``os.environ`` and the one that ends the process. Rank
-discovery itself is the pure ``ds_bench.discovery.discover``; here its result becomes the five
-variables DeepSpeed reads (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). With all five
-set, ``deepspeed.init_distributed`` skips its own MPI discovery, whose ``hostname -I`` choice of
-master address is the bug users patch by hand.
+This is the one module that writes ``os.environ`` and the one that ends the process. What to
+export is decided by ``ds_bench.rendezvous`` (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT and the socket-interface variables); with all five set, ``deepspeed.init_distributed``
+skips its own MPI discovery, whose ``hostname -I`` choice of master address is the bug users
+patch by hand.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import socket
 import sys
 import warnings
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from datetime import timedelta
 
 import torch
 
-from ds_bench.discovery import RankInfo, discover
+from ds_bench.rendezvous import Rendezvous, wait_reachable
 
 log = logging.getLogger("ds_bench")
 
@@ -38,31 +37,7 @@ class DistState:
     """Which discovery path found the ranks (``RankInfo.source``)."""
     device: torch.device
     backend: str
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rendezvous_env(info: RankInfo) -> dict[str, str]:
-    """The variables DeepSpeed and torch.distributed read, from a complete ``RankInfo``."""
-    return {
-        "RANK": str(info.rank),
-        "WORLD_SIZE": str(info.world_size),
-        "LOCAL_RANK": str(info.local_rank),
-        "LOCAL_WORLD_SIZE": str(info.local_world_size),
-        "MASTER_ADDR": str(info.master_addr),
-        "MASTER_PORT": str(info.master_port),
-    }
-
-
-def single_rank(info: RankInfo) -> RankInfo:
-    """Fill the rendezvous of a run started with no launcher (one rank on this host)."""
-    return RankInfo(rank=0, world_size=1, local_rank=0, local_world_size=1, node_rank=0,
-                    master_addr=info.master_addr or "127.0.0.1",
-                    master_port=info.master_port or free_port(), source="single")
+    rendezvous: dict
 
 
 def select_accelerator() -> None:
@@ -71,19 +46,18 @@ def select_accelerator() -> None:
         os.environ["DS_ACCELERATOR"] = "cpu"
 
 
-def discover_ranks() -> RankInfo:
-    info = discover(os.environ)
-    if info.source == "single":
-        return single_rank(info)
-    return info
-
-
-def init_distributed(info: RankInfo, timeout_s: float) -> DistState:
-    """Join the process group (every wait bounded by ``timeout_s``) and pick this rank's device."""
+def init_distributed(rdzv: Rendezvous, timeout_s: float, connect_timeout_s: float) -> DistState:
+    """Export the rendezvous, check the master is reachable, join the process group (every wait
+    bounded by ``timeout_s``) and pick this rank's device."""
     import deepspeed
     from deepspeed.accelerator import get_accelerator
 
-    os.environ.update(rendezvous_env(info))
+    info = rdzv.info
+    os.environ.update(rdzv.env)
+    log.info("rendezvous: %s:%s via %s (%s); launcher %s, %d rank(s)", info.master_addr, info.master_port,
+             rdzv.choice.name or "-", rdzv.choice.reason, info.source, info.world_size)
+    if info.rank != 0:
+        wait_reachable(rdzv, connect_timeout_s)
     # DeepSpeed calls torch's deprecated *_into_tensor aliases; the warning is not the user's to act on.
     warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
     accel = get_accelerator()
@@ -97,7 +71,8 @@ def init_distributed(info: RankInfo, timeout_s: float) -> DistState:
     device = torch.device(accel.device_name(info.local_rank) if accel.device_name() != "cpu" else "cpu")
     return DistState(rank=info.rank, world_size=info.world_size, local_rank=info.local_rank,
                      local_world_size=info.local_world_size, master_addr=info.master_addr,
-                     master_port=info.master_port, launcher=info.source, device=device, backend=backend)
+                     master_port=info.master_port, launcher=info.source, device=device, backend=backend,
+                     rendezvous=rdzv.describe())
 
 
 def _limit_cpu_threads(device_type: str, local_world_size: int) -> None:

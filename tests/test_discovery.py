@@ -257,29 +257,32 @@ NAMES = ["a", "a", "b", "b", "a", "b"]
 
 
 def test_complete_groups_ranks_by_processor_name(monkeypatch):
-    fake_mpi(monkeypatch, FakeComm(5, NAMES, root_choice="10.0.0.9"))
-    start = info(None, None, None, None, None, None, 29500, "pmix")
-    got = complete_with_mpi(start, lambda: pytest.fail("only rank 0 chooses"), timeout_s=1)
+    fake_mpi(monkeypatch, FakeComm(5, NAMES, root_choice=("ok", ("10.0.0.9", 29500))))
+    start = info(None, None, None, None, None, None, None, "pmix")
+    got = complete_with_mpi(start, lambda spans: pytest.fail("only rank 0 chooses"), timeout_s=1)
     assert got == info(5, 6, 2, 3, 1, "10.0.0.9", 29500, "pmix", ("a", "b"))
 
 
-def test_complete_rank0_chooses_and_keeps_known_values(monkeypatch):
+def test_complete_rank0_chooses_knowing_the_run_spans_hosts(monkeypatch):
     fake_mpi(monkeypatch, FakeComm(0, NAMES, root_choice=None))
-    start = info(0, 6, 0, 4, 7, None, None, "openmpi", ("h1",))
-    got = complete_with_mpi(start, lambda: "10.0.0.1", timeout_s=1)
-    assert got == info(0, 6, 0, 4, 7, "10.0.0.1", None, "openmpi", ("h1",))
+    seen = []
+    start = info(0, 6, 0, 4, 7, None, 29600, "openmpi", ("h1",))
+    got = complete_with_mpi(start, lambda spans: seen.append(spans) or ("10.0.0.1", 1), timeout_s=1)
+    assert seen == [True]
+    assert got == info(0, 6, 0, 4, 7, "10.0.0.1", 29600, "openmpi", ("h1",))
 
 
-def test_complete_keeps_own_master_addr(monkeypatch):
+def test_complete_keeps_own_master(monkeypatch):
     fake_mpi(monkeypatch, FakeComm(0, ["a"], root_choice=None))
-    got = complete_with_mpi(discover({"MASTER_ADDR": "m"}), lambda: pytest.fail("not needed"), 1)
-    assert got.master_addr == "m"
+    got = complete_with_mpi(discover({"MASTER_ADDR": "m", "MASTER_PORT": "123"}),
+                            lambda spans: pytest.fail("not needed"), 1)
+    assert (got.master_addr, got.master_port) == ("m", 123)
 
 
 def test_complete_rejects_disagreeing_world(monkeypatch):
     fake_mpi(monkeypatch, FakeComm(0, ["a"], root_choice=None))
     with raises("MPI: COMM_WORLD says rank 0 of 1 but the environment (slurm) says rank 0 of 4"):
-        complete_with_mpi(discover({"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}), lambda: "x", 1)
+        complete_with_mpi(discover({"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}), lambda s: ("x", 1), 1)
 
 
 def test_complete_times_out_when_a_rank_never_arrives(monkeypatch):
@@ -287,14 +290,26 @@ def test_complete_times_out_when_a_rank_never_arrives(monkeypatch):
     message = ("MPI: not every rank arrived within 0.05s; "
                "check that all ranks were started by the same mpirun/srun")
     with raises(message):
-        complete_with_mpi(info(None, None, None, None, None, None, None, "pmix"), lambda: "x", 0.05)
+        complete_with_mpi(info(None, None, None, None, None, None, None, "pmix"), lambda s: ("x", 1), 0.05)
+
+
+def test_complete_rank0_failure_reaches_every_rank(monkeypatch):
+    def fail(spans):
+        raise UserError("no interface")
+
+    fake_mpi(monkeypatch, FakeComm(0, ["a", "b"], root_choice=None))
+    with raises("no interface"):
+        complete_with_mpi(info(None, None, None, None, None, None, None, "pmix"), fail, 1)
+    fake_mpi(monkeypatch, FakeComm(1, ["a", "b"], root_choice=("error", "no interface")))
+    with raises("rank 0 could not choose a master address: no interface"):
+        complete_with_mpi(info(None, None, None, None, None, None, None, "pmix"), fail, 1)
 
 
 REAL_MPI_SCRIPT = """
 import json
 from ds_bench.discovery import complete_with_mpi, discover
 from mpi4py import MPI
-got = complete_with_mpi(discover({}), lambda: "192.0.2.7", timeout_s=30)
+got = complete_with_mpi(discover({}), lambda spans: ("192.0.2.7", 29555), timeout_s=30)
 print(json.dumps([got.rank, got.world_size, got.local_rank, got.local_world_size, got.node_rank,
                   got.master_addr, got.source, list(got.hosts), MPI.Get_processor_name()]))
 """
@@ -312,14 +327,3 @@ def test_complete_with_real_mpi4py_single_process():
         done.stdout.strip().splitlines()[-1])
     assert (rank, world, local, local_world, node, addr, source) == (0, 1, 0, 1, 0, "192.0.2.7", "single")
     assert hosts == [name]
-
-
-def test_complete_rank0_failure_surfaces_before_the_barrier(monkeypatch):
-    def fail():
-        raise UserError("no interface")
-
-    comm = FakeComm(0, ["a", "b"], root_choice=None)
-    comm.Ibarrier = lambda: pytest.fail("rank 0 must choose before the barrier")
-    fake_mpi(monkeypatch, comm)
-    with raises("no interface"):
-        complete_with_mpi(info(None, None, None, None, None, None, None, "pmix"), fail, 1)

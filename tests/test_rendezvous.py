@@ -1,0 +1,80 @@
+"""Rendezvous planning on inline environments, and the reachability check against a dead port."""
+
+import socket
+import time
+
+import pytest
+
+from ds_bench.discovery import RankInfo
+from ds_bench.errors import UserError
+from ds_bench.netif import IfaceChoice
+from ds_bench.rendezvous import (Rendezvous, default_port, rendezvous_env, resolve, spans_hosts,
+                                 wait_reachable)
+
+
+def info(**kw):
+    base = dict(rank=1, world_size=4, local_rank=1, local_world_size=2, node_rank=0, master_addr="10.0.0.1",
+                master_port=29500, source="openmpi", hosts=())
+    return RankInfo(**{**base, **kw})
+
+
+def test_spans_hosts_from_hosts_or_sizes():
+    assert spans_hosts(info(hosts=("a", "b")))
+    assert not spans_hosts(info(hosts=("a", "a")))
+    assert spans_hosts(info())  # 4 ranks, 2 per node
+    assert not spans_hosts(info(world_size=2))
+
+
+def test_default_port_is_per_slurm_job():
+    assert default_port({"SLURM_JOB_ID": "123456"}) == 20000 + 123456 % 20000
+    assert default_port({}) == 29500
+
+
+def test_rendezvous_env_sets_all_five_deepspeed_variables():
+    env = rendezvous_env(info())
+    assert env == {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+                   "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+
+
+def test_no_launcher_is_one_rank_on_loopback():
+    r = resolve({}, None, 10)
+    assert (r.info.source, r.info.rank, r.info.world_size, r.info.master_addr) == ("single", 0, 1, "127.0.0.1")
+    assert 0 < r.info.master_port < 65536 and "GLOO_SOCKET_IFNAME" not in r.env
+
+
+def test_torchrun_environment_keeps_its_master_and_exports_the_interface():
+    env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": "29999", "TORCHELASTIC_RUN_ID": "x"}
+    r = resolve(env, "lo", 10)
+    assert (r.info.source, r.info.master_addr, r.info.master_port) == ("torchrun", "127.0.0.1", 29999)
+    assert r.choice.name == "lo" and r.env["GLOO_SOCKET_IFNAME"] == "lo" and r.env["NCCL_SOCKET_IFNAME"] == "lo"
+    kept = resolve({**env, "NCCL_SOCKET_IFNAME": "ib"}, "lo", 10)
+    assert "NCCL_SOCKET_IFNAME" not in kept.env  # the user's own value is left alone
+
+
+def test_unknown_iface_is_a_clear_error():
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    with pytest.raises(UserError, match="no_such_if"):
+        resolve(env, "no_such_if", 10)
+
+
+def test_unreachable_master_fails_within_the_timeout_naming_address_and_interface():
+    with socket.socket() as s:  # a port that nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = Rendezvous(info(master_addr="127.0.0.1", master_port=port), IfaceChoice("eth0", "10.0.0.2", "--iface eth0"),
+                   True, {})
+    start = time.monotonic()
+    with pytest.raises(UserError, match=rf"rank 1 \(.*\) cannot reach MASTER_ADDR 127\.0\.0\.1:{port} within 1\.5s.*"
+                                        r"interface is eth0 \(--iface eth0\).*Try --iface NAME"):
+        wait_reachable(r, 1.5)
+    assert time.monotonic() - start < 4
+
+
+def test_reachable_master_returns_at_once():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        r = Rendezvous(info(master_addr="127.0.0.1", master_port=s.getsockname()[1]), IfaceChoice("lo", "x", "y"),
+                       False, {})
+        wait_reachable(r, 5)
