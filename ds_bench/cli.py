@@ -1,4 +1,4 @@
-"""Command line: ``ds-bench run | bench | report`` (also ``python -m ds_bench``).
+"""Command line: ``ds-bench run | bench | doctor | launch | report`` (also ``python -m ds_bench``).
 
 Thin by design: parse, build a config, call one function, turn ``UserError`` into a one-line
 message and exit code 2. The deepspeed launcher appends ``--local_rank=N`` to the module's
@@ -57,6 +57,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_args(run)
     run.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)
     suite.add_arguments(sub.add_parser("bench", help="a suite of runs under the deepspeed launcher, then a table"))
+    doctor = sub.add_parser("doctor", help="per-rank network/device/version report and an all_reduce check")
+    doctor.add_argument("--iface", default=None, help="network interface for the rendezvous")
+    doctor.add_argument("--dist-timeout", dest="dist_timeout_s", type=float, default=60.0)
+    doctor.add_argument("--connect-timeout", dest="connect_timeout_s", type=float, default=30.0)
+    doctor.add_argument("--json", default=None, help="append the full report as a JSON line here")
+    doctor.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)
+    from ds_bench import launch
+
+    launch.add_arguments(sub.add_parser("launch", help="build (and run) an mpirun/deepspeed/torchrun/srun command"))
     report = sub.add_parser("report", help="table (and plot) of a results file")
     report.add_argument("results", nargs="?", default="results/results.jsonl")
     report.add_argument("--tag", default=None, help="only records with this tag")
@@ -75,11 +84,22 @@ def main(argv: list[str] | None = None) -> int:
 
     setup_logging()
     try:
-        args = build_parser().parse_args(argv)
+        argv = sys.argv[1:] if argv is None else list(argv)
+        head, tail = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+        args = build_parser().parse_args(head)
+        args.run_args = tail  # after "--": passed through (bench: to every run; launch: the ds-bench command)
         if args.command == "run":
             from ds_bench.run import run_benchmark
 
             return run_benchmark(run_config(args))
+        if args.command == "doctor":
+            from ds_bench.doctor import run_doctor
+
+            return run_doctor(args.iface, args.dist_timeout_s, args.connect_timeout_s, args.json)
+        if args.command == "launch":
+            from ds_bench import launch
+
+            return launch.main(args)
         if args.command == "bench":
             from ds_bench import suite
 

@@ -12,13 +12,13 @@ import argparse
 import logging
 import os
 import shlex
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 
 from ds_bench import plots, results, summary
 from ds_bench.errors import UserError
+from ds_bench.launch import run_child
 
 log = logging.getLogger("ds_bench")
 
@@ -46,7 +46,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", default=None, help="run only this workload")
     p.add_argument("--master-port", type=int, default=29511)
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
-    p.add_argument("run_args", nargs="*", help="after --: extra arguments for every ds-bench run")
 
 
 def default_nproc() -> int:
@@ -73,7 +72,7 @@ def deepspeed_launcher() -> str:
 
 def launch(argv: list[str]) -> int:
     log.info("$ %s", shlex.join(argv))
-    return subprocess.run(argv, check=False).returncode
+    return run_child(argv)
 
 
 def plan(args: argparse.Namespace) -> list[SuiteRun]:

@@ -1,0 +1,106 @@
+"""``ds-bench doctor``: what every rank sees, and whether the ranks can work together.
+
+Run it under the same launcher as the benchmark (``mpirun ... ds-bench doctor``, ``srun``,
+``torchrun``, ``deepspeed --module ds_bench doctor``). Each rank reports its host, interfaces and
+addresses, chosen interface and MASTER_ADDR, NCCL_/GLOO_/CUDA_ variables, devices and versions;
+rank 0 prints them and checks that versions agree and that an all_reduce gives the right sum.
+The bandwidth figure is the NCCL-tests convention (busbw = 2(n-1)/n x bytes / time, see
+NVIDIA/nccl-tests doc/PERFORMANCE.md). Exit 0 when all is well, 1 with the reasons when not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+import torch
+from tabulate import tabulate
+
+from ds_bench import rendezvous, results, runtime
+from ds_bench.netif import read_interfaces
+
+ENV_PREFIXES = ("NCCL_", "GLOO_", "CUDA_", "MASTER_", "OMP_NUM_THREADS", "DS_BENCH_")
+ALLREDUCE_BYTES = 8 * 2**20
+ALLREDUCE_ITERS = 5
+
+
+def rank_facts(state: runtime.DistState) -> dict:
+    ifaces = [f"{i.name} [{i.kind}{'' if i.up else ', down'}] {' '.join(i.addrs) or '-'}" for i in read_interfaces()]
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
+    devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return {"rank": state.rank, "local_rank": state.local_rank, "host": socket.gethostname(),
+            "launcher": state.launcher, "rendezvous": state.rendezvous, "interfaces": ifaces, "env": env,
+            "devices": devices or [results.hardware(state.device)["device"]], "device": str(state.device),
+            "versions": results.versions()}
+
+
+def version_problems(facts: list[dict]) -> list[str]:
+    """Ranks whose package versions differ from rank 0's, one line per package."""
+    ref = facts[0]["versions"]
+    problems = []
+    for package, version in ref.items():
+        odd = [f["rank"] for f in facts if f["versions"].get(package) != version]
+        if odd:
+            seen = {f["rank"]: f["versions"].get(package) for f in facts}
+            problems.append(f"{package} differs across ranks: {seen}")
+    return problems
+
+
+def allreduce_check(state: runtime.DistState) -> tuple[list[str], dict]:
+    """Sum of (rank + 1) over ranks must be n(n+1)/2; then time an 8 MiB all_reduce."""
+    n = state.world_size
+    t = torch.full((1024,), float(state.rank + 1), device=state.device)
+    torch.distributed.all_reduce(t)
+    want = n * (n + 1) / 2
+    if not torch.all(t == want):
+        return [f"all_reduce returned {t[0].item()} instead of {want}"], {}
+    big = torch.ones(ALLREDUCE_BYTES // 4, device=state.device)
+    torch.distributed.all_reduce(big)  # warm-up
+    sync = torch.cuda.synchronize if state.device.type == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    for _ in range(ALLREDUCE_ITERS):
+        torch.distributed.all_reduce(big)
+    sync()
+    seconds = (time.perf_counter() - start) / ALLREDUCE_ITERS
+    busbw = 2 * (n - 1) / n * ALLREDUCE_BYTES / seconds / 1e9 if n > 1 else None
+    return [], {"allreduce_bytes": ALLREDUCE_BYTES, "allreduce_ms": seconds * 1e3, "busbw_GBps": busbw}
+
+
+def report(facts: list[dict], problems: list[str], timing: dict) -> str:
+    rows = [[f["rank"], f["host"], f["local_rank"], f["device"], f"{f['rendezvous']['iface']} "
+             f"({f['rendezvous']['iface_addr']})", f"{f['rendezvous']['master_addr']}:{f['rendezvous']['master_port']}",
+             "\n".join(f["interfaces"])] for f in facts]
+    out = [tabulate(rows, headers=["rank", "host", "local", "device", "chosen iface", "master", "interfaces"],
+                    tablefmt="grid"),
+           f"launcher: {facts[0]['launcher']}; interface choice on rank 0: {facts[0]['rendezvous']['reason']}",
+           "environment (rank 0): " + (", ".join(f"{k}={v}" for k, v in facts[0]["env"].items()) or "-"),
+           "versions (rank 0): " + ", ".join(f"{k} {v}" for k, v in facts[0]["versions"].items() if v)]
+    if timing:
+        bw = f", busbw {timing['busbw_GBps']:.2f} GB/s" if timing.get("busbw_GBps") else ""
+        out.append(f"all_reduce: correct; {timing['allreduce_bytes'] // 2**20} MiB in "
+                   f"{timing['allreduce_ms']:.2f} ms{bw}")
+    out += [f"PROBLEM: {p}" for p in problems] or ["OK: ranks agree on versions and all_reduce works"]
+    return "\n".join(out)
+
+
+def run_doctor(iface: str | None, dist_timeout_s: float, connect_timeout_s: float, json_path: str | None) -> int:
+    runtime.select_accelerator()
+    rdzv = rendezvous.resolve(os.environ, iface, dist_timeout_s)
+    state = runtime.init_distributed(rdzv, dist_timeout_s, connect_timeout_s)
+    facts: list = [None] * state.world_size
+    torch.distributed.all_gather_object(facts, rank_facts(state))
+    try:
+        problems, timing = allreduce_check(state)
+    except RuntimeError as e:  # a collective that failed or timed out
+        problems, timing = [f"all_reduce failed: {e}"], {}
+    problems = version_problems(facts) + problems
+    verdict = [problems]
+    torch.distributed.broadcast_object_list(verdict, src=0)
+    if state.rank == 0:
+        print(report(facts, problems, timing), flush=True)
+        if json_path:
+            results.append_record(json_path, {"kind": "doctor", "ranks": facts, "problems": problems, **timing})
+    return 1 if verdict[0] else 0

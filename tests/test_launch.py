@@ -1,0 +1,75 @@
+"""Launch-command builders on exact argv, the run scripts' printed commands, and a real launch."""
+
+import os
+import sys
+
+import pytest
+
+from ds_bench.errors import UserError
+from ds_bench.launch import deepspeed_command, mpirun_command, srun_command, torchrun_command
+from tests.conftest import REPO, ds_bench, explain, records, run_cmd
+
+RUN = ["run", "--workload", "mnist", "--ds-config", "ds_configs/zero2.json"]
+
+
+def test_mpirun_from_slots_pins_the_interface():
+    argv = mpirun_command({"n1": [0, 1, 2, 3], "n2": [0, 1]}, RUN, python="py", iface="ib0")
+    assert argv == ["mpirun", "-np", "6", "--host", "n1:4,n2:2", "--map-by", "slot", "-x", "PATH",
+                    "--mca", "oob_tcp_if_include", "ib0", "--mca", "btl_tcp_if_include", "ib0",
+                    "-x", "DS_BENCH_IFACE=ib0", "py", "-m", "ds_bench", *RUN]
+
+
+def test_mpirun_rejects_gpu_subsets_it_cannot_express():
+    with pytest.raises(UserError, match=r"n1 needs slots 0\.\.1, not \[1, 3\]"):
+        mpirun_command({"n1": [1, 3]}, RUN, python="py")
+
+
+def test_deepspeed_passes_master_addr_and_filters():
+    argv = deepspeed_command("hf", RUN, master_addr="n1-ib", master_port=29500, include="n1:0,1@n2")
+    assert argv == ["deepspeed", "--hostfile", "hf", "--master_addr", "n1-ib", "--master_port", "29500",
+                    "--include", "n1:0,1@n2", "--module", "ds_bench", *RUN]
+
+
+def test_torchrun_and_srun():
+    assert torchrun_command(RUN, nnodes=2, nproc_per_node=4, node_rank=1, master_addr="n1", master_port=1) == [
+        "torchrun", "--nnodes", "2", "--nproc_per_node", "4", "--node_rank", "1", "--master_addr", "n1",
+        "--master_port", "1", "-m", "ds_bench", *RUN]
+    assert srun_command(RUN, nnodes=2, tasks_per_node=4, python="py", mpi="pmix") == [
+        "srun", "--nodes", "2", "--ntasks-per-node", "4", "--kill-on-bad-exit=1", "--mpi=pmix", "py", "-m",
+        "ds_bench", *RUN]
+
+
+SCRIPTS = {
+    "slurm_single_node_deepspeed.sbatch": "deepspeed --num_gpus 4 --module ds_bench run --workload gpt2",
+    "slurm_multi_node_srun.sbatch": "srun --nodes 2 --ntasks-per-node 4 --kill-on-bad-exit=1",
+    "mpirun_hostfile.sh": "mpirun -np 8 --host node01:4,node02:4 --map-by slot -x PATH --mca oob_tcp_if_include ib0",
+    "torchrun_multi_node.sh": "torchrun --nnodes 2 --nproc_per_node 4 --node_rank 0 --master_addr node01",
+}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_run_scripts_print_their_command(script):
+    proc = run_cmd(["bash", f"run_scripts/{script}"], timeout=60, DRY_RUN="1", PYTHON=sys.executable)
+    assert proc.returncode == 0, explain(proc)
+    assert proc.stdout.startswith(SCRIPTS[script]), proc.stdout
+    assert "ds_bench run" in proc.stdout or "-m ds_bench run" in proc.stdout
+
+
+def test_launch_with_a_bad_hostfile_names_the_line(tmp_path):
+    bad = tmp_path / "hf"
+    bad.write_text("node01 slots=4\nnode01 slots=2\n")
+    proc = ds_bench("launch", "mpirun", "--hostfile", str(bad), "--dry-run")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "hf:2: duplicate host 'node01'" in proc.stderr
+
+
+@pytest.mark.dist
+def test_real_mpirun_launch_from_a_hostfile(tmp_path):
+    results = tmp_path / "r.jsonl"
+    proc = ds_bench("launch", "mpirun", "--hostfile", "hostfiles/localhost_2", "--", *RUN, "--steps", "4",
+                    "--warmup", "1", "--results", str(results), timeout=240,
+                    OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    assert proc.returncode == 0, explain(proc)
+    assert proc.stdout.startswith("mpirun -np 2 --host localhost:2")
+    (r,) = records(results)
+    assert (r["status"], r["launcher"], r["world_size"]) == ("ok", "openmpi", 2)
