@@ -18,3 +18,24 @@ def test_default_plan_is_mnist_over_zero_0_to_3():
     args = argparse.Namespace(workload=None, configs=None)
     assert [(r.workload, r.ds_config) for r in plan(args) if r.workload == "mnist"] == [
         ("mnist", f"zero{s}.json") for s in range(4)]
+
+
+def test_report_prints_a_table_and_writes_a_plot(tmp_path):
+    from ds_bench.results import append_record
+    from tests.conftest import ds_bench
+
+    results = tmp_path / "r.jsonl"
+    for stage, sps in ((0, 900.0), (3, 450.0)):
+        append_record(str(results), {
+            "workload": "mnist", "size": None, "zero_stage": stage, "precision": "bf16", "world_size": 2,
+            "micro_batch": 32, "status": "ok", "tag": "t1",
+            "metrics": {"samples_per_s": sps, "step_ms_median": 70.0, "step_ms_p90": 80.0, "peak_mem_bytes": 2**29,
+                        "loss_first": 2.3, "loss_last": 1.1, "tflops_per_device": None, "mfu": None}})
+    append_record(str(results), {"workload": "mnist", "status": "failed", "tag": "other", "metrics": {}})
+    proc = ds_bench("report", str(results), "--tag", "t1", "--plot", str(tmp_path / "p.png"))
+    assert proc.returncode == 0, proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| mnist")]
+    assert len(rows) == 2 and "900.0" in rows[0] and "512" in rows[0] and "450.0" in rows[1]
+    assert (tmp_path / "p.png").stat().st_size > 5000
+    missing = ds_bench("report", str(tmp_path / "none.jsonl"))
+    assert missing.returncode == 2 and "no results file" in missing.stderr
