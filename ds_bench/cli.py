@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import traceback
 
 from ds_bench.config import RunConfig
 from ds_bench.errors import UserError
@@ -112,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         return UserError.exit_code
     except KeyboardInterrupt:
         return 130
+    except Exception:  # a failed run: rank 0 has recorded it; show the cause, exit 1 through exit_process
+        traceback.print_exc()
+        return 1
 
 
 def entry() -> None:

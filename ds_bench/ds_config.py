@@ -159,6 +159,7 @@ def _resolve_batch(cfg: dict, ctx: RunContext, path: str) -> None:
 
 
 def check_precision(cfg: dict, device_type: str, path: str) -> None:
+    """Precision against the device, the ZeRO stage's range, and an optimizer to train with."""
     fp16 = _get(cfg, ("fp16", "enabled")) is True
     bf16 = _get(cfg, ("bf16", "enabled")) is True
     if fp16 and bf16:
@@ -166,6 +167,9 @@ def check_precision(cfg: dict, device_type: str, path: str) -> None:
     if fp16 and device_type == "cpu":
         raise UserError(f"{path}: fp16 is not supported on CPU (DeepSpeed: 'Type fp16 is not supported "
                         "on your device'); use bf16: --set fp16.enabled=false --set bf16.enabled=true")
+    if not isinstance(cfg.get("optimizer"), dict) or "type" not in cfg["optimizer"]:
+        raise UserError(f"{path}: no optimizer.type; ds_bench trains, so name one, e.g. \"optimizer\": "
+                        "{\"type\": \"AdamW\", \"params\": {\"lr\": \"auto\", \"torch_adam\": true}}")
     stage = _get(cfg, ("zero_optimization", "stage"))
     if stage is not None and stage not in (0, 1, 2, 3):
         raise UserError(f"{path}: zero_optimization.stage must be 0, 1, 2 or 3, got {stage!r}")

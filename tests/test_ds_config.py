@@ -59,7 +59,7 @@ def test_unknown_keys_name_the_nearest_valid_one():
 
 
 def test_unknown_key_error_from_prepare(tmp_path):
-    path = write(tmp_path, {"zero_optimization": {"stage": 3, "stage3_param_persitence_threshold": 10}})
+    path = write(tmp_path, {"zero_optimization": {"stage": 3, "stage3_param_persitence_threshold": 10}, **OPT})
     with pytest.raises(UserError, match=r"c\.json: unknown DeepSpeed key zero_optimization\.stage3_param_persitence_threshold "
                                         r"\(did you mean stage3_param_persistence_threshold\?\)"):
         prepare(path, (), CPU)
@@ -113,8 +113,16 @@ def test_bad_batch_value():
         resolve_auto({"train_batch_size": -1}, CPU, "c.json")
 
 
+OPT = {"optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
+
+
+def test_a_config_without_optimizer_is_rejected(tmp_path):
+    with pytest.raises(UserError, match=r"c\.json: no optimizer\.type; ds_bench trains"):
+        prepare(write(tmp_path, {"zero_optimization": {"stage": 1}}), (), CPU)
+
+
 def test_fp16_on_cpu_is_rejected_with_a_bf16_hint(tmp_path):
-    path = write(tmp_path, {"fp16": {"enabled": True}})
+    path = write(tmp_path, {"fp16": {"enabled": True}, **OPT})
     with pytest.raises(UserError, match="fp16 is not supported on CPU.*--set bf16.enabled=true"):
         prepare(path, (), CPU)
     gpu = RunContext(world_size=2, device_type="cuda", lr=1e-3, steps=10, warmup=1)
@@ -123,7 +131,7 @@ def test_fp16_on_cpu_is_rejected_with_a_bf16_hint(tmp_path):
 
 def test_bad_stage(tmp_path):
     with pytest.raises(UserError, match="zero_optimization.stage must be 0, 1, 2 or 3, got 4"):
-        prepare(write(tmp_path, {"zero_optimization": {"stage": 4}}), (), CPU)
+        prepare(write(tmp_path, {"zero_optimization": {"stage": 4}, **OPT}), (), CPU)
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
