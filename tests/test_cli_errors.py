@@ -54,3 +54,13 @@ def test_unknown_flag_is_exit_2_without_traceback():
     proc = ds_bench("run", "--workload", "mnist", "--ds-config", "ds_configs/zero2.json", "--stepz", "3")
     assert proc.returncode == 2 and "unrecognized arguments: --stepz" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_failure_after_start_up_is_recorded_as_failed_with_exit_1(tmp_path):
+    results = tmp_path / "r.jsonl"
+    proc = ds_bench("run", "--workload", "mnist", "--ds-config", "ds_configs/zero1.json", "--steps", "3",
+                    "--warmup", "1", "--results", str(results), "--set", "optimizer.type=NoSuchOpt", timeout=180)
+    assert proc.returncode == 1, explain(proc)
+    (record,) = [__import__("json").loads(line) for line in results.read_text().splitlines()]
+    assert record["status"] == "failed" and "NoSuchOpt is not a supported DeepSpeed Optimizer" in record["error"]
+    assert record["metrics"] == {} and record["ds_config"]["optimizer"]["type"] == "NoSuchOpt"
