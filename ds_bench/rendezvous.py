@@ -102,20 +102,32 @@ def resolve(env: Mapping[str, str], requested_iface: str | None, timeout_s: floa
     return Rendezvous(info, choice, multi, {**rendezvous_env(info), **env_for_choice(choice, env)})
 
 
-def wait_reachable(rdzv: Rendezvous, timeout_s: float) -> None:
-    """Step 5: a non-zero rank retries a TCP connect to the master until ``timeout_s`` runs out."""
+def wait_reachable(rdzv: Rendezvous, connect_timeout_s: float, listen_timeout_s: float) -> None:
+    """Step 5: a non-zero rank retries a TCP connect to the master.
+
+    Silence (a timeout, or host/network unreachable) for ``connect_timeout_s`` means the address
+    is wrong for this rank: fail with advice. "Connection refused" means the path works and rank 0
+    is not listening yet (it may still be importing or compiling ops): keep trying until
+    ``listen_timeout_s``.
+    """
     addr, port = rdzv.info.master_addr, rdzv.info.master_port
-    deadline = time.monotonic() + timeout_s
-    last: OSError | None = None
-    while time.monotonic() < deadline:
+    start = time.monotonic()
+    answered, last = False, None
+    while time.monotonic() - start < (listen_timeout_s if answered else connect_timeout_s):
         try:
-            with socket.create_connection((addr, port), timeout=max(0.1, min(1.0, deadline - time.monotonic()))):
+            with socket.create_connection((addr, port), timeout=1.0):
                 return
+        except ConnectionRefusedError as e:
+            answered, last = True, e
         except OSError as e:
             last = e
-            time.sleep(0.2)
+        time.sleep(0.2)
+    where = f"rank {rdzv.info.rank} ({short_hostname()})"
+    if answered:
+        raise UserError(f"{where}: {addr} answers but nothing listened on port {port} within {listen_timeout_s:g}s; "
+                        "is rank 0 running, and is MASTER_PORT free?")
     raise UserError(
-        f"rank {rdzv.info.rank} ({short_hostname()}) cannot reach MASTER_ADDR {addr}:{port} within "
-        f"{timeout_s:g}s ({last}); this rank's interface is {rdzv.choice.name or '?'} ({rdzv.choice.reason}). "
-        "Try --iface NAME (or DS_BENCH_IFACE) naming the interface that reaches rank 0's host, e.g. ib0, "
-        "or set MASTER_ADDR; `ds-bench doctor` lists each rank's interfaces")
+        f"{where} cannot reach MASTER_ADDR {addr}:{port} within {connect_timeout_s:g}s ({last}); this rank's "
+        f"interface is {rdzv.choice.name or '?'} ({rdzv.choice.reason}). Try --iface NAME (or DS_BENCH_IFACE) "
+        "naming the interface that reaches rank 0's host, e.g. ib0, or set MASTER_ADDR; "
+        "`ds-bench doctor` lists each rank's interfaces")

@@ -58,17 +58,34 @@ def test_unknown_iface_is_a_clear_error():
         resolve(env, "no_such_if", 10)
 
 
-def test_unreachable_master_fails_within_the_timeout_naming_address_and_interface():
+def test_refused_connections_wait_for_the_listen_timeout():
     with socket.socket() as s:  # a port that nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     r = Rendezvous(info(master_addr="127.0.0.1", master_port=port), IfaceChoice("eth0", "10.0.0.2", "--iface eth0"),
                    True, {})
     start = time.monotonic()
-    with pytest.raises(UserError, match=rf"rank 1 \(.*\) cannot reach MASTER_ADDR 127\.0\.0\.1:{port} within 1\.5s.*"
-                                        r"interface is eth0 \(--iface eth0\).*Try --iface NAME"):
-        wait_reachable(r, 1.5)
-    assert time.monotonic() - start < 4
+    with pytest.raises(UserError, match=rf"rank 1 \(.*\): 127\.0\.0\.1 answers but nothing listened on port {port} "
+                                        r"within 2s; is rank 0 running"):
+        wait_reachable(r, 0.5, 2)  # refused = reachable but not listening yet: waits for the longer limit
+    assert 1.9 < time.monotonic() - start < 5
+
+
+def test_silent_master_fails_within_the_connect_timeout_naming_address_and_interface():
+    # A silent master on loopback: Linux drops SYNs to a listener whose accept queue is full, so
+    # connects time out exactly as they do towards a firewalled port.
+    with socket.socket() as server, socket.socket() as filler:
+        server.bind(("127.0.0.1", 0))
+        server.listen(0)
+        port = server.getsockname()[1]
+        filler.connect(("127.0.0.1", port))  # fills the queue; nobody accepts
+        r = Rendezvous(info(master_addr="127.0.0.1", master_port=port),
+                       IfaceChoice("eth0", "10.0.0.2", "--iface eth0"), True, {})
+        start = time.monotonic()
+        with pytest.raises(UserError, match=rf"rank 1 \(.*\) cannot reach MASTER_ADDR 127\.0\.0\.1:{port} within 1\.5s "
+                                            r"\(timed out\).*interface is eth0 \(--iface eth0\).*Try --iface NAME"):
+            wait_reachable(r, 1.5, 60)
+        assert time.monotonic() - start < 4
 
 
 def test_reachable_master_returns_at_once():
@@ -77,4 +94,4 @@ def test_reachable_master_returns_at_once():
         s.listen()
         r = Rendezvous(info(master_addr="127.0.0.1", master_port=s.getsockname()[1]), IfaceChoice("lo", "x", "y"),
                        False, {})
-        wait_reachable(r, 5)
+        wait_reachable(r, 5, 5)
