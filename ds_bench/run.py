@@ -47,10 +47,11 @@ def run_benchmark(cfg: RunConfig) -> int:
         raise
     except Exception as e:
         if state.rank == 0:
-            results.append_record(cfg.results, _record(run_id, cfg, ds_cfg, state, "failed", error=repr(e)))
+            failed = _record(run_id, cfg, ds_cfg, state, "failed", workload.size, error=repr(e))
+            results.append_record(cfg.results, failed)
         raise
     if state.rank == 0:
-        record = _record(run_id, cfg, ds_cfg, state, "ok", metrics=metrics, **extra)
+        record = _record(run_id, cfg, ds_cfg, state, "ok", workload.size, metrics=metrics, **extra)
         results.append_record(cfg.results, record)
         print(summary.one_run(record, cfg.results), flush=True)
     return 0
@@ -127,11 +128,11 @@ def _needs_cpu_adam(ds_cfg: dict) -> bool:
     return offload == "cpu" or not torch_adam
 
 
-def _record(run_id: str, cfg: RunConfig, ds_cfg: dict, state: runtime.DistState, status: str,
+def _record(run_id: str, cfg: RunConfig, ds_cfg: dict, state: runtime.DistState, status: str, size: str | None,
             metrics: dict | None = None, error: str | None = None, **extra) -> dict:
     record = results.base_record(run_id, cfg.to_dict())
     record.update(
-        status=status, error=error, workload=cfg.workload, size=cfg.size, tag=cfg.tag,
+        status=status, error=error, workload=cfg.workload, size=size, tag=cfg.tag,
         world_size=state.world_size, launcher=state.launcher, master_addr=state.master_addr,
         rendezvous=state.rendezvous,
         backend=state.backend, ds_config=ds_cfg, zero_stage=ds_config.zero_stage(ds_cfg),

@@ -46,6 +46,13 @@ def select_accelerator() -> None:
         os.environ["DS_ACCELERATOR"] = "cpu"
 
 
+def hub_offline() -> None:
+    """``--data`` names local files: keep ``datasets`` off the hub (a lookup may hang retrying on a
+    machine with no route out). Values the user set are kept."""
+    for key in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"):
+        os.environ.setdefault(key, "1")
+
+
 def init_distributed(rdzv: Rendezvous, timeout_s: float, connect_timeout_s: float) -> DistState:
     """Export the rendezvous, check the master is reachable, join the process group (every wait
     bounded by ``timeout_s``) and pick this rank's device."""

@@ -32,7 +32,27 @@ class SuiteRun:
     args: tuple[str, ...] = ()
 
 
-DEFAULT_SUITE = tuple(SuiteRun("mnist", f"zero{stage}.json") for stage in range(4))
+# Per-workload run arguments of the default suite. On CPU, shapes small enough that all twelve runs
+# finish in a few minutes on 2 cores; on GPU, the defaults users compare against.
+CPU_SHAPES: dict[str, tuple[str, ...]] = {
+    "mnist": (),
+    "resnet": ("--size", "resnet18", "--image-size", "64", "--micro-batch", "8"),
+    "gpt2": ("--size", "tiny", "--seq-len", "128", "--micro-batch", "2"),
+}
+GPU_SHAPES: dict[str, tuple[str, ...]] = {
+    "mnist": (),
+    "resnet": ("--size", "resnet50", "--image-size", "224", "--micro-batch", "32"),
+    "gpt2": ("--size", "small", "--seq-len", "1024", "--micro-batch", "8"),
+}
+
+
+def default_suite(gpu: bool) -> tuple[SuiteRun, ...]:
+    """Every workload over ZeRO 0-3 (ds_configs/zero{0..3}.json), at the device's shapes."""
+    shapes = GPU_SHAPES if gpu else CPU_SHAPES
+    return tuple(SuiteRun(w, f"zero{stage}.json", args) for w, args in shapes.items() for stage in range(4))
+
+
+DEFAULT_SUITE = default_suite(gpu=False)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,6 +66,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", default=None, help="run only this workload")
     p.add_argument("--master-port", type=int, default=29511)
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def default_nproc() -> int:
@@ -75,15 +101,17 @@ def launch(argv: list[str]) -> int:
     return run_child(argv)
 
 
-def plan(args: argparse.Namespace) -> list[SuiteRun]:
+def plan(args: argparse.Namespace, gpu: bool | None = None) -> list[SuiteRun]:
+    """The suite's runs: the default suite (GPU or CPU shapes), filtered by --workload, over --configs."""
     from ds_bench.workloads import REGISTRY
 
     if args.workload and args.workload not in REGISTRY:
         raise UserError(f"--workload {args.workload!r} is unknown; known: {', '.join(sorted(REGISTRY))}")
-    runs = [r for r in DEFAULT_SUITE if args.workload in (None, r.workload)]
+    suite = default_suite(_has_gpu() if gpu is None else gpu)
+    runs = [r for r in suite if args.workload in (None, r.workload)]
     if args.configs:
-        names = {r.workload for r in runs} or {args.workload}
-        runs = [SuiteRun(w, c) for w in sorted(names) for c in args.configs]
+        shapes = {r.workload: r.args for r in runs} or {args.workload: ()}
+        runs = [SuiteRun(w, c, a) for w, a in shapes.items() for c in args.configs]
     for run in runs:
         path = run.ds_config if os.sep in run.ds_config else os.path.join(CONFIG_DIR, run.ds_config)
         if not os.path.isfile(path):

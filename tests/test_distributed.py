@@ -28,7 +28,7 @@ def deepspeed_runs(tmp_path_factory, fashion_mnist):
     results = tmp_path_factory.mktemp("ds") / "r.jsonl"
     out = {}
     for port, precision in zip((29711, 29712), PRECISIONS):
-        proc = ds_bench("bench", "--nproc", "2", "--steps", str(STEPS), "--warmup", str(WARMUP), "--results",
+        proc = ds_bench("bench", "--workload", "mnist", "--nproc", "2", "--steps", str(STEPS), "--warmup", str(WARMUP), "--results",
                         str(results), "--master-port", str(port), "--",
                         "--data", str(fashion_mnist), *precision_args(precision), timeout=600)
         assert proc.returncode == 0, explain(proc)

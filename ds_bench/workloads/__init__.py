@@ -5,10 +5,14 @@ from __future__ import annotations
 from ds_bench.config import RunConfig
 from ds_bench.errors import UserError
 from ds_bench.workloads.base import Workload
+from ds_bench.workloads.gpt2 import GPT2Workload
 from ds_bench.workloads.mnist import MnistWorkload
+from ds_bench.workloads.resnet import ResNetWorkload
 
 REGISTRY: dict[str, type[Workload]] = {
     MnistWorkload.name: MnistWorkload,
+    ResNetWorkload.name: ResNetWorkload,
+    GPT2Workload.name: GPT2Workload,
 }
 
 

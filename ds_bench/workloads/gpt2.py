@@ -1,0 +1,162 @@
+"""GPT-2 causal-LM training / fine-tuning: HuggingFace ``GPT2LMHeadModel`` at the standard sizes.
+
+Sizes (``--size``, HF GPT-2 shapes, vocabulary 50,257, tied LM head): tiny (2 layers, width 64,
+2 heads; for tests), small (12/768/12, 124,439,808 parameters), medium (24/1024/16, 354,823,168),
+large (36/1280/20, 774,030,080), xl (48/1600/25, 1,557,611,200). Models from scratch use no
+dropout, as nanoGPT does for pretraining, so runs are deterministic across ZeRO stages.
+``--model PATH`` starts from local pretrained weights instead (``from_pretrained`` on a folder with
+``config.json``; its own dropout is kept and the default learning rate drops to 5e-5).
+
+``--seq-len`` (default 1024; ``n_positions`` grows to fit for models from scratch).
+``--data synthetic`` (uniform random tokens) or a text / JSON-lines file or folder
+(``ds_bench.data.text``: tokenized once with the real GPT-2 BPE of ``ds_bench.tokenizer``,
+cached, packed into full sequences, sharded across ranks). ``--activation-checkpointing``
+recomputes each block in the backward pass. Reports tokens/s and sequences/s; model FLOPs from
+``ds_bench.flops.gpt2_flops_per_token`` (PaLM's 6N + 12 L d T, recomputation not counted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from ds_bench import flops
+from ds_bench.data import text
+from ds_bench.errors import UserError
+from ds_bench.workloads.base import Batch, Workload, cycle_pool, shard_epochs
+
+# name: (n_layer, n_embd, n_head)
+SHAPES: dict[str, tuple[int, int, int]] = {
+    "tiny": (2, 64, 2),
+    "small": (12, 768, 12),
+    "medium": (24, 1024, 16),
+    "large": (36, 1280, 20),
+    "xl": (48, 1600, 25),
+}
+VOCAB = 50257
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json",
+                "pytorch_model.bin", "pytorch_model.bin.index.json")
+MIN_POSITIONS = 1024
+FINETUNE_LR = 5e-5  # HF Trainer's default learning rate
+SYNTHETIC_POOL = 8  # distinct synthetic batches per rank, cycled
+
+
+class GPT2Workload(Workload):
+    name = "gpt2"
+    sizes = tuple(SHAPES)
+    default_size = "small"
+    default_lr = 6e-4  # GPT-3 paper's rate for the 125M model, nanoGPT's default
+    sample_unit = "sequences"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.seq_len = cfg.seq_len
+        if cfg.model_path is not None:
+            if cfg.size is not None:
+                raise UserError("--size and --model are exclusive: the shape comes from --model's config.json")
+            self.size = None
+            self.config = pretrained_config(cfg.model_path, cfg.seq_len)
+            self.default_lr = FINETUNE_LR
+        else:
+            self.config = gpt2_config(self.size, cfg.seq_len)
+        self.files = None if cfg.data == "synthetic" else text.find_text_files(cfg.data)
+
+    @property
+    def hidden_size(self) -> int:
+        return self.config.n_embd
+
+    @property
+    def tokens_per_sample(self) -> int:
+        return self.seq_len
+
+    def build_model(self) -> nn.Module:
+        from transformers import GPT2LMHeadModel
+
+        if self.cfg.model_path is not None:
+            model = GPT2LMHeadModel.from_pretrained(self.cfg.model_path, config=self.config)
+        else:
+            model = GPT2LMHeadModel(self.config)
+        model.loss_type = "ForCausalLM"  # the loss HF picks anyway, named so it does not warn
+        if self.cfg.activation_checkpointing:
+            enable_checkpointing(model)
+        return model
+
+    def batches(self, rank: int, world_size: int, micro_batch: int) -> Iterator[Batch]:
+        if self.files is None:
+            return cycle_pool(self._synthetic_pool(rank, micro_batch))
+        return self._text_batches(rank, world_size, micro_batch)
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        ids = batch["input_ids"]
+        return model(input_ids=ids, labels=ids, use_cache=False, return_dict=True).loss
+
+    def model_flops_per_sample(self, model: nn.Module) -> float:
+        """seq_len x ``flops.gpt2_flops_per_token`` of ``model.config``: PaLM's 6N + 12 L d T.
+
+        N counts the block matmul weights and the (tied) LM head, not the embedding lookups; see
+        ``flops.gpt2_matmul_params``. Activation checkpointing does not change it (model FLOPs).
+        """
+        c = model.config
+        d_ff = c.n_inner or 4 * c.n_embd
+        return self.seq_len * flops.gpt2_flops_per_token(c.n_layer, c.n_embd, d_ff, c.vocab_size, self.seq_len)
+
+    def _synthetic_pool(self, rank: int, micro_batch: int) -> list[Batch]:
+        gen = torch.Generator().manual_seed(self.cfg.seed * 1000 + rank)
+        return [{"input_ids": torch.randint(0, self.config.vocab_size, (micro_batch, self.seq_len), generator=gen)}
+                for _ in range(SYNTHETIC_POOL)]
+
+    def _text_batches(self, rank: int, world_size: int, micro_batch: int) -> Iterator[Batch]:
+        from ds_bench.tokenizer import load_gpt2_tokenizer
+
+        tokenizer = load_gpt2_tokenizer(self.cfg.model_path)
+        if len(tokenizer) > self.config.vocab_size:
+            raise UserError(f"tokenizer has {len(tokenizer)} tokens but the model's vocabulary is "
+                            f"{self.config.vocab_size}: give --model a folder whose tokenizer matches")
+        seqs = text.pack(text.token_stream(self.files, tokenizer, self.cfg.data), self.seq_len)
+        for idx in shard_epochs(len(seqs), rank, world_size, micro_batch, self.cfg.seed):
+            yield {"input_ids": seqs[idx]}
+
+
+def enable_checkpointing(model: nn.Module) -> None:
+    """Recompute every block in the backward pass (non-reentrant torch.utils.checkpoint)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x; the old name warns
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def gpt2_config(size: str, seq_len: int):
+    """A from-scratch ``GPT2Config`` of a named size; no dropout, room for ``seq_len`` positions."""
+    from transformers import GPT2Config
+
+    n_layer, n_embd, n_head = SHAPES[size]
+    return GPT2Config(vocab_size=VOCAB, n_positions=max(MIN_POSITIONS, seq_len), n_layer=n_layer, n_embd=n_embd,
+                      n_head=n_head, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+
+
+def pretrained_config(path: str, seq_len: int):
+    """The ``GPT2Config`` of a local pretrained folder, checked against the run's flags."""
+    from transformers import GPT2Config
+
+    config_file = os.path.join(path, "config.json")
+    if not os.path.isfile(config_file):
+        raise UserError(f"--model {path}: no config.json (expected a folder written by save_pretrained)")
+    try:
+        with open(config_file, encoding="utf-8") as f:
+            model_type = json.load(f).get("model_type")
+    except (OSError, ValueError) as e:
+        raise UserError(f"--model {path}: cannot read config.json ({e})") from None
+    if model_type != "gpt2":
+        raise UserError(f"--model {path}: config.json has model_type {model_type!r}, workload gpt2 needs 'gpt2'")
+    if not any(os.path.isfile(os.path.join(path, f)) for f in WEIGHT_FILES):
+        raise UserError(f"--model {path}: no weights ({' or '.join(WEIGHT_FILES[::2])})")
+    config = GPT2Config.from_pretrained(path)
+    if seq_len > config.n_positions:
+        raise UserError(f"--seq-len {seq_len} exceeds the {config.n_positions} positions of --model {path}")
+    config.use_cache = False
+    return config

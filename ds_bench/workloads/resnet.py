@@ -1,0 +1,101 @@
+"""ResNet image classification (He et al. 2015), built from transformers' ResNet, not torchvision.
+
+torchvision cannot be imported on this project's CPU torch and breaks transformers while installed
+(see ENVIRONMENT.md), so the network is ``transformers.ResNetForImageClassification``. Its named
+sizes are the standard ImageNet architectures, parameter for parameter (ResNet v1.5: stride in the
+3x3 convolution of a bottleneck, projection shortcuts only where the shape changes); at 1000
+classes: resnet18 11,689,512, resnet34 21,797,672, resnet50 25,557,032, resnet101 44,549,160,
+resnet152 60,192,808 parameters, the torchvision / Keras counts.
+
+Flags: ``--size`` (default resnet50), ``--image-size`` (default 224), ``--num-classes`` (default:
+the data's class count for real data, else 1000), ``--data synthetic | IDX_FOLDER | IMAGE_FOLDER``
+(see ``ds_bench.data.images``). Throughput is reported in images/s. Model FLOPs are counted from
+the layer shapes (``ds_bench.flops.layer_forward_flops``), 3x the forward for training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ds_bench import flops
+from ds_bench.data import images
+from ds_bench.errors import UserError
+from ds_bench.workloads.base import Batch, Workload, cycle_pool, shard_epochs
+
+# name: (blocks per stage, output channels per stage, block type)
+ARCHS: dict[str, tuple[list[int], list[int], str]] = {
+    "resnet18": ([2, 2, 2, 2], [64, 128, 256, 512], "basic"),
+    "resnet34": ([3, 4, 6, 3], [64, 128, 256, 512], "basic"),
+    "resnet50": ([3, 4, 6, 3], [256, 512, 1024, 2048], "bottleneck"),
+    "resnet101": ([3, 4, 23, 3], [256, 512, 1024, 2048], "bottleneck"),
+    "resnet152": ([3, 8, 36, 3], [256, 512, 1024, 2048], "bottleneck"),
+}
+DEFAULT_IMAGE_SIZE = 224
+DEFAULT_CLASSES = 1000
+SYNTHETIC_POOL = 8  # distinct synthetic batches per rank, cycled
+
+
+class ResNetWorkload(Workload):
+    name = "resnet"
+    sizes = tuple(ARCHS)
+    default_size = "resnet50"
+    default_lr = 1e-3  # AdamW on a ResNet from scratch
+    sample_unit = "images"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        if cfg.model_path is not None:
+            raise UserError("--model is not used by workload resnet (no pretrained weights are loaded)")
+        self.image_size = cfg.image_size or DEFAULT_IMAGE_SIZE
+        self.data_format = None if cfg.data == "synthetic" else images.detect_format(cfg.data)
+        data_classes = images.num_classes(cfg.data, self.data_format) if self.data_format else None
+        self.num_classes = cfg.num_classes or data_classes or DEFAULT_CLASSES
+        if data_classes and data_classes > self.num_classes:
+            raise UserError(f"--num-classes {self.num_classes} is fewer than the {data_classes} classes "
+                            f"in --data {cfg.data}")
+
+    def build_model(self) -> nn.Module:
+        from transformers import ResNetForImageClassification
+
+        return ResNetForImageClassification(resnet_config(self.size, self.num_classes))
+
+    def batches(self, rank: int, world_size: int, micro_batch: int) -> Iterator[Batch]:
+        if self.data_format is None:
+            return cycle_pool(self._synthetic_pool(rank, micro_batch))
+        if self.data_format == "idx":
+            n, fetch = images.idx_source(self.cfg.data)
+        else:
+            n, fetch = images.folder_source(self.cfg.data, self.image_size)
+        indices = shard_epochs(n, rank, world_size, micro_batch, self.cfg.seed)
+        return images.batches(fetch, indices, self.image_size)
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        logits = model(pixel_values=batch["pixel_values"], return_dict=True).logits
+        return F.cross_entropy(logits.float(), batch["labels"])
+
+    def model_flops_per_sample(self, model: nn.Module) -> float:
+        """3 x the forward FLOPs of Conv2d and Linear layers at this image size (ds_bench.flops)."""
+        param = next(model.parameters())
+        x = torch.zeros(1, 3, self.image_size, self.image_size, dtype=param.dtype, device=param.device)
+        return flops.TRAIN_FACTOR * flops.layer_forward_flops(model, lambda: model(pixel_values=x))
+
+    def _synthetic_pool(self, rank: int, micro_batch: int) -> list[Batch]:
+        """ImageNet-shaped batches: normalized pixels ~ N(0, 1), uniform labels; seeded per rank."""
+        gen = torch.Generator().manual_seed(self.cfg.seed * 1000 + rank)
+        shape = (micro_batch, 3, self.image_size, self.image_size)
+        return [{"pixel_values": torch.randn(shape, generator=gen),
+                 "labels": torch.randint(0, self.num_classes, (micro_batch,), generator=gen)}
+                for _ in range(SYNTHETIC_POOL)]
+
+
+def resnet_config(size: str, num_classes: int):
+    """The ``transformers.ResNetConfig`` of a named standard ResNet (v1.5, 64-channel stem)."""
+    from transformers import ResNetConfig
+
+    depths, hidden_sizes, layer_type = ARCHS[size]
+    return ResNetConfig(depths=depths, hidden_sizes=hidden_sizes, layer_type=layer_type, num_labels=num_classes,
+                      embedding_size=64, downsample_in_first_stage=False, downsample_in_bottleneck=False)
