@@ -39,6 +39,9 @@ def announce_cpu_builds(device_type: str, need_cpu_adam: bool) -> None:
 
 
 def build_all() -> None:
+    from ds_bench.runtime import select_accelerator
+
+    select_accelerator()
     from deepspeed.accelerator import get_accelerator
 
     for builder_name, op_name in CPU_OPS.items():
