@@ -67,6 +67,7 @@ def _measure(cfg: RunConfig, workload, ds_cfg: dict, state: runtime.DistState) -
     model = model.to(dtype)  # before initialize: BatchNorm et al. must already be in the compute dtype
     params = sum(p.numel() for p in model.parameters())
     flops_per_sample = workload.model_flops_per_sample(model)  # before ZeRO-3 partitions the weights
+    hw_flops_per_sample = workload.hardware_flops_per_sample(model)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_cfg)
     batches = workload.batches(state.rank, state.world_size, ds_cfg["train_micro_batch_size_per_gpu"])
     accel = get_accelerator()
@@ -79,6 +80,9 @@ def _measure(cfg: RunConfig, workload, ds_cfg: dict, state: runtime.DistState) -
     metrics = summarize(reports, ds_cfg["train_batch_size"])
     metrics["sample_unit"] = workload.sample_unit
     metrics.update(_flops_metrics(cfg, flops_per_sample, metrics["samples_per_s"], state, ds_cfg))
+    if hw_flops_per_sample != flops_per_sample:  # recomputation: report hardware FLOPs utilisation too
+        hw = _flops_metrics(cfg, hw_flops_per_sample, metrics["samples_per_s"], state, ds_cfg)
+        metrics.update(hardware_tflops_per_device=hw["tflops_per_device"], hfu=hw["mfu"])
     if workload.tokens_per_sample:
         metrics["tokens_per_s"] = metrics["samples_per_s"] * workload.tokens_per_sample
     extra = {"params": params, "hosts": sorted({r.host for r in reports})}

@@ -52,8 +52,6 @@ def default_suite(gpu: bool) -> tuple[SuiteRun, ...]:
     return tuple(SuiteRun(w, f"zero{stage}.json", args) for w, args in shapes.items() for stage in range(4))
 
 
-DEFAULT_SUITE = default_suite(gpu=False)
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nproc", type=int, default=None,

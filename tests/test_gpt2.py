@@ -265,6 +265,9 @@ def learning_run(tmp_path_factory, shakespeare):
 def test_torchrun_zero3_with_activation_checkpointing(learning_run):
     check_record(learning_run, "torchrun", 3, "fp32")
     assert learning_run["config"]["activation_checkpointing"] is True
+    m = learning_run["metrics"]  # recomputation: hardware FLOPs = 4/3 of model FLOPs (PaLM app. B)
+    assert m["hardware_tflops_per_device"] == pytest.approx(4 / 3 * m["tflops_per_device"])
+    assert m["hfu"] is None
 
 
 @pytest.mark.dist

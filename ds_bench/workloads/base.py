@@ -57,6 +57,10 @@ class Workload(ABC):
         """Training FLOPs (forward + backward) per sample; None where not counted."""
         return None
 
+    def hardware_flops_per_sample(self, model: torch.nn.Module) -> float | None:
+        """FLOPs the device actually executes per sample: model FLOPs plus any recomputation."""
+        return self.model_flops_per_sample(model)
+
 
 def shard_epochs(n: int, rank: int, world_size: int, micro_batch: int, seed: int) -> Iterator[torch.Tensor]:
     """Endless index batches over this rank's shard of ``n`` samples, reshuffled every epoch.

@@ -100,9 +100,13 @@ class GPT2Workload(Workload):
         N counts the block matmul weights and the (tied) LM head, not the embedding lookups; see
         ``flops.gpt2_matmul_params``. Activation checkpointing does not change it (model FLOPs).
         """
-        c = model.config
-        d_ff = c.n_inner or 4 * c.n_embd
-        return self.seq_len * flops.gpt2_flops_per_token(c.n_layer, c.n_embd, d_ff, c.vocab_size, self.seq_len)
+        return self.seq_len * flops.gpt2_flops_per_token(*_shape(model.config), self.seq_len)
+
+    def hardware_flops_per_sample(self, model: nn.Module) -> float:
+        """With ``--activation-checkpointing``: + one forward (PaLM's 8N + 16 L d T), for HFU."""
+        if not self.cfg.activation_checkpointing:
+            return self.model_flops_per_sample(model)
+        return self.seq_len * flops.gpt2_hardware_flops_per_token(*_shape(model.config), self.seq_len)
 
     def _synthetic_pool(self, rank: int, micro_batch: int) -> list[Batch]:
         gen = torch.Generator().manual_seed(self.cfg.seed * 1000 + rank)
@@ -160,3 +164,8 @@ def pretrained_config(path: str, seq_len: int):
         raise UserError(f"--seq-len {seq_len} exceeds the {config.n_positions} positions of --model {path}")
     config.use_cache = False
     return config
+
+
+def _shape(c) -> tuple[int, int, int, int]:
+    """(layers, width, MLP width, vocabulary) of a GPT2Config, as the FLOPs formulas take them."""
+    return c.n_layer, c.n_embd, c.n_inner or 4 * c.n_embd, c.vocab_size
