@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_config(args: argparse.Namespace) -> RunConfig:
-    names = set(RunConfig.__dataclass_fields__) - {"overrides", "extra"}
+    names = set(RunConfig.__dataclass_fields__) - {"overrides"}
     values = {k: v for k, v in vars(args).items() if k in names}
     return RunConfig(overrides=tuple(args.overrides), **values)
 
@@ -89,13 +89,18 @@ def main(argv: list[str] | None = None) -> int:
         head, tail = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
         args = build_parser().parse_args(head)
         args.run_args = tail  # after "--": passed through (bench: to every run; launch: the ds-bench command)
+        if tail and args.command not in ("bench", "launch"):
+            raise UserError(f"ds-bench {args.command}: arguments after '--' are not used here: {' '.join(tail)}")
         if args.command == "run":
             from ds_bench.run import run_benchmark
 
             return run_benchmark(run_config(args))
         if args.command == "doctor":
+            from ds_bench.config import check_timeout
             from ds_bench.doctor import run_doctor
 
+            check_timeout("--dist-timeout", args.dist_timeout_s)
+            check_timeout("--connect-timeout", args.connect_timeout_s)
             return run_doctor(args.iface, args.dist_timeout_s, args.connect_timeout_s, args.json)
         if args.command == "launch":
             from ds_bench import launch

@@ -8,8 +8,9 @@ settings. Anything invalid raises ``UserError`` naming the flag and what is expe
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ds_bench.errors import UserError
 
@@ -54,7 +55,6 @@ class RunConfig:
     """Timeout of process-group initialisation and of every collective."""
     connect_timeout_s: float = 30.0
     """How long a non-zero rank tries to reach MASTER_ADDR:MASTER_PORT before failing."""
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _require(self.steps > 0, f"--steps must be a positive integer, got {self.steps}")
@@ -70,8 +70,8 @@ class RunConfig:
         for name in ("image_size", "num_classes", "peak_tflops", "lr"):
             value = getattr(self, name)
             _require(value is None or value > 0, f"--{name.replace('_', '-')} must be positive, got {value}")
-        _require(self.dist_timeout_s > 0, "--dist-timeout must be positive")
-        _require(self.connect_timeout_s > 0, "--connect-timeout must be positive")
+        check_timeout("--dist-timeout", self.dist_timeout_s)
+        check_timeout("--connect-timeout", self.connect_timeout_s)
         if self.data != "synthetic" and not os.path.exists(self.data):
             raise UserError(f"--data {self.data}: no such file or folder (or use --data synthetic)")
         if self.model_path is not None and not os.path.isdir(self.model_path):
@@ -79,12 +79,13 @@ class RunConfig:
         if not os.path.isfile(self.ds_config):
             raise UserError(f"--ds-config {self.ds_config}: file not found")
 
-    @property
-    def steps_measured(self) -> int:
-        return self.steps - self.warmup
-
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def check_timeout(flag: str, seconds: float) -> None:
+    """Every distributed wait is bounded: a timeout must be a finite, positive number of seconds."""
+    _require(math.isfinite(seconds) and seconds > 0, f"{flag} must be a finite number of seconds > 0, got {seconds}")
 
 
 def _require(ok: bool, message: str) -> None:

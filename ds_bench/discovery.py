@@ -24,7 +24,7 @@ MPI variables come before Slurm's because ``mpirun`` inside a Slurm allocation i
 allocation's ``SLURM_*`` while the MPI variables describe the processes actually started. Under
 ``srun --mpi=pmix`` (or pmi2) both exist: when ``SLURM_PROCID`` equals the MPI rank and every
 field both know agrees, Slurm fills the fields the MPI path left empty (world and local sizes,
-node rank, hosts, master address).
+node rank, hosts).
 
 ``MASTER_ADDR``/``MASTER_PORT`` are honoured on every path. Otherwise the master address stays
 None outside Slurm, for the caller to choose (``complete_with_mpi``, ``netif.choose_interface``).
@@ -200,7 +200,9 @@ def discover(env: Mapping[str, str]) -> RankInfo:
     port = _int(env, "MASTER_PORT", 1)
     if port is not None and port > 65535:
         raise UserError(f"environment: MASTER_PORT={port} is not a TCP port; expected 1..65535")
-    master_addr = _get(env, "MASTER_ADDR") or (hosts[0] if hosts else None)
+    # Only plain Slurm (no MPI) falls back to the first node's *name*: it has no channel for rank 0
+    # to share its choice. MPI paths leave it unset so rank 0 offers its interface's address.
+    master_addr = _get(env, "MASTER_ADDR") or (hosts[0] if hosts and source == "slurm" else None)
     values = {field: fields[field][1] if field in fields else None for field in _INT_FIELDS}
     return RankInfo(**values, master_addr=master_addr, master_port=port, source=source,
                     hosts=hosts)

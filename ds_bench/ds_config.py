@@ -51,6 +51,8 @@ def load_json(path: str) -> dict:
             text = f.read()
     except OSError as e:
         raise UserError(f"{path}: cannot read DeepSpeed config ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (byte {e.start}); a DeepSpeed config is JSON") from None
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as e:

@@ -80,11 +80,15 @@ def gpt2_flops_per_token(n_layer: int, d_model: int, d_ff: int, vocab: int, seq_
 
 
 def gpt2_hardware_flops_per_token(n_layer: int, d_model: int, d_ff: int, vocab: int, seq_len: int) -> float:
-    """With activation checkpointing of every block: one more forward, 8 N + 16 L d T (PaLM, appendix B).
+    """With activation checkpointing of every block: model FLOPs + one more forward of the blocks.
 
-    An upper bound for HF GPT-2, whose checkpointing leaves the LM head out of the recomputation.
+    PaLM (appendix B) counts checkpointing as an extra forward pass (8 N + 16 L d T when all of N
+    is recomputed). HF GPT-2 checkpoints the transformer blocks only, so the recomputation is the
+    blocks' forward, 2 N_blocks + 4 L d T per token; the LM head (V d) is not recomputed.
     """
-    return 4.0 / 3.0 * gpt2_flops_per_token(n_layer, d_model, d_ff, vocab, seq_len)
+    blocks = gpt2_matmul_params(n_layer, d_model, d_ff, vocab) - vocab * d_model
+    recompute = 2.0 * blocks + 4.0 * n_layer * d_model * seq_len
+    return gpt2_flops_per_token(n_layer, d_model, d_ff, vocab, seq_len) + recompute
 
 
 def _main() -> None:

@@ -27,11 +27,11 @@ def is_built(op_name: str) -> bool:
     return bool(glob.glob(os.path.join(build_dir(op_name), f"{op_name}*.so")))
 
 
-def announce_cpu_builds(device_type: str, need_cpu_adam: bool) -> None:
+def announce_cpu_builds(device_type: str, optimizer_op: str | None) -> None:
     """Tell the user, before the silence, that the first run compiles DeepSpeed ops."""
     if device_type != "cpu":
         return
-    names = ["deepspeed_shm_comm"] + (["cpu_adam"] if need_cpu_adam else [])
+    names = ["deepspeed_shm_comm"] + ([optimizer_op] if optimizer_op else [])
     missing = [n for n in names if not is_built(n)]
     if missing:
         log.warning("first run on this machine: DeepSpeed compiles %s (~30-40 s each, once; cached in %s)",

@@ -8,11 +8,16 @@ Peaks are the vendors' dense figures (never the 2:4-sparsity ones), per dtype:
 - A100 (40/80 GB, SXM and PCIe): NVIDIA A100 datasheet: bf16/fp16 312, fp32 19.5 (tf32 156);
 - V100 SXM2: fp16 125, fp32 15.7 (no bf16); V100 PCIe: 112 / 14;
 - L40S: 362.05 / 91.6; L4: 121 / 30.3; A10: 125 / 31.2 (NVIDIA product briefs);
-- AMD MI300X: 1307.4 / 163.4; MI250X: 383 / 95.7 (AMD Instinct datasheets, matrix cores).
-fp32 assumes torch's default (no TF32 matmul), so the plain fp32 peak applies.
+- AMD MI300X: 1307.4 / 163.4; MI250X: 191.5 / 47.9 per GCD (the datasheet's 383 / 95.7 is for
+  the two-die module, which torch sees as two devices) (AMD Instinct datasheets, matrix cores).
+fp32 runs switch TF32 off (``run.py``), so the plain fp32 peak applies. Names match whole words
+(``L4`` is not ``L40``, ``A100`` is not ``RTX A1000``, ``A10`` is not ``A10G``); an unknown
+device gets no MFU, never a neighbour's peak.
 """
 
 from __future__ import annotations
+
+import re
 
 # (substring of torch.cuda.get_device_name(), {dtype: dense TFLOP/s}); first match wins.
 PEAKS: list[tuple[str, dict[str, float]]] = [
@@ -28,7 +33,7 @@ PEAKS: list[tuple[str, dict[str, float]]] = [
     ("L4", {"bf16": 121.0, "fp16": 121.0, "fp32": 30.3}),
     ("A10", {"bf16": 125.0, "fp16": 125.0, "fp32": 31.2}),
     ("MI300X", {"bf16": 1307.4, "fp16": 1307.4, "fp32": 163.4}),
-    ("MI250X", {"bf16": 383.0, "fp16": 383.0, "fp32": 95.7}),
+    ("MI250X", {"bf16": 191.5, "fp16": 191.5, "fp32": 47.9}),
 ]
 
 
@@ -37,7 +42,7 @@ def peak_tflops(device_name: str, device_type: str, precision: str) -> tuple[flo
     if device_type == "cpu":
         return None, "no peak table for CPUs; pass --peak-tflops to get MFU"
     for key, table in PEAKS:
-        if key in device_name:
+        if re.search(rf"(?<![\w-]){re.escape(key)}(?![\w])", device_name):
             if precision in table:
                 return table[precision], f"{key} {precision} dense peak (ds_bench.peaks)"
             return None, f"{key} has no {precision} peak in ds_bench.peaks"

@@ -8,7 +8,9 @@ MIB = 2**20
 
 
 def _label(r: dict) -> str:
-    return f"{r['workload']} z{r.get('zero_stage')} {r.get('precision')} x{r.get('world_size')}"
+    from ds_bench.summary import config_name
+
+    return f"{r['workload']} {config_name(r)} {r.get('precision')} x{r.get('world_size')}"
 
 
 def bench_plot(records: list[dict], path: str) -> bool:
@@ -22,15 +24,16 @@ def bench_plot(records: list[dict], path: str) -> bool:
     import matplotlib.pyplot as plt
 
     labels = [_label(r) for r in ok]
+    x = list(range(len(ok)))  # numeric positions: equal labels must not stack onto one bar
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(8, 1.6 * len(ok)), 4))
-    ax1.bar(labels, [r["metrics"]["samples_per_s"] for r in ok], color="tab:blue")
+    ax1.bar(x, [r["metrics"]["samples_per_s"] for r in ok], color="tab:blue")
     ax1.set_ylabel("samples/s (global)")
     ax1.set_title("Throughput (warm-up excluded)")
-    ax2.bar(labels, [r["metrics"]["peak_mem_bytes"] / MIB for r in ok], color="tab:orange")
+    ax2.bar(x, [r["metrics"]["peak_mem_bytes"] / MIB for r in ok], color="tab:orange")
     ax2.set_ylabel("MiB (max over ranks)")
     ax2.set_title("Peak memory per rank")
     for ax in (ax1, ax2):
-        ax.tick_params(axis="x", rotation=30, labelsize=8)
+        ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=100)

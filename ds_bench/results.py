@@ -30,15 +30,35 @@ def append_record(path: str, record: dict) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, line)
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            written = os.write(fd, line)
+        except OSError:
+            written = -1
+        if written != len(line):  # disk full or similar: leave no half line behind
+            os.ftruncate(fd, start)
+            raise OSError(f"{path}: could not append a whole results line")
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
 def read_records(path: str) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """Run records of a results file (other kinds, e.g. ``doctor --json`` lines, are skipped)."""
+    from ds_bench.errors import UserError
+
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UserError(f"{path}:{lineno}: not a JSON line ({e.msg}); was the file edited by hand?") from None
+            if isinstance(record, dict) and "workload" in record:
+                out.append(record)
+    return out
 
 
 def versions() -> dict:
@@ -67,7 +87,7 @@ def hardware(device: torch.device) -> dict:
     if device.type == "cuda":
         return {"device": torch.cuda.get_device_name(device), "device_type": "cuda"}
     return {"device": platform.processor() or platform.machine(), "device_type": device.type,
-            "cpu_count": os.cpu_count()}
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads()}
 
 
 def base_record(run_id: str, run_cfg: dict) -> dict:

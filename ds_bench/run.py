@@ -8,6 +8,7 @@ measured outcome: rank 0 appends a ``status: failed`` record with the error, and
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import resource
@@ -37,18 +38,19 @@ def run_benchmark(cfg: RunConfig) -> int:
                      steps=cfg.steps, warmup=cfg.warmup, micro_batch=cfg.micro_batch,
                      hidden_size=workload.hidden_size)
     ds_cfg = ds_config.prepare(cfg.ds_config, cfg.overrides, ctx)
-    ops.announce_cpu_builds(device_type, _needs_cpu_adam(ds_cfg))
+    ops.announce_cpu_builds(device_type, _jit_optimizer_op(ds_cfg))
     quiet_deepspeed()
     state = runtime.init_distributed(rdzv, cfg.dist_timeout_s, cfg.connect_timeout_s)
-    run_id = results.new_run_id()
+    run_id = _shared_run_id()
     try:
         metrics, extra = _measure(cfg, workload, ds_cfg, state)
     except UserError:
         raise
     except Exception as e:
-        if state.rank == 0:
-            failed = _record(run_id, cfg, ds_cfg, state, "failed", workload.size, error=repr(e))
-            results.append_record(cfg.results, failed)
+        # Every failing rank records itself: launchers kill the other ranks as soon as one fails,
+        # so rank 0 may never get the chance. ``report`` shows one row per run_id.
+        failed = _record(run_id, cfg, ds_cfg, state, "failed", workload.size, error=f"rank {state.rank}: {e!r}")
+        results.append_record(cfg.results, failed)
         raise
     if state.rank == 0:
         record = _record(run_id, cfg, ds_cfg, state, "ok", workload.size, metrics=metrics, **extra)
@@ -57,10 +59,19 @@ def run_benchmark(cfg: RunConfig) -> int:
     return 0
 
 
+def _shared_run_id() -> str:
+    box = [results.new_run_id()]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def _measure(cfg: RunConfig, workload, ds_cfg: dict, state: runtime.DistState) -> tuple[dict, dict]:
     import deepspeed
     from deepspeed.accelerator import get_accelerator
 
+    if ds_config.precision_of(ds_cfg) == "fp32":  # fp32 means fp32: no TF32, so the fp32 peak is the right one
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(cfg.seed)
     model = workload.build_model()
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(ds_config.precision_of(ds_cfg), torch.float32)
@@ -70,6 +81,7 @@ def _measure(cfg: RunConfig, workload, ds_cfg: dict, state: runtime.DistState) -
     hw_flops_per_sample = workload.hardware_flops_per_sample(model)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_cfg)
     batches = workload.batches(state.rank, state.world_size, ds_cfg["train_micro_batch_size_per_gpu"])
+    batches = itertools.chain([next(batches)], batches)  # one-time loading (files, tokenizing) stays untimed
     accel = get_accelerator()
     times = run_loop(engine, workload, batches, steps=cfg.steps, warmup=cfg.warmup,
                      grad_accum=ds_cfg["gradient_accumulation_steps"], float_dtype=dtype,
@@ -125,11 +137,16 @@ def _device_type() -> str:
     return get_accelerator().device_name()
 
 
-def _needs_cpu_adam(ds_cfg: dict) -> bool:
-    zero = ds_cfg.get("zero_optimization", {})
-    offload = zero.get("offload_optimizer", {}).get("device", "none")
-    torch_adam = ds_cfg.get("optimizer", {}).get("params", {}).get("torch_adam", False)
-    return offload == "cpu" or not torch_adam
+def _jit_optimizer_op(ds_cfg: dict) -> str | None:
+    """The optimizer op DeepSpeed will JIT-compile: cpu_adam with optimizer offload, fused_adam
+    for Adam/AdamW without ``torch_adam``, none otherwise."""
+    offload = ds_cfg.get("zero_optimization", {}).get("offload_optimizer", {}).get("device", "none")
+    optimizer = ds_cfg.get("optimizer", {})
+    if offload == "cpu":
+        return "cpu_adam"
+    if optimizer.get("type", "").lower() in ("adam", "adamw") and not optimizer.get("params", {}).get("torch_adam"):
+        return "fused_adam"
+    return None
 
 
 def _record(run_id: str, cfg: RunConfig, ds_cfg: dict, state: runtime.DistState, status: str, size: str | None,

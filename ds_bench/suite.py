@@ -80,10 +80,15 @@ def default_nproc() -> int:
     return min(2, os.cpu_count() or 1)
 
 
+def config_path(name: str) -> str:
+    """A config as given when that file exists, else the one of that name in ds_configs/."""
+    return name if os.path.isfile(name) else os.path.join(CONFIG_DIR, name)
+
+
 def build_command(run: SuiteRun, *, nproc: int, master_port: int, steps: int, warmup: int,
                   results_path: str, tag: str, launcher: str, extra: tuple[str, ...] = ()) -> list[str]:
     """The deepspeed-launcher argv of one suite run."""
-    config = run.ds_config if os.sep in run.ds_config else os.path.join(CONFIG_DIR, run.ds_config)
+    config = config_path(run.ds_config)
     return [launcher, "--num_gpus", str(nproc), "--master_port", str(master_port), "--module", "ds_bench",
             "run", "--workload", run.workload, "--ds-config", config, "--steps", str(steps),
             "--warmup", str(warmup), "--results", results_path, "--tag", tag, *run.args, *extra]
@@ -108,12 +113,11 @@ def plan(args: argparse.Namespace, gpu: bool | None = None) -> list[SuiteRun]:
     suite = default_suite(_has_gpu() if gpu is None else gpu)
     runs = [r for r in suite if args.workload in (None, r.workload)]
     if args.configs:
-        shapes = {r.workload: r.args for r in runs} or {args.workload: ()}
+        shapes = {r.workload: r.args for r in runs}
         runs = [SuiteRun(w, c, a) for w, a in shapes.items() for c in args.configs]
     for run in runs:
-        path = run.ds_config if os.sep in run.ds_config else os.path.join(CONFIG_DIR, run.ds_config)
-        if not os.path.isfile(path):
-            raise UserError(f"--configs {run.ds_config}: file not found")
+        if not os.path.isfile(config_path(run.ds_config)):
+            raise UserError(f"--configs {run.ds_config}: file not found (as given, or in {CONFIG_DIR})")
     return runs
 
 
@@ -128,9 +132,11 @@ def main(args: argparse.Namespace) -> int:
         print("\n".join(shlex.join(a) for a in argvs))
         return 0
     failed = [shlex.join(a) for a in argvs if launch(a) != 0]
-    code = show(args.results, tag, plot_path=os.path.splitext(args.results)[0] + f"-{tag}.png")
     for cmd in failed:
         log.error("run failed: %s", cmd)
+    if len(failed) == len(argvs):
+        return 1
+    code = show(args.results, tag, plot_path=os.path.splitext(args.results)[0] + f"-{tag}.png")
     return 1 if failed else code
 
 

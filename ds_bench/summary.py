@@ -10,8 +10,14 @@ from tabulate import tabulate
 
 MIB = 2**20
 
+def config_name(record: dict) -> str:
+    path = (record.get("config") or {}).get("ds_config") or "-"
+    return path.rsplit("/", 1)[-1].removesuffix(".json")
+
+
 COLUMNS = [
     ("workload", lambda r: r["workload"] + (f"/{r['size']}" if r.get("size") else "")),
+    ("config", config_name),
     ("zero", lambda r: r.get("zero_stage")),
     ("prec", lambda r: r.get("precision")),
     ("world", lambda r: r.get("world_size")),
@@ -33,8 +39,18 @@ def _m(record: dict, key: str, fmt: str, scale: float = 1.0) -> str:
     return "-" if value is None else fmt.format(value * scale)
 
 
+def one_per_run(records: list[dict]) -> list[dict]:
+    """First record of each run_id: a failed run may be recorded by several of its ranks."""
+    seen, out = set(), []
+    for r in records:
+        if r.get("run_id") not in seen or r.get("run_id") is None:
+            seen.add(r.get("run_id"))
+            out.append(r)
+    return out
+
+
 def table(records: list[dict], fmt: str = "github") -> str:
-    rows = [[get(r) for _, get in COLUMNS] for r in records]
+    rows = [[get(r) for _, get in COLUMNS] for r in one_per_run(records)]
     return tabulate(rows, headers=[name for name, _ in COLUMNS], tablefmt=fmt, disable_numparse=True)
 
 

@@ -33,6 +33,8 @@ CASES = {
                  r"did you mean stage3_param_persistence_threshold\?"),
     "fp16 on cpu": (lambda t: ("--ds-config", "ds_configs/zero2_fp16.json"), r"fp16 is not supported on CPU"),
     "data folder without idx files": (lambda t: ("--data", str(t)), r"no train-images-idx3-ubyte"),
+    "unbounded timeout": (lambda t: ("--connect-timeout", "inf"),
+                          r"--connect-timeout must be a finite number of seconds > 0, got inf"),
 }
 
 
@@ -64,3 +66,23 @@ def test_a_failure_after_start_up_is_recorded_as_failed_with_exit_1(tmp_path):
     (record,) = [__import__("json").loads(line) for line in results.read_text().splitlines()]
     assert record["status"] == "failed" and "NoSuchOpt is not a supported DeepSpeed Optimizer" in record["error"]
     assert record["metrics"] == {} and record["ds_config"]["optimizer"]["type"] == "NoSuchOpt"
+
+
+def test_arguments_after_double_dash_are_refused_where_unused():
+    proc = ds_bench("run", "--workload", "mnist", "--ds-config", "ds_configs/zero2.json", "--", "--steps", "3")
+    assert proc.returncode == 2 and "arguments after '--' are not used here: --steps 3" in proc.stderr
+
+
+@pytest.mark.dist
+def test_a_two_rank_failure_is_recorded_by_the_failing_ranks_under_one_run_id(tmp_path):
+    from tests.conftest import records, run_cmd
+
+    results = tmp_path / "r.jsonl"
+    proc = run_cmd(["torchrun", "--nproc_per_node", "2", "--master_port", "29790", "-m", "ds_bench", "run",
+                    "--workload", "mnist", "--ds-config", "ds_configs/zero1.json", "--steps", "3", "--warmup", "1",
+                    "--results", str(results), "--set", "optimizer.type=NoSuchOpt"], timeout=180)
+    assert proc.returncode != 0
+    recs = records(results)
+    assert 1 <= len(recs) <= 2 and len({r["run_id"] for r in recs}) == 1, recs
+    assert all(r["status"] == "failed" and "NoSuchOpt" in r["error"] for r in recs)
+    assert {r["error"].split(":")[0] for r in recs} <= {"rank 0", "rank 1"}

@@ -32,6 +32,13 @@ def test_missing_and_non_object_configs(tmp_path):
         load_json(write(tmp_path, "[1, 2]"))
 
 
+def test_binary_config_is_a_clear_error(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(UserError, match="not UTF-8 text"):
+        load_json(str(path))
+
+
 def test_set_parses_json_values_and_dotted_paths():
     cfg = apply_overrides({"zero_optimization": {"stage": 1}},
                           ("zero_optimization.stage=3", "bf16.enabled=true", "optimizer.type=AdamW"))

@@ -36,6 +36,12 @@ def test_bad_magic_and_truncation(tmp_path):
         read_idx(str(tmp_path / "g"))
 
 
+def test_truncated_header(tmp_path):
+    (tmp_path / "h").write_bytes(bytes([0, 0, 8, 3]) + b"\x00\x00")
+    with pytest.raises(UserError, match="idx header truncated"):
+        read_idx(str(tmp_path / "h"))
+
+
 def test_missing_files_name_where_it_looked(tmp_path):
     with pytest.raises(UserError, match="no train-images-idx3-ubyte.*MNIST/raw"):
         find_split(str(tmp_path))

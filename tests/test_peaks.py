@@ -13,6 +13,15 @@ def test_dense_peaks_by_device_and_dtype():
     assert peak_tflops("Tesla V100-SXM2-32GB", "cuda", "bf16") == (None, "V100 has no bf16 peak in ds_bench.peaks")
 
 
+def test_names_match_whole_words_never_a_neighbour():
+    assert peak_tflops("NVIDIA L40", "cuda", "bf16")[0] is None
+    assert peak_tflops("NVIDIA L4", "cuda", "bf16")[0] == 121.0
+    assert peak_tflops("NVIDIA RTX A1000 Laptop GPU", "cuda", "bf16")[0] is None
+    assert peak_tflops("NVIDIA A10G", "cuda", "bf16")[0] is None
+    assert peak_tflops("NVIDIA A10", "cuda", "bf16")[0] == 125.0
+    assert peak_tflops("AMD Instinct MI250X", "cuda", "bf16")[0] == 191.5  # one GCD
+
+
 def test_cpu_has_no_made_up_peak():
     peak, why = peak_tflops("x86_64", "cpu", "bf16")
     assert peak is None and "--peak-tflops" in why

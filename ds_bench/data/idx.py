@@ -42,6 +42,8 @@ def read_idx(path: str) -> np.ndarray:
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _DTYPES:
         raise UserError(f"{path}: not an idx file of unsigned bytes (bad magic number)")
     ndim = data[3]
+    if len(data) < 4 + 4 * ndim:
+        raise UserError(f"{path}: idx header truncated (expects {ndim} dimensions)")
     dims = struct.unpack(f">{ndim}I", data[4:4 + 4 * ndim])
     body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
     if body.size != int(np.prod(dims)):

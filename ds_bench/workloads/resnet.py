@@ -1,7 +1,8 @@
 """ResNet image classification (He et al. 2015), built from transformers' ResNet, not torchvision.
 
-torchvision cannot be imported on this project's CPU torch and breaks transformers while installed
-(see ENVIRONMENT.md), so the network is ``transformers.ResNetForImageClassification``. Its named
+torchvision cannot be imported on a CPU torch (its registry wheels are CUDA builds whose ``_C``
+needs libtorch_cuda) and breaks transformers while installed, so the network is
+``transformers.ResNetForImageClassification``. Its named
 sizes are the standard ImageNet architectures, parameter for parameter (ResNet v1.5: stride in the
 3x3 convolution of a bottleneck, projection shortcuts only where the shape changes); at 1000
 classes: resnet18 11,689,512, resnet34 21,797,672, resnet50 25,557,032, resnet101 44,549,160,
