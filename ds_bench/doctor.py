@@ -10,7 +10,6 @@ NVIDIA/nccl-tests doc/PERFORMANCE.md). Exit 0 when all is well, 1 with the reaso
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -90,8 +89,7 @@ def run_doctor(iface: str | None, dist_timeout_s: float, connect_timeout_s: floa
     runtime.select_accelerator()
     rdzv = rendezvous.resolve(os.environ, iface, dist_timeout_s)
     state = runtime.init_distributed(rdzv, dist_timeout_s, connect_timeout_s)
-    facts: list = [None] * state.world_size
-    torch.distributed.all_gather_object(facts, rank_facts(state))
+    facts = runtime.gather(rank_facts(state))
     try:
         problems, timing = allreduce_check(state)
     except RuntimeError as e:  # a collective that failed or timed out

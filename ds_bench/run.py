@@ -86,7 +86,7 @@ def _measure(cfg: RunConfig, workload, ds_cfg: dict, state: runtime.DistState) -
     times = run_loop(engine, workload, batches, steps=cfg.steps, warmup=cfg.warmup,
                      grad_accum=ds_cfg["gradient_accumulation_steps"], float_dtype=dtype,
                      sync=accel.synchronize, barrier=torch.distributed.barrier)
-    reports = _gather(_rank_report(state, times))
+    reports = runtime.gather(_rank_report(state, times))
     if state.rank != 0:
         return {}, {}
     metrics = summarize(reports, ds_cfg["train_batch_size"])
@@ -116,12 +116,6 @@ def _flops_metrics(cfg: RunConfig, flops_per_sample: float | None, samples_per_s
 def _rank_report(state: runtime.DistState, times: LoopTimes) -> RankReport:
     return RankReport(rank=state.rank, host=socket.gethostname(), step_s=times.step_s,
                       phase_s=times.phase_s, losses=times.losses, peak_mem=_peak_memory(state.device))
-
-
-def _gather(report: RankReport) -> list[RankReport]:
-    out: list = [None] * torch.distributed.get_world_size()
-    torch.distributed.all_gather_object(out, report)
-    return out
 
 
 def _peak_memory(device: torch.device) -> dict[str, int]:

@@ -82,6 +82,13 @@ def init_distributed(rdzv: Rendezvous, timeout_s: float, connect_timeout_s: floa
                      rendezvous=rdzv.describe())
 
 
+def gather(obj):
+    """Every rank's ``obj``, in rank order, on every rank (bounded by the process group's timeout)."""
+    out: list = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(out, obj)
+    return out
+
+
 def _limit_cpu_threads(device_type: str, local_world_size: int) -> None:
     """On CPU ranks, share the cores: N ranks on the C cores this process may use (its affinity,
     e.g. a Slurm cpuset) get C // N intra-op threads each. OMP_NUM_THREADS, when set (torchrun sets

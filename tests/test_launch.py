@@ -1,13 +1,12 @@
 """Launch-command builders on exact argv, the run scripts' printed commands, and a real launch."""
 
-import os
 import sys
 
 import pytest
 
 from ds_bench.errors import UserError
 from ds_bench.launch import deepspeed_command, mpirun_command, srun_command, torchrun_command
-from tests.conftest import REPO, ds_bench, explain, records, run_cmd
+from tests.conftest import ds_bench, explain, records, run_cmd
 
 RUN = ["run", "--workload", "mnist", "--ds-config", "ds_configs/zero2.json"]
 

@@ -6,7 +6,6 @@ Slurm: srun cannot run here, so two processes get exactly the variables srun set
 1-node step (no MPI plugin), and ds_bench must find its ranks and rendezvous from them alone.
 """
 
-import os
 import random
 import socket
 import subprocess
