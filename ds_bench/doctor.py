@@ -17,7 +17,7 @@ import time
 import torch
 from tabulate import tabulate
 
-from ds_bench import rendezvous, results, runtime
+from ds_bench import ops, rendezvous, results, runtime
 from ds_bench.netif import read_interfaces
 
 ENV_PREFIXES = ("NCCL_", "GLOO_", "CUDA_", "MASTER_", "OMP_NUM_THREADS", "DS_BENCH_")
@@ -85,9 +85,17 @@ def report(facts: list[dict], problems: list[str], timing: dict) -> str:
     return "\n".join(out)
 
 
+def _device_type() -> str:
+    from deepspeed.accelerator import get_accelerator
+
+    return get_accelerator().device_name()
+
+
 def run_doctor(iface: str | None, dist_timeout_s: float, connect_timeout_s: float, json_path: str | None) -> int:
+    runtime.pin_jit_toolchain()
     runtime.select_accelerator()
     rdzv = rendezvous.resolve(os.environ, iface, dist_timeout_s)
+    ops.ensure_loaded(ops.ops_for_run(_device_type(), None))
     state = runtime.init_distributed(rdzv, dist_timeout_s, connect_timeout_s)
     facts = runtime.gather(rank_facts(state))
     try:

@@ -30,6 +30,7 @@ log = logging.getLogger("ds_bench")
 
 def run_benchmark(cfg: RunConfig) -> int:
     workload = build_workload(cfg)
+    runtime.pin_jit_toolchain()
     runtime.select_accelerator()
     rdzv = rendezvous.resolve(os.environ, cfg.iface, cfg.dist_timeout_s)
     info = rdzv.info
@@ -38,7 +39,9 @@ def run_benchmark(cfg: RunConfig) -> int:
                      steps=cfg.steps, warmup=cfg.warmup, micro_batch=cfg.micro_batch,
                      hidden_size=workload.hidden_size)
     ds_cfg = ds_config.prepare(cfg.ds_config, cfg.overrides, ctx)
-    ops.announce_cpu_builds(device_type, _jit_optimizer_op(ds_cfg))
+    optimizer_op = _jit_optimizer_op(ds_cfg)
+    ops.announce_cpu_builds(device_type, optimizer_op)
+    ops.ensure_loaded(ops.ops_for_run(device_type, optimizer_op))
     quiet_deepspeed()
     state = runtime.init_distributed(rdzv, cfg.dist_timeout_s, cfg.connect_timeout_s)
     run_id = _shared_run_id()

@@ -46,6 +46,14 @@ def select_accelerator() -> None:
         os.environ["DS_ACCELERATOR"] = "cpu"
 
 
+def pin_jit_toolchain() -> None:
+    """One ninja and one op-build folder per environment, whatever PATH this process got
+    (``ops.toolchain_env`` says why). Exported, so launchers and ranks started from here agree."""
+    from ds_bench.ops import this_environment_toolchain
+
+    os.environ.update(this_environment_toolchain(os.environ))
+
+
 def hub_offline() -> None:
     """``--data`` names local files: keep ``datasets`` off the hub (a lookup may hang retrying on a
     machine with no route out). Values the user set are kept."""

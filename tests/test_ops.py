@@ -1,8 +1,12 @@
 """The first-run notice about DeepSpeed's JIT-compiled CPU ops."""
 
 import logging
+import os
+import sys
+from pathlib import Path
 
 from ds_bench import ops
+from tests.conftest import BIN
 
 
 def test_missing_ops_are_announced_before_the_silence(tmp_path, monkeypatch, caplog):
@@ -23,3 +27,99 @@ def test_built_ops_and_gpus_are_quiet(tmp_path, monkeypatch, caplog):
         ops.announce_cpu_builds("cpu", None)
         ops.announce_cpu_builds("cuda", "fused_adam")
     assert caplog.text == ""
+
+
+# --- one toolchain and one build folder per environment (pure) ---
+
+def toolchain(env, ninja_beside=True, prefix="/work/a/.venv", versions=("2.13.0+cpu", "0.19.8")):
+    return ops.toolchain_env(env, "/work/a/.venv/bin", ninja_beside, prefix, versions, "/home/u")
+
+
+def test_the_ninja_beside_the_interpreter_goes_first_on_path():
+    assert toolchain({"PATH": "/usr/bin:/bin"})["PATH"] == "/work/a/.venv/bin:/usr/bin:/bin"
+    assert "PATH" not in toolchain({"PATH": "/work/a/.venv/bin:/usr/bin"})
+    assert "PATH" not in toolchain({"PATH": "/usr/bin"}, ninja_beside=False)
+
+
+def test_each_environment_builds_in_its_own_folder_unless_the_user_chose_one():
+    base = toolchain({"PATH": "/usr/bin"})["TORCH_EXTENSIONS_DIR"]
+    assert base.startswith("/home/u/.cache/torch_extensions/ds_bench-py")
+    assert toolchain({"PATH": "/work/a/.venv/bin"})["TORCH_EXTENSIONS_DIR"] == base  # PATH does not matter
+    others = {toolchain({}, prefix="/work/b/.venv")["TORCH_EXTENSIONS_DIR"],
+              toolchain({}, versions=("2.13.0+cpu", "0.19.9"))["TORCH_EXTENSIONS_DIR"],
+              toolchain({}, versions=("2.14.1", "0.19.8"))["TORCH_EXTENSIONS_DIR"],
+              toolchain({}, ninja_beside=False)["TORCH_EXTENSIONS_DIR"]}
+    assert base not in others and len(others) == 4
+    assert "TORCH_EXTENSIONS_DIR" not in toolchain({"TORCH_EXTENSIONS_DIR": "/scratch/ext"})
+
+
+def test_a_lock_is_stale_only_when_old_and_nobody_builds():
+    assert ops.is_stale(60.0, [])
+    assert not ops.is_stale(60.0, [4242])
+    assert not ops.is_stale(1.0, [])
+
+
+def test_processes_working_in_a_folder_are_found_by_their_cwd(tmp_path):
+    proc, folder = tmp_path / "proc", tmp_path / "build"
+    folder.mkdir()
+    for pid, cwd in (("17", folder), ("18", tmp_path), ("self", folder)):
+        (proc / pid).mkdir(parents=True)
+        (proc / pid / "cwd").symlink_to(cwd)
+    (proc / "19").mkdir()  # a process that has gone (no cwd link)
+    assert ops.processes_working_in(str(folder), proc=str(proc)) == [17]
+
+
+# --- real processes ---
+
+def test_a_stale_lock_is_removed_and_a_live_build_is_waited_for(tmp_path):
+    import subprocess
+    import time
+
+    lock = tmp_path / "lock"
+    lock.write_text("")
+    os.utime(lock, (time.time() - 60, time.time() - 60))
+    builder = subprocess.Popen(["sleep", "2"], cwd=tmp_path)  # a live build works in the folder
+    start = time.monotonic()
+    ops._clear_stale_lock(str(tmp_path), wait_s=30)
+    assert time.monotonic() - start >= 1.5 and builder.poll() is not None
+    assert not lock.exists()
+
+
+def test_a_stale_lock_in_the_real_op_folder_does_not_hang_the_next_run(tmp_path):
+    """What a build killed mid-way leaves: torch's ``lock`` file. The next load clears it."""
+    import time
+
+    from tests.conftest import explain, run_cmd
+
+    folder = Path(op_folder("deepspeed_shm_comm"))
+    lock = folder / "lock"
+    lock.write_text("")
+    os.utime(lock, (time.time() - 60, time.time() - 60))
+    try:
+        proc = run_cmd([sys.executable, "-m", "ds_bench.ops"], timeout=120)
+    finally:
+        lock.unlink(missing_ok=True)
+    assert proc.returncode == 0, explain(proc)
+    assert "removed a stale build lock" in proc.stderr and str(lock) in proc.stderr
+
+
+def test_another_path_order_reuses_the_build_instead_of_rebuilding():
+    """The system ninja first on PATH (a bare ``.venv/bin/python``) must not rebuild the op that the
+    venv's ninja built: the two ninja versions' logs are incompatible (ENVIRONMENT.md)."""
+    from tests.conftest import explain, run_cmd
+
+    folder = Path(op_folder("deepspeed_shm_comm"))
+    before = (folder / ".ninja_log").read_text()
+    proc = run_cmd([sys.executable, "-m", "ds_bench.ops"], timeout=120, PATH=f"/usr/bin:/bin:{BIN}")
+    assert proc.returncode == 0, explain(proc)
+    assert "deepspeed_shm_comm: cached" in proc.stdout
+    assert (folder / ".ninja_log").read_text() == before
+
+
+def op_folder(name):
+    """The build folder ds_bench's processes use for ``name`` in this environment."""
+    from tests.conftest import run_cmd
+
+    code = ("from ds_bench import ops, runtime; runtime.pin_jit_toolchain(); "
+            f"print(ops.build_dir({name!r}))")
+    return run_cmd([sys.executable, "-c", code], timeout=60).stdout.strip()
