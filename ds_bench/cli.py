@@ -14,6 +14,7 @@ import traceback
 
 from ds_bench.config import RunConfig
 from ds_bench.errors import UserError
+from ds_bench.faults import Terminated
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,6 +47,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                    help="seconds before process-group init or a collective gives up (default 300)")
     p.add_argument("--connect-timeout", dest="connect_timeout_s", type=float, default=30.0,
                    help="seconds a rank tries to reach MASTER_ADDR:MASTER_PORT (default 30)")
+    p.add_argument("--step-timeout", dest="step_timeout_s", type=float, default=1800.0,
+                   help="seconds without a finished step before the run dumps every thread's stack "
+                        "and fails (default 1800)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"ds-bench: error: {e}", file=sys.stderr, flush=True)
         return UserError.exit_code
+    except Terminated as e:  # recorded by the run when it had started; no traceback for a signal
+        print(f"ds-bench: terminated by {e}", file=sys.stderr, flush=True)
+        return e.exit_code
     except KeyboardInterrupt:
         return 130
     except Exception:  # a failed run: rank 0 has recorded it; show the cause, exit 1 through exit_process

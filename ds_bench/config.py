@@ -55,6 +55,8 @@ class RunConfig:
     """Timeout of process-group initialisation and of every collective."""
     connect_timeout_s: float = 30.0
     """How long a non-zero rank tries to reach MASTER_ADDR:MASTER_PORT before failing."""
+    step_timeout_s: float = 1800.0
+    """The step watchdog: a run in which no step finishes for this long dumps stacks and fails."""
 
     def __post_init__(self) -> None:
         _require(self.steps > 0, f"--steps must be a positive integer, got {self.steps}")
@@ -72,6 +74,7 @@ class RunConfig:
             _require(value is None or value > 0, f"--{name.replace('_', '-')} must be positive, got {value}")
         check_timeout("--dist-timeout", self.dist_timeout_s)
         check_timeout("--connect-timeout", self.connect_timeout_s)
+        check_timeout("--step-timeout", self.step_timeout_s)
         if self.data != "synthetic" and not os.path.exists(self.data):
             raise UserError(f"--data {self.data}: no such file or folder (or use --data synthetic)")
         if self.model_path is not None and not os.path.isdir(self.model_path):

@@ -3,7 +3,10 @@
 Order matters for honest errors: everything that can be wrong with the user's input (workload,
 config file, ``--set``, batch arithmetic, data path) is checked before the process group is
 joined, so bad input exits 2 at once and never leaves a record. After that, a failure is a
-measured outcome: rank 0 appends a ``status: failed`` record with the error, and the run exits 1.
+measured outcome: each failing rank appends a ``status: failed`` record saying why in one line
+(an error, ``terminated by SIGTERM at step k``, ``no step finished in N s``, a peer that had
+exited), the step reached and its own metrics so far, and the run exits non-zero
+(1, or 128 + signal; ``ds_bench.faults``).
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ import itertools
 import logging
 import os
 import resource
+import signal
 import socket
+from dataclasses import dataclass, field
 
 import torch
 
-from ds_bench import ds_config, ops, peaks, rendezvous, results, runtime, summary
+from ds_bench import ds_config, faults, ops, peaks, rendezvous, results, runtime, summary
 from ds_bench.config import RunConfig
 from ds_bench.ds_config import RunContext
 from ds_bench.errors import UserError
@@ -28,14 +33,51 @@ from ds_bench.workloads import build_workload
 log = logging.getLogger("ds_bench")
 
 
+@dataclass
+class Started:
+    """A run that has joined the process group: what its records are made of."""
+
+    cfg: RunConfig
+    ds_cfg: dict
+    state: runtime.DistState
+    size: str | None
+    run_id: str
+    peers: list[dict]
+    """rank, host and pid of every rank, to name a peer that died."""
+    times: LoopTimes = field(default_factory=LoopTimes)
+
+
 def run_benchmark(cfg: RunConfig) -> int:
-    workload = build_workload(cfg)
+    faults.install_signal_handlers()
+    workload, ds_cfg, rdzv = _prepare(cfg)
+    state = runtime.init_distributed(rdzv, cfg.dist_timeout_s, cfg.connect_timeout_s)
+    whoami = {"rank": state.rank, "host": socket.gethostname(), "pid": os.getpid()}
+    run = Started(cfg, ds_cfg, state, workload.size, _shared_run_id(), runtime.gather(whoami))
+    try:
+        metrics, extra = _measure(run, workload)
+    except UserError:
+        raise
+    except (Exception, faults.Terminated) as e:
+        # Every failing rank records itself: launchers kill the other ranks as soon as one fails,
+        # so rank 0 may never get the chance. ``report`` shows one row per run_id.
+        _record_failure(run, error=e)
+        raise
+    if state.rank == 0:
+        record = _record(run, "ok", metrics=metrics, **extra)
+        with faults.deferred():
+            results.append_record(cfg.results, record)
+        print(summary.one_run(record, cfg.results), flush=True)
+    return 0
+
+
+def _prepare(cfg: RunConfig):
+    """Everything that can be checked or built before joining the process group."""
     runtime.pin_jit_toolchain()
+    workload = build_workload(cfg)
     runtime.select_accelerator()
     rdzv = rendezvous.resolve(os.environ, cfg.iface, cfg.dist_timeout_s)
-    info = rdzv.info
     device_type = _device_type()
-    ctx = RunContext(world_size=info.world_size, device_type=device_type, lr=cfg.lr or workload.default_lr,
+    ctx = RunContext(world_size=rdzv.info.world_size, device_type=device_type, lr=cfg.lr or workload.default_lr,
                      steps=cfg.steps, warmup=cfg.warmup, micro_batch=cfg.micro_batch,
                      hidden_size=workload.hidden_size)
     ds_cfg = ds_config.prepare(cfg.ds_config, cfg.overrides, ctx)
@@ -43,23 +85,7 @@ def run_benchmark(cfg: RunConfig) -> int:
     ops.announce_cpu_builds(device_type, optimizer_op)
     ops.ensure_loaded(ops.ops_for_run(device_type, optimizer_op))
     quiet_deepspeed()
-    state = runtime.init_distributed(rdzv, cfg.dist_timeout_s, cfg.connect_timeout_s)
-    run_id = _shared_run_id()
-    try:
-        metrics, extra = _measure(cfg, workload, ds_cfg, state)
-    except UserError:
-        raise
-    except Exception as e:
-        # Every failing rank records itself: launchers kill the other ranks as soon as one fails,
-        # so rank 0 may never get the chance. ``report`` shows one row per run_id.
-        failed = _record(run_id, cfg, ds_cfg, state, "failed", workload.size, error=f"rank {state.rank}: {e!r}")
-        results.append_record(cfg.results, failed)
-        raise
-    if state.rank == 0:
-        record = _record(run_id, cfg, ds_cfg, state, "ok", workload.size, metrics=metrics, **extra)
-        results.append_record(cfg.results, record)
-        print(summary.one_run(record, cfg.results), flush=True)
-    return 0
+    return workload, ds_cfg, rdzv
 
 
 def _shared_run_id() -> str:
@@ -68,10 +94,11 @@ def _shared_run_id() -> str:
     return box[0]
 
 
-def _measure(cfg: RunConfig, workload, ds_cfg: dict, state: runtime.DistState) -> tuple[dict, dict]:
+def _measure(run: Started, workload) -> tuple[dict, dict]:
     import deepspeed
     from deepspeed.accelerator import get_accelerator
 
+    cfg, ds_cfg, state = run.cfg, run.ds_cfg, run.state
     if ds_config.precision_of(ds_cfg) == "fp32":  # fp32 means fp32: no TF32, so the fp32 peak is the right one
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
@@ -83,13 +110,16 @@ def _measure(cfg: RunConfig, workload, ds_cfg: dict, state: runtime.DistState) -
     flops_per_sample = workload.model_flops_per_sample(model)  # before ZeRO-3 partitions the weights
     hw_flops_per_sample = workload.hardware_flops_per_sample(model)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_cfg)
-    batches = workload.batches(state.rank, state.world_size, ds_cfg["train_micro_batch_size_per_gpu"])
-    batches = itertools.chain([next(batches)], batches)  # one-time loading (files, tokenizing) stays untimed
     accel = get_accelerator()
-    times = run_loop(engine, workload, batches, steps=cfg.steps, warmup=cfg.warmup,
-                     grad_accum=ds_cfg["gradient_accumulation_steps"], float_dtype=dtype,
-                     sync=accel.synchronize, barrier=torch.distributed.barrier)
-    reports = runtime.gather(_rank_report(state, times))
+    with faults.StepWatchdog(cfg.step_timeout_s, lambda done: _stalled(run)) as watchdog:
+        batches = workload.batches(state.rank, state.world_size, ds_cfg["train_micro_batch_size_per_gpu"])
+        batches = itertools.chain([next(batches)], batches)  # one-time loading (files, tokenizing) stays untimed
+        run_loop(engine, workload, batches, steps=cfg.steps, warmup=cfg.warmup,
+                 grad_accum=ds_cfg["gradient_accumulation_steps"], float_dtype=dtype,
+                 sync=accel.synchronize, barrier=torch.distributed.barrier, times=run.times, beat=watchdog.beat,
+                 on_window_open=lambda: log.info("warm-up done (%d steps): measuring %d steps",
+                                                 cfg.warmup, cfg.steps - cfg.warmup))
+        reports = runtime.gather(_rank_report(state, run.times))
     if state.rank != 0:
         return {}, {}
     metrics = summarize(reports, ds_cfg["train_batch_size"])
@@ -102,6 +132,32 @@ def _measure(cfg: RunConfig, workload, ds_cfg: dict, state: runtime.DistState) -
         metrics["tokens_per_s"] = metrics["samples_per_s"] * workload.tokens_per_sample
     extra = {"params": params, "hosts": sorted({r.host for r in reports})}
     return metrics, extra
+
+
+def _stalled(run: Started) -> None:
+    """The step watchdog fired (in its own thread): record, then end the whole process."""
+    _record_failure(run, stalled_s=run.cfg.step_timeout_s)
+    runtime.exit_process(1)
+
+
+def _record_failure(run: Started, error: BaseException | None = None, stalled_s: float | None = None) -> None:
+    """This rank's ``failed`` record: why (one line), the step reached, and its own partial metrics."""
+    state, times = run.state, run.times
+    signum = faults.received() if stalled_s is None else None
+    troubled = faults.peer_states(run.peers, socket.gethostname())
+    reason = faults.describe(rank=state.rank, steps_done=times.steps_done, steps=run.cfg.steps, error=error,
+                             signum=signum, stalled_s=stalled_s, peers=run.peers, troubled=troubled)
+    metrics = {}
+    if times.step_s:  # what this rank measured before the end, not reduced over ranks
+        metrics = summarize([_rank_report(state, times)], run.ds_cfg["train_batch_size"])
+        metrics["partial_from_rank"] = state.rank
+    failure = {"steps_done": times.steps_done, "rank": state.rank, "host": socket.gethostname(),
+               "signal": signal.Signals(signum).name if signum else None, "stalled_s": stalled_s,
+               "peers": {str(r): s for r, s in troubled.items()}}
+    record = _record(run, "failed", metrics=metrics, error=reason, failure=failure)
+    with faults.deferred():
+        results.append_record(run.cfg.results, record)
+    log.error("%s (recorded in %s)", reason, run.cfg.results)
 
 
 def _flops_metrics(cfg: RunConfig, flops_per_sample: float | None, samples_per_s: float,
@@ -118,7 +174,7 @@ def _flops_metrics(cfg: RunConfig, flops_per_sample: float | None, samples_per_s
 
 def _rank_report(state: runtime.DistState, times: LoopTimes) -> RankReport:
     return RankReport(rank=state.rank, host=socket.gethostname(), step_s=times.step_s,
-                      phase_s=times.phase_s, losses=times.losses, peak_mem=_peak_memory(state.device))
+                      phase_s=times.phase_s, losses=times.losses(), peak_mem=_peak_memory(state.device))
 
 
 def _peak_memory(device: torch.device) -> dict[str, int]:
@@ -146,11 +202,11 @@ def _jit_optimizer_op(ds_cfg: dict) -> str | None:
     return None
 
 
-def _record(run_id: str, cfg: RunConfig, ds_cfg: dict, state: runtime.DistState, status: str, size: str | None,
-            metrics: dict | None = None, error: str | None = None, **extra) -> dict:
-    record = results.base_record(run_id, cfg.to_dict())
+def _record(run: Started, status: str, metrics: dict | None = None, error: str | None = None, **extra) -> dict:
+    cfg, ds_cfg, state = run.cfg, run.ds_cfg, run.state
+    record = results.base_record(run.run_id, cfg.to_dict())
     record.update(
-        status=status, error=error, workload=cfg.workload, size=size, tag=cfg.tag,
+        status=status, error=error, workload=cfg.workload, size=run.size, tag=cfg.tag,
         world_size=state.world_size, launcher=state.launcher, master_addr=state.master_addr,
         rendezvous=state.rendezvous,
         backend=state.backend, ds_config=ds_cfg, zero_stage=ds_config.zero_stage(ds_cfg),

@@ -9,6 +9,8 @@ patch by hand.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import sys
@@ -78,8 +80,12 @@ def init_distributed(rdzv: Rendezvous, timeout_s: float, connect_timeout_s: floa
     accel = get_accelerator()
     _limit_cpu_threads(accel.device_name(), info.local_world_size)
     backend = accel.communication_backend_name()
-    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
-                               timeout=timedelta(seconds=timeout_s))
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):  # DeepSpeed prints "... built successfully" for a cached op
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
+                                   timeout=timedelta(seconds=timeout_s))
+    sys.stdout.write("".join(line for line in printed.getvalue().splitlines(keepends=True)
+                             if not line.rstrip().endswith("built successfully")))
     _state["initialized"] = True
     if accel.device_name() != "cpu":
         accel.set_device(info.local_rank)

@@ -21,11 +21,22 @@ PHASES = ("data", "forward", "backward", "optimizer")
 
 @dataclass
 class LoopTimes:
-    """Per measured step, seconds; ``losses`` covers every step, warm-up included."""
+    """Filled step by step, so a run that ends early still has what it measured.
+
+    ``step_s`` and ``phase_s`` hold measured steps (warm-up excluded), in seconds; ``step_losses``
+    holds every finished step's mean loss (a device scalar), warm-up included.
+    """
 
     step_s: list[float] = field(default_factory=list)
     phase_s: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PHASES})
-    losses: list[float] = field(default_factory=list)
+    step_losses: list[torch.Tensor] = field(default_factory=list)
+
+    @property
+    def steps_done(self) -> int:
+        return len(self.step_losses)
+
+    def losses(self) -> list[float]:
+        return torch.stack(self.step_losses).float().tolist() if self.step_losses else []
 
 
 def to_device(batch: Batch, device: torch.device, float_dtype: torch.dtype) -> Batch:
@@ -36,23 +47,24 @@ def to_device(batch: Batch, device: torch.device, float_dtype: torch.dtype) -> B
 
 def run_loop(engine, workload: Workload, batches: Iterator[Batch], *, steps: int, warmup: int,
              grad_accum: int, float_dtype: torch.dtype, sync: Callable[[], None],
-             barrier: Callable[[], None]) -> LoopTimes:
-    times = LoopTimes()
-    losses = []
+             barrier: Callable[[], None], times: LoopTimes, beat: Callable[[int], None] = lambda done: None,
+             on_window_open: Callable[[], None] = lambda: None) -> LoopTimes:
+    """Run ``steps`` steps into ``times``; ``beat(steps_done)`` after each (the step watchdog)."""
     for step in range(steps):
         if step == warmup:
             sync()
             barrier()
+            on_window_open()
         phase = dict.fromkeys(PHASES, 0.0)
         start = time.perf_counter()
-        for _ in range(grad_accum):
-            losses.append(_micro_step(engine, workload, batches, float_dtype, sync, phase))
+        losses = [_micro_step(engine, workload, batches, float_dtype, sync, phase) for _ in range(grad_accum)]
+        elapsed = time.perf_counter() - start
         if step >= warmup:
-            times.step_s.append(time.perf_counter() - start)
+            times.step_s.append(elapsed)
             for name, seconds in phase.items():
                 times.phase_s[name].append(seconds)
-    per_step = torch.stack(losses).float().view(steps, grad_accum).mean(dim=1)
-    times.losses = per_step.tolist()
+        times.step_losses.append(torch.stack(losses).float().mean())
+        beat(times.steps_done)
     return times
 
 

@@ -1,0 +1,142 @@
+"""Faults during a run: termination signals, a stalled step, a peer rank that died.
+
+Owns the run's signal handlers and its step watchdog, and says what happened in one line:
+- SIGTERM / SIGINT (Slurm's time limit and ``scancel``, a launcher stopping its ranks, Ctrl-C): the
+  first raises ``Terminated`` in the main thread, so the run unwinds, records ``terminated by
+  SIGTERM at step k`` with the steps done so far, and exits 128 + signal; a second signal ends the
+  process at once. While a results line is written (``deferred``), the first signal waits for it.
+- ``StepWatchdog``: when no step finishes within ``--step-timeout`` seconds (a hang in data loading
+  or in a collective whose peer is stuck), it dumps every thread's stack (faulthandler), records
+  ``no step finished in N s`` and ends the process, so a benchmark never sits silently for hours.
+- ``peer_states``: which ranks on this host have died or stopped (from /proc), so a failure caused
+  by a vanished peer names it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+HANDLED = (signal.SIGTERM, signal.SIGINT)
+
+_state = {"received": None, "deferring": False, "pending": None}
+
+
+class Terminated(BaseException):
+    """A termination signal arrived (BaseException: no ``except Exception`` may swallow it)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def install_signal_handlers() -> None:
+    for signum in HANDLED:
+        signal.signal(signum, _on_signal)
+
+
+def received() -> int | None:
+    """The first termination signal this process got, if any."""
+    return _state["received"]
+
+
+def _on_signal(signum: int, _frame) -> None:
+    if _state["received"] is not None:  # the second signal: no more clean-up
+        os._exit(128 + signum)
+    _state["received"] = signum
+    if _state["deferring"]:
+        _state["pending"] = signum
+        return
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Hold a first termination signal until the block (a results write) is done."""
+    _state["deferring"] = True
+    try:
+        yield
+    finally:
+        _state["deferring"] = False
+        pending, _state["pending"] = _state["pending"], None
+    if pending is not None:
+        raise Terminated(pending)
+
+
+class StepWatchdog:
+    """A daemon thread that calls ``on_stall(steps_done)`` when no ``beat`` came for ``timeout_s``."""
+
+    def __init__(self, timeout_s: float, on_stall: Callable[[int], None]):
+        self.timeout_s = timeout_s
+        self.on_stall = on_stall
+        self.steps_done = 0
+        self._last = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="ds_bench-step-watchdog", daemon=True)
+
+    def beat(self, steps_done: int) -> None:
+        self.steps_done = steps_done
+        self._last = time.monotonic()
+
+    def __enter__(self) -> StepWatchdog:
+        self._last = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(min(1.0, self.timeout_s / 10)):
+            if time.monotonic() - self._last > self.timeout_s:
+                print(f"ds_bench: no step finished in {self.timeout_s:g} s; stacks of every thread:",
+                      file=sys.stderr, flush=True)
+                faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+                self.on_stall(self.steps_done)
+                return
+
+
+def proc_state(pid: int, proc: str = "/proc") -> str:
+    """``gone`` (no such process, zombie or dead), ``stopped`` or ``alive``, from /proc/PID/stat."""
+    try:
+        with open(os.path.join(proc, str(pid), "stat"), encoding="ascii", errors="replace") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+    return {"Z": "gone", "X": "gone", "T": "stopped", "t": "stopped"}.get(state, "alive")
+
+
+def peer_states(peers: list[dict], host: str, proc: str = "/proc") -> dict[int, str]:
+    """Ranks on this host that are gone or stopped (``peers``: rank, host, pid of every rank)."""
+    out = {}
+    for p in peers:
+        if p["host"] == host and p["pid"] != os.getpid():
+            state = proc_state(p["pid"], proc)
+            if state != "alive":
+                out[p["rank"]] = state
+    return out
+
+
+def describe(*, rank: int, steps_done: int, steps: int, error: BaseException | None, signum: int | None,
+             stalled_s: float | None, peers: list[dict], troubled: dict[int, str]) -> str:
+    """One line saying why the run ended early (pure)."""
+    if signum is not None:
+        what = f"terminated by {signal.Signals(signum).name} at step {steps_done} of {steps}"
+    elif stalled_s is not None:
+        what = f"no step finished in {stalled_s:g} s (after step {steps_done} of {steps})"
+    else:
+        what = f"failed at step {steps_done} of {steps}: {error!r}"
+    by_rank = {p["rank"]: p for p in peers}
+    notes = [f"rank {r} (pid {by_rank[r]['pid']} on {by_rank[r]['host']}) "
+             f"{'had exited' if state == 'gone' else 'was stopped'}" for r, state in sorted(troubled.items())]
+    return f"rank {rank}: {what}" + (f"; {', '.join(notes)}" if notes else "")

@@ -1,0 +1,213 @@
+"""Faults end the job quickly and leave a record: real launchers, real signals.
+
+- a rank SIGKILLed mid-run (what the OOM killer or a node loss does) under torchrun, the deepspeed
+  launcher and Open MPI's mpirun: the job exits non-zero within 60 s, and a surviving rank's
+  ``failed`` record names the rank that died and the step reached;
+- SIGTERM (Slurm's time limit, scancel) and SIGINT (Ctrl-C): exit 128 + signal, a ``failed``
+  record ``terminated by SIG... at step k`` with the metrics of the steps done; a second signal
+  ends the process at once;
+- a rank that stops making progress (SIGSTOP): the step watchdog of the other rank dumps every
+  thread's stack and records ``no step finished in N s``.
+Pure parts (messages, /proc states) are tested on inline inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ds_bench import faults
+from tests.conftest import BIN, REPO, child_env
+
+RUN = ["run", "--workload", "mnist", "--ds-config", "ds_configs/zero1.json", "--set", "bf16.enabled=false",
+       "--micro-batch", "8", "--steps", "100000", "--warmup", "2"]
+
+
+class Job:
+    """A real launcher running ds_bench, its output in files, found again by rank."""
+
+    def __init__(self, tmp: Path, launcher: str, port: int, *extra: str):
+        self.results, self.out = tmp / "r.jsonl", tmp / "out.log"
+        args = [*RUN, "--results", str(self.results), *extra]
+        argv = {
+            "torchrun": [str(BIN / "torchrun"), "--nproc_per_node", "2", "--master_port", str(port), "-m", "ds_bench"],
+            "deepspeed": [str(BIN / "deepspeed"), "--num_gpus", "2", "--master_port", str(port), "--module", "ds_bench"],
+            "mpirun": ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "PATH", sys.executable,
+                       "-m", "ds_bench"],
+            "single": [sys.executable, "-m", "ds_bench"],
+        }[launcher] + args
+        self.log = open(self.out, "w")
+        self.proc = subprocess.Popen(argv, cwd=REPO, env=child_env(), stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def wait_for(self, text: str, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.out.read_text():
+            assert self.proc.poll() is None, f"exited {self.proc.returncode} before {text!r}:\n{self.tail()}"
+            assert time.monotonic() < deadline, f"no {text!r} within {timeout} s:\n{self.tail()}"
+            time.sleep(0.2)
+
+    def rank_pid(self, rank: int) -> int:
+        for p in psutil.Process(self.proc.pid).children(recursive=True):
+            try:
+                env, cmd = p.environ(), " ".join(p.cmdline())
+            except psutil.Error:
+                continue
+            if "ds_bench" in cmd and (env.get("RANK") or env.get("OMPI_COMM_WORLD_RANK")) == str(rank):
+                return p.pid
+        raise AssertionError(f"rank {rank} not found:\n{self.tail()}")
+
+    def end(self, timeout: float) -> tuple[int, float]:
+        start = time.monotonic()
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running {timeout} s after the fault:\n{self.tail()}") from None
+        return code, time.monotonic() - start
+
+    def records(self) -> list[dict]:
+        if not self.results.exists():
+            return []
+        return [json.loads(line) for line in self.results.read_text().splitlines()]
+
+    def tail(self) -> str:
+        return self.out.read_text()[-4000:]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            import os
+
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture
+def job(tmp_path):
+    made = []
+
+    def start(*args, **kw):
+        made.append(Job(tmp_path, *args, **kw))
+        return made[-1]
+
+    yield start
+    for j in made:
+        j.kill()
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("launcher,port", [("torchrun", 29801), ("deepspeed", 29802), ("mpirun", 0)])
+def test_a_rank_killed_mid_run_ends_the_job_with_a_record_naming_it(job, launcher, port):
+    j = job(launcher, port)
+    j.wait_for("warm-up done")
+    victim = j.rank_pid(1)
+    psutil.Process(victim).send_signal(signal.SIGKILL)
+    code, seconds = j.end(timeout=60)
+    assert code != 0, j.tail()
+    recs = j.records()
+    assert recs and all(r["status"] == "failed" for r in recs), j.tail()
+    survivor = [r for r in recs if r["failure"]["rank"] == 0]
+    assert survivor, recs
+    (r,) = survivor
+    assert r["failure"]["steps_done"] >= 2 and r["failure"]["peers"] == {"1": "gone"}, r["failure"]
+    assert f"rank 1 (pid {victim} on " in r["error"] and "had exited" in r["error"], r["error"]
+    print(f"{launcher}: exit {code} {seconds:.1f} s after SIGKILL of rank 1; record: {r['error']}")
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_launcher_stops_every_rank_with_a_record(job, signum):
+    j = job("torchrun", 29805 + signum)
+    j.wait_for("warm-up done")
+    time.sleep(1.0)
+    j.proc.send_signal(signum)  # torchrun passes it to its ranks, as Slurm signals every task
+    code, seconds = j.end(timeout=60)
+    assert code != 0, j.tail()
+    recs = j.records()
+    name = signal.Signals(signum).name
+    assert {r["failure"]["rank"] for r in recs} <= {0, 1} and recs, j.tail()
+    for r in recs:
+        assert r["status"] == "failed" and f"terminated by {name} at step" in r["error"], r["error"]
+        assert r["failure"]["signal"] == name and r["failure"]["steps_done"] > 2
+        assert r["metrics"]["steps_measured"] == r["failure"]["steps_done"] - 2 and r["metrics"]["samples_per_s"] > 0
+    print(f"torchrun {name}: exit {code} after {seconds:.1f} s; {[r['error'] for r in recs]}")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_one_process_exits_128_plus_the_signal(job, signum):
+    j = job("single", 0)
+    j.wait_for("warm-up done")
+    time.sleep(0.5)
+    j.proc.send_signal(signum)
+    code, _ = j.end(timeout=30)
+    assert code == 128 + signum, j.tail()
+    (r,) = j.records()
+    assert r["error"].startswith(f"rank 0: terminated by {signal.Signals(signum).name} at step ")
+    assert r["metrics"]["steps_measured"] >= 1 and "Traceback" not in j.tail()
+
+
+def test_a_second_signal_ends_the_process_at_once(tmp_path):
+    """The second signal exits inside the handler, whatever the process was doing (here: sleeping
+    in a deferred section, where the first signal is held back)."""
+    code = ("import os, signal, time; from ds_bench import faults; faults.install_signal_handlers()\n"
+            "with faults.deferred():\n"
+            "    os.kill(os.getpid(), signal.SIGTERM); print('held', flush=True)\n"
+            "    os.kill(os.getpid(), signal.SIGINT); time.sleep(30); print('not reached', flush=True)\n")
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=20)
+    assert proc.returncode == 128 + signal.SIGINT and proc.stdout == "held\n", proc
+    assert time.monotonic() - start < 10
+
+
+@pytest.mark.dist
+def test_a_stalled_rank_is_caught_by_the_step_watchdog(job):
+    j = job("torchrun", 29809, "--step-timeout", "6")
+    j.wait_for("warm-up done")
+    stalled = j.rank_pid(1)
+    psutil.Process(stalled).suspend()  # SIGSTOP: the rank stops making progress
+    try:
+        deadline = time.monotonic() + 60
+        while not j.records():
+            assert time.monotonic() < deadline, j.tail()
+            time.sleep(0.5)
+    finally:
+        psutil.Process(stalled).kill()
+    code, _ = j.end(timeout=60)
+    (r,) = j.records()
+    assert code != 0 and r["failure"]["rank"] == 0 and r["failure"]["stalled_s"] == 6
+    assert "no step finished in 6 s" in r["error"] and f"rank 1 (pid {stalled} on " in r["error"], r["error"]
+    assert "was stopped" in r["error"]
+    out = j.out.read_text()
+    assert "stacks of every thread" in out and "most recent call first" in out
+
+
+# --- pure parts ---
+
+PEERS = [{"rank": 0, "host": "a", "pid": 10}, {"rank": 1, "host": "a", "pid": 11}, {"rank": 2, "host": "b", "pid": 12}]
+
+
+def test_messages_name_the_signal_the_stall_and_the_peer():
+    kw = dict(rank=0, steps_done=7, steps=50, peers=PEERS)
+    assert faults.describe(**kw, error=None, signum=signal.SIGTERM, stalled_s=None, troubled={}) == \
+        "rank 0: terminated by SIGTERM at step 7 of 50"
+    assert faults.describe(**kw, error=None, signum=None, stalled_s=30.0, troubled={1: "stopped"}) == \
+        "rank 0: no step finished in 30 s (after step 7 of 50); rank 1 (pid 11 on a) was stopped"
+    assert faults.describe(**kw, error=RuntimeError("Connection closed by peer"), signum=None, stalled_s=None,
+                           troubled={1: "gone"}) == \
+        "rank 0: failed at step 7 of 50: RuntimeError('Connection closed by peer'); rank 1 (pid 11 on a) had exited"
+
+
+def test_process_states_from_proc(tmp_path):
+    for pid, stat in ((11, "11 (python) S 1 2"), (12, "12 (py thon) Z 1 2"), (13, "13 (x) T 1")):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(stat)
+    assert [faults.proc_state(p, str(tmp_path)) for p in (11, 12, 13, 14)] == ["alive", "gone", "stopped", "gone"]
+    peers = PEERS + [{"rank": 3, "host": "a", "pid": 12}, {"rank": 4, "host": "a", "pid": 13}]
+    assert faults.peer_states(peers, "a", str(tmp_path)) == {0: "gone", 3: "gone", 4: "stopped"}
