@@ -121,13 +121,25 @@ def plan(args: argparse.Namespace, gpu: bool | None = None) -> list[SuiteRun]:
     return runs
 
 
+def default_precision_args(gpu: bool, native_bf16: bool) -> tuple[str, ...]:
+    """The configs are bf16; a CPU that only emulates bf16 (``ds_bench.cpu_features``) runs fp32.
+    Put first, so a user's own ``-- --set bf16.enabled=true`` still wins."""
+    return () if gpu or native_bf16 else ("--set", "bf16.enabled=false")
+
+
 def main(args: argparse.Namespace) -> int:
+    from ds_bench.cpu_features import this_cpu_has_native_bf16
+
     runs = plan(args)
     tag = "bench-" + time.strftime("%Y%m%dT%H%M%S")
     nproc = args.nproc or default_nproc()
+    precision = default_precision_args(_has_gpu(), this_cpu_has_native_bf16())
+    if precision:
+        log.warning("this CPU has no native bf16 (no avx512_bf16/amx_bf16/bf16 flag; torch would emulate it, "
+                    "~9x slower): running fp32. Measure bf16 anyway with: -- --set bf16.enabled=true")
     argvs = [build_command(r, nproc=nproc, master_port=args.master_port, steps=args.steps,
                            warmup=args.warmup, results_path=args.results, tag=tag,
-                           launcher=deepspeed_launcher(), extra=tuple(args.run_args)) for r in runs]
+                           launcher=deepspeed_launcher(), extra=precision + tuple(args.run_args)) for r in runs]
     if args.dry_run:
         print("\n".join(shlex.join(a) for a in argvs))
         return 0

@@ -215,7 +215,7 @@ def bench_run(tmp_path_factory):
     results = tmp_path_factory.mktemp("gpt2_bench") / "r.jsonl"
     proc = ds_bench("bench", "--workload", "gpt2", "--configs", "zero2.json", "zero3.json", "--nproc", "2",
                     "--steps", str(STEPS), "--warmup", str(WARMUP), "--results", str(results),
-                    "--master-port", "29863", "--", "--size", "tiny", "--seq-len", str(SEQ), "--micro-batch", "2",
+                    "--master-port", "29863", "--", "--set", "bf16.enabled=true", "--size", "tiny", "--seq-len", str(SEQ), "--micro-batch", "2",
                     timeout=600, **OFFLINE)
     assert proc.returncode == 0, explain(proc)
     return records(results), proc.stdout

@@ -140,7 +140,7 @@ def bench_run(tmp_path_factory):
     results = tmp_path_factory.mktemp("resnet_bench") / "r.jsonl"
     proc = ds_bench("bench", "--workload", "resnet", "--configs", "zero2.json", "zero3.json", "--nproc", "2",
                     "--steps", str(STEPS), "--warmup", str(WARMUP), "--results", str(results),
-                    "--master-port", "29761", "--", *SHAPE, timeout=600)
+                    "--master-port", "29761", "--", "--set", "bf16.enabled=true", *SHAPE, timeout=600)
     assert proc.returncode == 0, explain(proc)
     return records(results), proc.stdout
 

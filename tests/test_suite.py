@@ -64,3 +64,16 @@ def test_configs_keep_the_workload_shape_and_user_arguments_come_last():
     argv = build_command(runs[0], nproc=2, master_port=1, steps=3, warmup=1, results_path="r", tag="t",
                          launcher="deepspeed", extra=("--micro-batch", "4"))
     assert argv[-8:] == ["--size", "tiny", "--seq-len", "128", "--micro-batch", "2", "--micro-batch", "4"]
+
+
+def test_cpu_default_precision_follows_what_the_cpu_runs_natively():
+    from ds_bench.cpu_features import cpu_flags, native_bf16
+    from ds_bench.suite import default_precision_args
+
+    avx2 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n"
+    sapphire = "flags\t\t: avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+    graviton3 = "Features\t: fp asimd sve bf16 i8mm\n"
+    assert [native_bf16(cpu_flags(t)) for t in (avx2, sapphire, graviton3, "")] == [False, True, True, False]
+    assert default_precision_args(gpu=False, native_bf16=False) == ("--set", "bf16.enabled=false")
+    assert default_precision_args(gpu=False, native_bf16=True) == ()
+    assert default_precision_args(gpu=True, native_bf16=False) == ()
