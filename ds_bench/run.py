@@ -48,8 +48,8 @@ class Started:
 
 
 def run_benchmark(cfg: RunConfig) -> int:
-    faults.install_signal_handlers()
     workload, ds_cfg, rdzv = _prepare(cfg)
+    faults.install_signal_handlers()  # after the checks: a rejected run leaves the caller's handlers alone
     state = runtime.init_distributed(rdzv, cfg.dist_timeout_s, cfg.connect_timeout_s)
     whoami = {"rank": state.rank, "host": socket.gethostname(), "pid": os.getpid()}
     run = Started(cfg, ds_cfg, state, workload.size, _shared_run_id(), runtime.gather(whoami))
