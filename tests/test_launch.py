@@ -72,3 +72,12 @@ def test_real_mpirun_launch_from_a_hostfile(tmp_path):
     assert proc.stdout.startswith("mpirun -np 2 --host localhost:2")
     (r,) = records(results)
     assert (r["status"], r["launcher"], r["world_size"]) == ("ok", "openmpi", 2)
+
+
+def test_netns_demo_dry_run_prints_and_creates_nothing():
+    proc = run_cmd(["bash", "run_scripts/netns_demo.sh", "--iface", "eth0"], timeout=60, DRY_RUN="1",
+                   PYTHON=sys.executable)
+    assert proc.returncode == 0, explain(proc)
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("# would create network namespaces") and len(lines) == 2
+    assert lines[1].startswith("mpirun --allow-run-as-root -np 2 --host hosta,hostb") and lines[1].endswith("--iface eth0")
