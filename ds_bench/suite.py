@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from ds_bench import plots, results, summary
+from ds_bench import argcheck, plots, results, summary
 from ds_bench.errors import UserError
 from ds_bench.launch import run_child
 
@@ -121,10 +121,41 @@ def plan(args: argparse.Namespace, gpu: bool | None = None) -> list[SuiteRun]:
     return runs
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """bench's own arguments and the run arguments after ``--``, before any run is launched."""
+    argcheck.at_least("--nproc", args.nproc, 1)
+    argcheck.steps("--steps", args.steps, args.warmup)
+    argcheck.port("--master-port", args.master_port)
+    if args.configs is not None and not args.configs:
+        raise UserError("--configs needs at least one DeepSpeed JSON file")
+    if args.run_args:
+        from ds_bench.cli import build_parser
+
+        try:
+            build_parser().parse_args(["run", "--workload", "mnist", "--ds-config", "-", *args.run_args])
+        except UserError as e:
+            raise UserError(f"run arguments after '--' ({' '.join(args.run_args)}): {e}") from None
+
+
+def check_configs(runs: list[SuiteRun], nproc: int, args: argparse.Namespace, gpu: bool) -> None:
+    """Every suite config resolved as its runs will resolve it, so a bad one stops the suite at once."""
+    from ds_bench import ds_config
+    from ds_bench.cli import build_parser
+
+    for run in runs:
+        ns = build_parser().parse_args(["run", "--workload", run.workload, "--ds-config", run.ds_config,
+                                        *run.args, *args.run_args])
+        ctx = ds_config.RunContext(world_size=nproc, device_type="cuda" if gpu else "cpu", lr=ns.lr or 1e-3,
+                                   steps=args.steps, warmup=args.warmup, micro_batch=ns.micro_batch)
+        ds_config.prepare(config_path(run.ds_config), tuple(ns.overrides), ctx)
+
+
 def main(args: argparse.Namespace) -> int:
+    check_args(args)
     runs = plan(args)
     tag = "bench-" + time.strftime("%Y%m%dT%H%M%S")
     nproc = args.nproc or default_nproc()
+    check_configs(runs, nproc, args, _has_gpu())
     argvs = [build_command(r, nproc=nproc, master_port=args.master_port, steps=args.steps,
                            warmup=args.warmup, results_path=args.results, tag=tag,
                            launcher=deepspeed_launcher(), extra=tuple(args.run_args)) for r in runs]
@@ -141,8 +172,11 @@ def main(args: argparse.Namespace) -> int:
 
 
 def show(results_path: str, tag: str | None, plot_path: str | None) -> int:
+    if os.path.isdir(results_path):
+        raise UserError(f"{results_path}: is a folder; expected a results file (JSON lines)")
     if not os.path.isfile(results_path):
         raise UserError(f"{results_path}: no results file")
+    argcheck.output_folder("--plot", plot_path)
     records = [r for r in results.read_records(results_path) if tag is None or r.get("tag") == tag]
     if not records:
         raise UserError(f"{results_path}: no records" + (f" with tag {tag}" if tag else ""))
