@@ -12,6 +12,7 @@ import logging
 import sys
 import traceback
 
+from ds_bench import argcheck
 from ds_bench.config import RunConfig
 from ds_bench.errors import UserError
 from ds_bench.faults import Terminated
@@ -105,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
 
             check_timeout("--dist-timeout", args.dist_timeout_s)
             check_timeout("--connect-timeout", args.connect_timeout_s)
+            argcheck.output_folder("--json", args.json)
             return run_doctor(args.iface, args.dist_timeout_s, args.connect_timeout_s, args.json)
         if args.command == "launch":
             from ds_bench import launch

@@ -71,7 +71,8 @@ class RunConfig:
         _require(self.seq_len > 0, f"--seq-len must be positive, got {self.seq_len}")
         for name in ("image_size", "num_classes", "peak_tflops", "lr"):
             value = getattr(self, name)
-            _require(value is None or value > 0, f"--{name.replace('_', '-')} must be positive, got {value}")
+            _require(value is None or (math.isfinite(value) and value > 0),
+                     f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
         check_timeout("--dist-timeout", self.dist_timeout_s)
         check_timeout("--connect-timeout", self.connect_timeout_s)
         check_timeout("--step-timeout", self.step_timeout_s)
@@ -79,6 +80,9 @@ class RunConfig:
             raise UserError(f"--data {self.data}: no such file or folder (or use --data synthetic)")
         if self.model_path is not None and not os.path.isdir(self.model_path):
             raise UserError(f"--model {self.model_path}: not a folder with pretrained weights")
+        if os.path.isdir(self.ds_config):
+            raise UserError(f"--ds-config {self.ds_config}: is a folder; expected a DeepSpeed JSON file, "
+                            "e.g. ds_configs/zero2.json")
         if not os.path.isfile(self.ds_config):
             raise UserError(f"--ds-config {self.ds_config}: file not found")
 

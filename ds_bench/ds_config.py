@@ -1,10 +1,12 @@
 """Loading and resolving a DeepSpeed JSON config before ``deepspeed.initialize`` sees it.
 
 Pipeline (``prepare``): parse the JSON (errors give line and column) -> apply ``--set`` overrides
--> reject unknown keys with the nearest valid one -> resolve HuggingFace-style ``"auto"`` values
-from the run -> check the batch arithmetic and the precision against the device. Every problem is a
-one-line ``UserError`` naming the file and the dotted key. The result is a plain dict, stored
-verbatim in the results record.
+-> rename legacy aliases (``ds_sections``) -> reject unknown keys with the nearest valid one ->
+resolve HuggingFace-style ``"auto"`` values from the run -> check the batch arithmetic -> validate
+the ZeRO/bf16/fp16 sections with DeepSpeed's models -> check the precision against the device and
+the combinations DeepSpeed rejects -> check optimizer and scheduler (``optim``) -> build
+DeepSpeed's own ``DeepSpeedConfig`` as a last net. Every problem is a one-line ``UserError``
+naming the file and the dotted key. The result is a plain dict, stored verbatim in the record.
 
 ``"auto"`` rules follow the HF Trainer's DeepSpeed integration
 (transformers/integrations/deepspeed.py, ``HfTrainerDeepSpeedConfig.trainer_config_process``).
@@ -18,6 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ds_bench import ds_sections, optim
 from ds_bench.ds_keys import section_keys
 from ds_bench.errors import UserError
 
@@ -38,10 +41,14 @@ class RunContext:
 
 
 def prepare(path: str, overrides: tuple[str, ...], ctx: RunContext) -> dict:
-    cfg = apply_overrides(load_json(path), overrides)
+    cfg = ds_sections.rename_aliases(apply_overrides(load_json(path), overrides), path)
     check_unknown_keys(cfg, path)
-    cfg = resolve_auto(cfg, ctx, path)
+    cfg = ds_sections.normalize_sections(resolve_auto(cfg, ctx, path), path)
     check_precision(cfg, ctx.device_type, path)
+    ds_sections.check_combinations(cfg, path)
+    optim.check_optimizer(cfg, path)
+    optim.check_scheduler(cfg, path)
+    ds_sections.check_with_deepspeed(cfg, path)
     return cfg
 
 
@@ -161,7 +168,7 @@ def _resolve_batch(cfg: dict, ctx: RunContext, path: str) -> None:
 
 
 def check_precision(cfg: dict, device_type: str, path: str) -> None:
-    """Precision against the device, the ZeRO stage's range, and an optimizer to train with."""
+    """Precision against the device (after ``ds_sections`` made bfloat16 -> bf16 and coerced values)."""
     fp16 = _get(cfg, ("fp16", "enabled")) is True
     bf16 = _get(cfg, ("bf16", "enabled")) is True
     if fp16 and bf16:
@@ -169,12 +176,6 @@ def check_precision(cfg: dict, device_type: str, path: str) -> None:
     if fp16 and device_type == "cpu":
         raise UserError(f"{path}: fp16 is not supported on CPU (DeepSpeed: 'Type fp16 is not supported "
                         "on your device'); use bf16: --set fp16.enabled=false --set bf16.enabled=true")
-    if not isinstance(cfg.get("optimizer"), dict) or "type" not in cfg["optimizer"]:
-        raise UserError(f"{path}: no optimizer.type; ds_bench trains, so name one, e.g. \"optimizer\": "
-                        "{\"type\": \"AdamW\", \"params\": {\"lr\": \"auto\", \"torch_adam\": true}}")
-    stage = _get(cfg, ("zero_optimization", "stage"))
-    if stage is not None and stage not in (0, 1, 2, 3):
-        raise UserError(f"{path}: zero_optimization.stage must be 0, 1, 2 or 3, got {stage!r}")
 
 
 def precision_of(cfg: dict) -> str:

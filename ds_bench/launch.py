@@ -6,7 +6,8 @@ runs it (``--dry-run``: print only). Builders return argv lists and are tested o
   find each other through OMPI_COMM_WORLD_* and mpi4py, and with ``--iface`` Open MPI's own
   traffic and ds_bench's rendezvous are pinned to that interface;
 - ``deepspeed``: the DeepSpeed launcher with the hostfile and include/exclude filters; the master
-  address is passed explicitly (its default asks the first host for ``hostname -I``);
+  address is passed explicitly (its default asks the first host for ``hostname -I``); a hostfile
+  naming only this machine (``localhost``) skips the launcher's ssh check;
 - ``torchrun``: the static multi-node form, one command per node (``--node-rank``);
 - ``srun``: one task per GPU under Slurm; ds_bench reads SLURM_* (and PMI under ``--mpi``).
 """
@@ -15,9 +16,11 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import socket
 import subprocess
 import sys
 
+from ds_bench import argcheck
 from ds_bench.errors import UserError
 from ds_bench.hostfile import filter_slots, load_hostfile, world_info
 
@@ -40,8 +43,11 @@ def mpirun_command(slots: dict[str, list[int]], run_args: list[str], *, python: 
 
 
 def deepspeed_command(hostfile: str, run_args: list[str], *, master_addr: str, master_port: int,
-                      include: str = "", exclude: str = "") -> list[str]:
+                      include: str = "", exclude: str = "", local_only: bool = False) -> list[str]:
+    """``local_only``: every host is this machine, so skip the launcher's ssh check (it fails
+    without an ssh server even for ``localhost``) and it then starts the ranks locally."""
     argv = ["deepspeed", "--hostfile", hostfile, "--master_addr", master_addr, "--master_port", str(master_port)]
+    argv += ["--no_ssh_check"] if local_only else []
     argv += ["--include", include] if include else []
     argv += ["--exclude", exclude] if exclude else []
     return argv + ["--module", "ds_bench", *run_args]
@@ -76,12 +82,45 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the command, run nothing")
 
 
+def is_local_host(name: str, own_names: tuple[str, ...]) -> bool:
+    """``localhost``, a loopback address, or one of this machine's own names."""
+    return name == "localhost" or name.startswith("127.") or name in own_names
+
+
+def own_host_names() -> tuple[str, ...]:
+    full = socket.gethostname()
+    return (full, full.split(".")[0], socket.getfqdn())
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Launch arguments, before anything is built or started."""
+    argcheck.at_least("--nnodes", args.nnodes, 1)
+    argcheck.at_least("--nproc-per-node", args.nproc_per_node, 1)
+    argcheck.at_least("--node-rank", args.node_rank, 0)
+    argcheck.port("--master-port", args.master_port)
+    if (args.include or args.exclude) and not args.hostfile:
+        raise UserError(f"--{'include' if args.include else 'exclude'} filters the hosts of a hostfile: "
+                        "give --hostfile too")
+    if args.mpi and args.launcher != "srun":
+        raise UserError(f"--mpi is an srun option; ds-bench launch {args.launcher} does not use it")
+    if args.run_args:
+        from ds_bench.cli import build_parser
+
+        try:
+            build_parser().parse_args(args.run_args)
+        except UserError as e:
+            raise UserError(f"the ds-bench command after '--' ({' '.join(args.run_args)}): {e}") from None
+
+
 def build(args: argparse.Namespace) -> list[str]:
+    check_args(args)
     run_args = list(args.run_args) or ["run", "--workload", "mnist", "--ds-config",
                                                            "ds_configs/zero2.json"]
     slots = _slots(args)
     nnodes = args.nnodes or (len(slots) if slots else 1)
     per_node = args.nproc_per_node or (max(len(s) for s in slots.values()) if slots else 1)
+    if args.node_rank >= nnodes:
+        raise UserError(f"--node-rank must be below the number of nodes ({nnodes}), got {args.node_rank}")
     master = args.master_addr or (next(iter(slots)) if slots else "127.0.0.1")
     if args.iface and args.launcher != "mpirun":
         run_args = run_args[:1] + ["--iface", args.iface] + run_args[1:]
@@ -89,8 +128,9 @@ def build(args: argparse.Namespace) -> list[str]:
         return mpirun_command(_need(slots, args), run_args, python=sys.executable, iface=args.iface)
     if args.launcher == "deepspeed":
         _need(slots, args)
+        local = all(is_local_host(h, own_host_names()) for h in slots)
         return deepspeed_command(args.hostfile, run_args, master_addr=master, master_port=args.master_port,
-                                 include=args.include, exclude=args.exclude)
+                                 include=args.include, exclude=args.exclude, local_only=local)
     if args.launcher == "torchrun":
         return torchrun_command(run_args, nnodes=nnodes, nproc_per_node=per_node, node_rank=args.node_rank,
                                 master_addr=master, master_port=args.master_port)
@@ -114,7 +154,10 @@ def main(args: argparse.Namespace) -> int:
     print(shlex.join(argv), flush=True)
     if args.dry_run:
         return 0
-    return run_child(argv)
+    code = run_child(argv)
+    if code != 0:
+        print(f"ds-bench launch: {argv[0]} exited with code {code}", file=sys.stderr, flush=True)
+    return code
 
 
 def run_child(argv: list[str]) -> int:

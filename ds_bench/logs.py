@@ -25,8 +25,27 @@ def setup_logging(verbose: bool = False) -> None:
     log.setLevel(logging.INFO if rank == "0" or verbose else logging.WARNING)
 
 
+# DeepSpeed warnings that every run triggers and no user can act on, matched by their start.
+NOISE = (
+    "Attempting to get learning rate from scheduler before it has started",  # engine.get_lr before step 1
+)
+
+
+class DropMessages(logging.Filter):
+    """Drop records whose message starts with one of ``prefixes``; everything else passes."""
+
+    def __init__(self, prefixes: tuple[str, ...] = NOISE):
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefixes)
+
+
 def quiet_deepspeed() -> None:
-    """DeepSpeed logs its whole config at INFO on every rank; keep its warnings only."""
+    """DeepSpeed logs its whole config at INFO on every rank: keep its warnings only, minus ``NOISE``."""
     from deepspeed.utils import logger
 
     logger.setLevel(logging.WARNING)
+    if not any(isinstance(f, DropMessages) for f in logger.filters):
+        logger.addFilter(DropMessages())

@@ -2,7 +2,7 @@
 
 1. ``discover`` reads the launcher's variables (deepspeed, torchrun, Open MPI, PMIx, PMI, MVAPICH,
    Slurm; see ``ds_bench.discovery``).
-2. No launcher: one rank on 127.0.0.1 and a free port.
+2. No launcher: one rank on 127.0.0.1 and a free port (an ``--iface`` given must still exist).
 3. An MPI launcher that left fields unset (world size, local rank, master address): mpi4py fills
    them; rank 0 chooses the master address on its rendezvous interface (never the first word of
    ``hostname -I``, which is what stock DeepSpeed takes) and a free port, and broadcasts both.
@@ -79,12 +79,14 @@ def short_hostname() -> str:
 def resolve(env: Mapping[str, str], requested_iface: str | None, timeout_s: float) -> Rendezvous:
     """Steps 1-4 of the module docstring (step 3 talks to the other ranks through MPI)."""
     info = discover(env)
+    requested = requested_iface or env.get("DS_BENCH_IFACE") or None
     if info.source == "single":
+        if requested:  # unused by one process, but a name that does not exist is still a mistake
+            choose_interface(read_interfaces(), requested=requested, env=env, hostname_addr=None, multi_host=False)
         info = replace(info, rank=0, world_size=1, local_rank=0, local_world_size=1, node_rank=0,
                        master_addr=info.master_addr or "127.0.0.1", master_port=info.master_port or free_port())
         return Rendezvous(info, IfaceChoice(None, info.master_addr, "one process: loopback"), False,
                           rendezvous_env(info))
-    requested = requested_iface or env.get("DS_BENCH_IFACE") or None
 
     def choose(multi_host: bool) -> IfaceChoice:
         return choose_interface(read_interfaces(), requested=requested, env=env,

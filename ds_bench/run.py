@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ds_bench import ds_config, faults, ops, peaks, rendezvous, results, runtime, summary
+from ds_bench import ds_config, faults, ops, optim, peaks, rendezvous, results, runtime, summary
 from ds_bench.config import RunConfig
 from ds_bench.ds_config import RunContext
 from ds_bench.errors import UserError
@@ -109,7 +109,9 @@ def _measure(run: Started, workload) -> tuple[dict, dict]:
     params = sum(p.numel() for p in model.parameters())
     flops_per_sample = workload.model_flops_per_sample(model)  # before ZeRO-3 partitions the weights
     hw_flops_per_sample = workload.hardware_flops_per_sample(model)
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_cfg)
+    client_optimizer = optim.default_optimizer(ds_cfg, model.parameters(), cfg.lr or workload.default_lr)
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_cfg,
+                                           optimizer=client_optimizer)
     accel = get_accelerator()
     with faults.StepWatchdog(cfg.step_timeout_s, lambda done: _stalled(run)) as watchdog:
         batches = workload.batches(state.rank, state.world_size, ds_cfg["train_micro_batch_size_per_gpu"])
@@ -210,7 +212,8 @@ def _record(run: Started, status: str, metrics: dict | None = None, error: str |
         world_size=state.world_size, launcher=state.launcher, master_addr=state.master_addr,
         rendezvous=state.rendezvous,
         backend=state.backend, ds_config=ds_cfg, zero_stage=ds_config.zero_stage(ds_cfg),
-        precision=ds_config.precision_of(ds_cfg), micro_batch=ds_cfg["train_micro_batch_size_per_gpu"],
+        precision=ds_config.precision_of(ds_cfg), optimizer=optim.describe(ds_cfg),
+        micro_batch=ds_cfg["train_micro_batch_size_per_gpu"],
         grad_accum=ds_cfg["gradient_accumulation_steps"], train_batch_size=ds_cfg["train_batch_size"],
         hardware=results.hardware(state.device), metrics=metrics or {}, **extra)
     return record

@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from ds_bench import plots, results, summary
+from ds_bench import argcheck, plots, results, summary
 from ds_bench.errors import UserError
 from ds_bench.launch import run_child
 
@@ -127,13 +127,46 @@ def default_precision_args(gpu: bool, native_bf16: bool) -> tuple[str, ...]:
     return () if gpu or native_bf16 else ("--set", "bf16.enabled=false")
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """bench's own arguments and the run arguments after ``--``, before any run is launched."""
+    argcheck.at_least("--nproc", args.nproc, 1)
+    argcheck.steps("--steps", args.steps, args.warmup)
+    argcheck.port("--master-port", args.master_port)
+    if args.configs is not None and not args.configs:
+        raise UserError("--configs needs at least one DeepSpeed JSON file")
+    if args.run_args:
+        from ds_bench.cli import build_parser
+
+        try:
+            build_parser().parse_args(["run", "--workload", "mnist", "--ds-config", "-", *args.run_args])
+        except UserError as e:
+            raise UserError(f"run arguments after '--' ({' '.join(args.run_args)}): {e}") from None
+
+
+def check_configs(runs: list[SuiteRun], nproc: int, args: argparse.Namespace, gpu: bool,
+                  extra: tuple[str, ...]) -> None:
+    """Every suite config resolved as its runs will resolve it, so a bad one stops the suite at once."""
+    from ds_bench import ds_config
+    from ds_bench.cli import build_parser
+
+    for run in runs:
+        ns = build_parser().parse_args(["run", "--workload", run.workload, "--ds-config", run.ds_config,
+                                        *run.args, *extra])
+        ctx = ds_config.RunContext(world_size=nproc, device_type="cuda" if gpu else "cpu", lr=ns.lr or 1e-3,
+                                   steps=args.steps, warmup=args.warmup, micro_batch=ns.micro_batch)
+        ds_config.prepare(config_path(run.ds_config), tuple(ns.overrides), ctx)
+
+
 def main(args: argparse.Namespace) -> int:
     from ds_bench.cpu_features import this_cpu_has_native_bf16
 
+    check_args(args)
     runs = plan(args)
     tag = "bench-" + time.strftime("%Y%m%dT%H%M%S")
     nproc = args.nproc or default_nproc()
-    precision = default_precision_args(_has_gpu(), this_cpu_has_native_bf16())
+    gpu = _has_gpu()
+    precision = default_precision_args(gpu, this_cpu_has_native_bf16())
+    check_configs(runs, nproc, args, gpu, precision + tuple(args.run_args))
     if precision:
         log.warning("this CPU has no native bf16 (no avx512_bf16/amx_bf16/bf16 flag; torch would emulate it, "
                     "~9x slower): running fp32. Measure bf16 anyway with: -- --set bf16.enabled=true")
@@ -153,8 +186,11 @@ def main(args: argparse.Namespace) -> int:
 
 
 def show(results_path: str, tag: str | None, plot_path: str | None) -> int:
+    if os.path.isdir(results_path):
+        raise UserError(f"{results_path}: is a folder; expected a results file (JSON lines)")
     if not os.path.isfile(results_path):
         raise UserError(f"{results_path}: no results file")
+    argcheck.output_folder("--plot", plot_path)
     records = [r for r in results.read_records(results_path) if tag is None or r.get("tag") == tag]
     if not records:
         raise UserError(f"{results_path}: no records" + (f" with tag {tag}" if tag else ""))

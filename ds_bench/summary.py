@@ -70,6 +70,8 @@ def one_run(record: dict, results_path: str) -> str:
         f"  peak memory  {m['peak_mem_bytes'] / MIB:.0f} MiB on the largest rank ({m['peak_mem_kind']})",
         f"  loss         {m['loss_first']:.4f} -> {m['loss_last']:.4f}",
     ]
+    if (record.get("optimizer") or {}).get("source") == "ds_bench default":
+        lines.append(f"  optimizer    none in the DeepSpeed config: ds_bench supplied {record['optimizer']['type']}")
     if m.get("tflops_per_device") is not None:
         mfu = f"{m['mfu']:.1%}" if m.get("mfu") is not None else f"n/a ({m.get('mfu_note')})"
         lines.append(f"  compute      {m['tflops_per_device']:.3f} TFLOP/s per device, MFU {mfu}")

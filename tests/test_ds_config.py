@@ -123,9 +123,32 @@ def test_bad_batch_value():
 OPT = {"optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
 
 
-def test_a_config_without_optimizer_is_rejected(tmp_path):
-    with pytest.raises(UserError, match=r"c\.json: no optimizer\.type; ds_bench trains"):
-        prepare(write(tmp_path, {"zero_optimization": {"stage": 1}}), (), CPU)
+def test_a_config_without_optimizer_is_accepted_and_gets_a_default(tmp_path):
+    from ds_bench import optim
+
+    cfg = prepare(write(tmp_path, {"zero_optimization": {"stage": 1}}), (), CPU)
+    assert "optimizer" not in cfg
+    assert optim.describe(cfg) == {"source": "ds_bench default", "type": "torch.optim.AdamW"}
+    offload = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+    assert optim.describe(prepare(write(tmp_path, offload), (), CPU))["type"] == "deepspeed.ops.adam.DeepSpeedCPUAdam"
+
+
+def test_legacy_bfloat16_section_means_bf16(tmp_path):
+    cfg = prepare(write(tmp_path, {"bfloat16": {"enabled": True}, **OPT}), (), CPU)
+    assert precision_of(cfg) == "bf16" and "bfloat16" not in cfg
+    with pytest.raises(UserError, match="fp16.enabled and bf16.enabled are both true"):
+        prepare(write(tmp_path, {"bfloat16": {"enabled": True}, "fp16": {"enabled": True}, **OPT}), (), CPU)
+    with pytest.raises(UserError, match=r"both \"bf16\" and its legacy alias \"bfloat16\""):
+        prepare(write(tmp_path, {"bfloat16": {"enabled": True}, "bf16": {"enabled": False}, **OPT}), (), CPU)
+
+
+def test_values_deepspeed_coerces_mean_the_same_to_ds_bench(tmp_path):
+    cfg = prepare(write(tmp_path, {"bf16": {"enabled": "true"}, "zero_optimization": {"stage": 2, "cpu_offload": True},
+                                   **OPT}), (), CPU)
+    assert precision_of(cfg) == "bf16"
+    assert cfg["zero_optimization"]["offload_optimizer"] == {"device": "cpu"} and "cpu_offload" not in cfg["zero_optimization"]
+    cfg = prepare(write(tmp_path, {"zero_optimization": True, "allgather_size": 1000, **OPT}), (), CPU)
+    assert cfg["zero_optimization"]["stage"] == 1 and cfg["zero_optimization"]["allgather_bucket_size"] == 1000
 
 
 def test_fp16_on_cpu_is_rejected_with_a_bf16_hint(tmp_path):
@@ -148,3 +171,18 @@ def test_every_shipped_config_resolves(path):
     cfg = prepare(str(path), (), ctx)
     assert cfg["train_batch_size"] == 64
     assert precision_of(cfg) == ("fp16" if "fp16" in path.name else "bf16")
+
+
+def test_deepspeed_model_errors_name_the_dotted_key(tmp_path):
+    cases = {
+        "offload device": ({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "gpu"}}},
+                           r"zero_optimization\.offload_optimizer\.device must be 'none', 'cpu' or 'nvme', got 'gpu'"),
+        "bool": ({"bf16": {"enabled": "maybe"}}, r"bf16\.enabled must be a valid boolean.*got 'maybe'"),
+        "ratio": ({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}},
+                  r"zero_optimization: Partial offloading only supported for ZeRO Stage 3"),
+        "param offload below 3": ({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}},
+                                  r"offload_param needs stage 3; DeepSpeed ignores it at stage 2"),
+    }
+    for cfg, pattern in cases.values():
+        with pytest.raises(UserError, match=pattern):
+            prepare(write(tmp_path, {**cfg, **OPT}), (), CPU)

@@ -72,3 +72,40 @@ def test_real_mpirun_launch_from_a_hostfile(tmp_path):
     assert proc.stdout.startswith("mpirun -np 2 --host localhost:2")
     (r,) = records(results)
     assert (r["status"], r["launcher"], r["world_size"]) == ("ok", "openmpi", 2)
+
+
+def test_netns_demo_dry_run_prints_and_creates_nothing():
+    proc = run_cmd(["bash", "run_scripts/netns_demo.sh", "--iface", "eth0"], timeout=60, DRY_RUN="1",
+                   PYTHON=sys.executable)
+    assert proc.returncode == 0, explain(proc)
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("# would create network namespaces") and len(lines) == 2
+    assert lines[1].startswith("mpirun --allow-run-as-root -np 2 --host hosta,hostb") and lines[1].endswith("--iface eth0")
+
+
+def launch_args(*argv):
+    from ds_bench.cli import build_parser
+
+    args = build_parser().parse_args(["launch", *argv])
+    args.run_args = RUN
+    return args
+
+
+def test_deepspeed_skips_the_ssh_check_when_every_host_is_this_machine():
+    from ds_bench import launch
+
+    assert deepspeed_command("hf", RUN, master_addr="localhost", master_port=29500, local_only=True) == [
+        "deepspeed", "--hostfile", "hf", "--master_addr", "localhost", "--master_port", "29500", "--no_ssh_check",
+        "--module", "ds_bench", *RUN]
+    assert launch.is_local_host("localhost", ()) and launch.is_local_host("127.0.0.1", ())
+    assert launch.is_local_host("box", ("box",)) and not launch.is_local_host("node01", ("box",))
+    assert "--no_ssh_check" in launch.build(launch_args("deepspeed", "--hostfile", "hostfiles/localhost_2"))
+    assert "--no_ssh_check" not in launch.build(launch_args("deepspeed", "--hostfile", "hostfiles/example_2nodes_4gpus"))
+
+
+def test_a_failing_launcher_is_one_line_and_its_exit_code(monkeypatch, capsys):
+    from ds_bench import launch
+
+    monkeypatch.setattr(launch, "run_child", lambda argv: 250)
+    assert launch.main(launch_args("deepspeed", "--hostfile", "hostfiles/localhost_2")) == 250
+    assert capsys.readouterr().err.strip() == "ds-bench launch: deepspeed exited with code 250"

@@ -95,3 +95,11 @@ def test_reachable_master_returns_at_once():
         r = Rendezvous(info(master_addr="127.0.0.1", master_port=s.getsockname()[1]), IfaceChoice("lo", "x", "y"),
                        False, {})
         wait_reachable(r, 5, 5)
+
+
+def test_a_missing_iface_is_rejected_on_one_rank_too():
+    with pytest.raises(UserError, match=r"interface 'nosuch0' \(from --iface or DS_BENCH_IFACE\) does not exist"):
+        resolve({}, "nosuch0", 10)
+    with pytest.raises(UserError, match="'nosuch1'.*does not exist"):
+        resolve({"DS_BENCH_IFACE": "nosuch1"}, None, 10)
+    assert resolve({}, "lo", 10).info.world_size == 1

@@ -1,0 +1,326 @@
+"""Bad input, systematically: every case exits 2 with one ``ds-bench: error:`` line naming the flag, key
+or file, no traceback, no results file, and never reaches the process group.
+
+Cases run in-process through ``ds_bench.cli.main`` (a subprocess costs ~4 s here). A case that
+wrongly passes validation hits ``runtime.init_distributed`` (or a launcher), which raise here.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ds_bench import cli
+
+REPO = Path(__file__).resolve().parent.parent
+ZERO2 = json.loads((REPO / "ds_configs" / "zero2.json").read_text())
+PASSED = "validation passed: the run reached init_distributed"
+
+
+@dataclass(frozen=True)
+class Case:
+    argv: object  # tmp_path -> argv
+    pattern: str
+
+
+def cfg_with(**changes) -> dict:
+    """zero2.json with dotted keys set (``a__b`` for ``a.b``); a value of ... removes the key."""
+    cfg = copy.deepcopy(ZERO2)
+    for dotted, value in changes.items():
+        *parents, last = dotted.split("__")
+        node = cfg
+        for part in parents:
+            node = node.setdefault(part, {})
+        if value is ...:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    return cfg
+
+
+def run(*flags: str, cfg=None, raw=None):
+    """A ``run`` argv; ``cfg`` (a dict) or ``raw`` (str/bytes) is written as the config file."""
+    def argv(tmp: Path) -> list[str]:
+        path = str(REPO / "ds_configs" / "zero2.json")
+        if cfg is not None or raw is not None:
+            target = tmp / "c.json"
+            content = json.dumps(cfg) if cfg is not None else raw
+            target.write_bytes(content if isinstance(content, bytes) else content.encode())
+            path = str(target)
+        base = {"--workload": "mnist", "--ds-config": path, "--steps": "3", "--warmup": "1",
+                "--results": str(tmp / "r.jsonl")}
+        given = set(flags)
+        return ["run", *[x for k, v in base.items() if k not in given for x in (k, v)],
+                *[f.replace("{tmp}", str(tmp)) for f in flags]]
+    return argv
+
+
+def cmd(*args: str):
+    return lambda tmp: [a.replace("{tmp}", str(tmp)) for a in args]
+
+
+def hostfile(text: str, *rest: str, launcher: str = "deepspeed"):
+    def argv(tmp: Path) -> list[str]:
+        (tmp / "hf").write_text(text)
+        return ["launch", launcher, "--hostfile", str(tmp / "hf"), "--dry-run", *rest]
+    return argv
+
+
+NUM = r"must be (a positive integer|positive|an integer >= 0|>= 0|a finite number)"
+CASES: dict[str, Case] = {}
+
+# --- every numeric run flag: zero, negative, non-numeric, absurd -----------------------------------
+for flag, zero_ok in [("--steps", False), ("--warmup", True), ("--micro-batch", False), ("--seq-len", False),
+                      ("--image-size", False), ("--num-classes", False), ("--peak-tflops", False), ("--lr", False),
+                      ("--dist-timeout", False), ("--connect-timeout", False)]:
+    if not zero_ok:
+        CASES[f"{flag} 0"] = Case(run(flag, "0"), re.escape(flag) + r".*(must|greater)")
+    CASES[f"{flag} negative"] = Case(run(flag, "-3"), re.escape(flag) + r".*must")
+    CASES[f"{flag} non-numeric"] = Case(run(flag, "lots"), re.escape(flag.lstrip("-")) + r".*invalid (int|float) value")
+for flag in ("--peak-tflops", "--lr", "--dist-timeout", "--connect-timeout"):
+    CASES[f"{flag} inf"] = Case(run(flag, "inf"), re.escape(flag) + r" must be .*finite.*got inf")
+    CASES[f"{flag} nan"] = Case(run(flag, "nan"), re.escape(flag) + r" must be .*got nan")
+CASES["--steps fractional"] = Case(run("--steps", "2.5"), r"--steps.*invalid int value: '2\.5'")
+CASES["--seed non-numeric"] = Case(run("--seed", "x"), r"--seed.*invalid int value")
+CASES["--steps equal --warmup"] = Case(run("--steps", "4", "--warmup", "4"), r"--steps \(4\) must be greater than --warmup")
+CASES["--warmup above --steps"] = Case(run("--steps", "2", "--warmup", "5"), r"--steps \(2\) must be greater")
+CASES["--workload unknown"] = Case(run("--workload", "bert"), r"--workload 'bert' is unknown; known: .*gpt2")
+CASES["--size for mnist"] = Case(run("--size", "huge"), r"--size is not used by workload mnist")
+CASES["--size unknown gpt2"] = Case(run("--workload", "gpt2", "--size", "galactic"), r"--size 'galactic' is not a size")
+CASES["--data missing"] = Case(run("--data", "{tmp}/nothing"), r"--data .*nothing: no such file or folder")
+CASES["--model missing"] = Case(run("--workload", "gpt2", "--model", "{tmp}/nope"), r"--model .*nope: not a folder")
+CASES["--iface missing"] = Case(run("--iface", "nosuch0"), r"interface 'nosuch0' .* does not exist")
+CASES["unknown flag"] = Case(run("--stepz", "3"), r"unrecognized arguments: --stepz 3")
+CASES["-- after run"] = Case(run("--", "--steps", "3"), r"arguments after '--' are not used here")
+
+# --- the config file itself -------------------------------------------------------------------------
+CASES["config missing"] = Case(run("--ds-config", "{tmp}/absent.json"), r"--ds-config .*absent\.json: file not found")
+CASES["config is a folder"] = Case(run("--ds-config", "{tmp}"), r"--ds-config .*: is a folder; expected a DeepSpeed JSON")
+CASES["config empty"] = Case(run(raw=""), r"c\.json:1:1: invalid JSON: Expecting value")
+CASES["config malformed"] = Case(run(raw='{"train_batch_size": 8 "bf16": {}}'), r"c\.json:1:\d+: invalid JSON")
+CASES["config trailing comma"] = Case(run(raw='{"bf16": {"enabled": true,}}'), r"c\.json:1:\d+: invalid JSON")
+CASES["config a list"] = Case(run(raw="[1, 2]"), r"c\.json: a DeepSpeed config must be a JSON object, got list")
+CASES["config a string"] = Case(run(raw='"zero2"'), r"c\.json: a DeepSpeed config must be a JSON object, got str")
+CASES["config binary"] = Case(run(raw=b"\xff\xfe\x00\x01"), r"c\.json: not UTF-8 text")
+
+# --- top level and batch ----------------------------------------------------------------------------
+CASES["top-level typo"] = Case(run(cfg=cfg_with(gradient_acumulation_steps=2)),
+                               r"unknown DeepSpeed key gradient_acumulation_steps \(did you mean gradient_accumulation_steps\?\)")
+CASES["batch negative"] = Case(run(cfg=cfg_with(train_batch_size=-8)), r"train_batch_size must be a positive integer")
+CASES["batch string"] = Case(run(cfg=cfg_with(train_micro_batch_size_per_gpu="eight")),
+                             r"train_micro_batch_size_per_gpu must be a positive integer")
+CASES["batch mismatch"] = Case(run(cfg=cfg_with(train_batch_size=100, train_micro_batch_size_per_gpu=16,
+                                                gradient_accumulation_steps=1)), r"train_batch_size \(100\) must equal")
+CASES["auto without rule"] = Case(run(cfg=cfg_with(aio__block_size="auto")), r"no rule to resolve \"auto\" for aio\.block_size")
+CASES["allreduce op"] = Case(run(cfg=cfg_with(gradient_allreduce_op="max")), r"DeepSpeed rejects this config: Invalid gradient_allreduce_op")
+
+# --- ZeRO and offload -------------------------------------------------------------------------------
+CASES["zero stage 4"] = Case(run(cfg=cfg_with(zero_optimization__stage=4)), r"zero_optimization\.stage must be 0, 1, 2 or 3, got 4")
+CASES["zero stage string"] = Case(run(cfg=cfg_with(zero_optimization__stage="two")), r"zero_optimization\.stage must be 0, 1, 2 or 3, got 'two'")
+CASES["zero stage bool"] = Case(run(cfg=cfg_with(zero_optimization__stage=True)), r"zero_optimization\.stage must be 0, 1, 2 or 3")
+CASES["zero not an object"] = Case(run(cfg=cfg_with(zero_optimization="stage2")), r"zero_optimization must be a JSON object")
+CASES["zero typo"] = Case(run(cfg=cfg_with(zero_optimization__overlap_com=True)),
+                          r"zero_optimization\.overlap_com \(did you mean overlap_comm\?\)")
+CASES["zero bool field"] = Case(run(cfg=cfg_with(zero_optimization__overlap_comm="sometimes")),
+                                r"zero_optimization\.overlap_comm must be a valid boolean")
+CASES["zero bucket negative"] = Case(run(cfg=cfg_with(zero_optimization__allgather_bucket_size=-1)),
+                                     r"zero_optimization\.allgather_bucket_size .*greater than or equal to 0")
+CASES["zero bucket string"] = Case(run(cfg=cfg_with(zero_optimization__allgather_bucket_size="big")),
+                                   r"zero_optimization\.allgather_bucket_size must be a valid integer")
+CASES["offload device gpu"] = Case(run(cfg=cfg_with(zero_optimization__offload_optimizer={"device": "gpu"})),
+                                   r"zero_optimization\.offload_optimizer\.device must be 'none', 'cpu' or 'nvme', got 'gpu'")
+CASES["offload device number"] = Case(run(cfg=cfg_with(zero_optimization__offload_optimizer={"device": 1})),
+                                      r"zero_optimization\.offload_optimizer\.device must be")
+CASES["offload typo"] = Case(run(cfg=cfg_with(zero_optimization__offload_optimizer={"device": "cpu", "pin_memroy": True})),
+                             r"zero_optimization\.offload_optimizer\.pin_memroy \(did you mean pin_memory\?\)")
+CASES["offload not an object"] = Case(run(cfg=cfg_with(zero_optimization__offload_optimizer="cpu")),
+                                      r"zero_optimization\.offload_optimizer")
+CASES["offload ratio range"] = Case(run(cfg=cfg_with(zero_optimization__offload_optimizer={"device": "cpu", "ratio": 2})),
+                                    r"zero_optimization\.offload_optimizer\.ratio .*less than or equal to 1")
+CASES["partial offload stage 2"] = Case(run(cfg=cfg_with(zero_optimization__offload_optimizer={"device": "cpu", "ratio": 0.5})),
+                                        r"zero_optimization: Partial offloading only supported for ZeRO Stage 3")
+CASES["param offload device"] = Case(run(cfg=cfg_with(zero_optimization__stage=3, zero_optimization__offload_param={"device": "disk"})),
+                                     r"zero_optimization\.offload_param\.device must be 'none', 'cpu' or 'nvme', got 'disk'")
+CASES["param offload typo"] = Case(run(cfg=cfg_with(zero_optimization__stage=3, zero_optimization__offload_param={"devise": "cpu"})),
+                                   r"zero_optimization\.offload_param\.devise \(did you mean device\?\)")
+CASES["param offload buffer type"] = Case(run(cfg=cfg_with(zero_optimization__stage=3,
+                                                           zero_optimization__offload_param={"device": "cpu", "buffer_count": "many"})),
+                                          r"zero_optimization\.offload_param\.buffer_count must be a valid integer")
+CASES["param offload stage 2"] = Case(run(cfg=cfg_with(zero_optimization__offload_param={"device": "cpu"})),
+                                      r"zero_optimization\.offload_param needs stage 3")
+CASES["optimizer offload stage 0"] = Case(run(cfg=cfg_with(zero_optimization__stage=0, zero_optimization__offload_optimizer={"device": "cpu"})),
+                                          r"zero_optimization\.offload_optimizer needs ZeRO stage 1, 2 or 3")
+CASES["nvme without path"] = Case(run(cfg=cfg_with(zero_optimization__offload_optimizer={"device": "nvme"})),
+                                  r"zero_optimization\.offload_optimizer\.nvme_path is required")
+
+# --- precision --------------------------------------------------------------------------------------
+CASES["bf16 enabled string"] = Case(run(cfg=cfg_with(bf16__enabled="yes please")), r"bf16\.enabled must be a valid boolean")
+CASES["bf16 typo"] = Case(run(cfg=cfg_with(bf16__enable=True)), r"bf16\.enable \(did you mean enabled\?\)")
+CASES["bf16 not an object"] = Case(run(cfg=cfg_with(bf16=True)), r"bf16 must be a JSON object, got True")
+CASES["bf16 and bfloat16"] = Case(run(cfg=cfg_with(bfloat16={"enabled": True})), r"both \"bf16\" and its legacy alias \"bfloat16\"")
+CASES["bfloat16 and fp16"] = Case(run(cfg=cfg_with(bf16=..., bfloat16={"enabled": True}, fp16={"enabled": True})),
+                                  r"fp16\.enabled and bf16\.enabled are both true")
+CASES["bf16 optimizer states alone"] = Case(run(cfg=cfg_with(bf16__bf16_optimizer_states=True)),
+                                            r"bf16\.bf16_optimizer_states requires bf16\.bf16_master_weights_and_grads")
+CASES["bf16 master weights stage 0"] = Case(run(cfg=cfg_with(zero_optimization__stage=0, bf16__bf16_master_weights_and_grads=True)),
+                                            r"bf16\.bf16_master_weights_and_grads is only supported with ZeRO stage 1, 2 or 3")
+CASES["fp16 on cpu"] = Case(run(cfg=cfg_with(bf16=..., fp16={"enabled": True})), r"fp16 is not supported on CPU")
+CASES["fp16 loss scale string"] = Case(run(cfg=cfg_with(bf16=..., fp16={"enabled": False, "loss_scale": "dynamic"})),
+                                       r"fp16\.loss_scale must be")
+CASES["fp16 typo"] = Case(run(cfg=cfg_with(fp16={"enabled": False, "initial_scale_pow": 16})),
+                          r"fp16\.initial_scale_pow \(did you mean initial_scale_power\?\)")
+
+# --- optimizer --------------------------------------------------------------------------------------
+CASES["optimizer unknown"] = Case(run(cfg=cfg_with(optimizer__type="AdamX")), r"optimizer\.type 'AdamX' is not an optimizer DeepSpeed knows.*adamw")
+CASES["optimizer wrong case torch"] = Case(run(cfg=cfg_with(optimizer={"type": "sgd", "params": {"lr": 0.1}})),
+                                           r"optimizer\.type 'sgd' is not an optimizer.*SGD")
+CASES["optimizer type missing"] = Case(run(cfg=cfg_with(optimizer={"params": {"lr": 0.1}})), r"optimizer\.type must name an optimizer")
+CASES["optimizer not an object"] = Case(run(cfg=cfg_with(optimizer="AdamW")), r"optimizer must be a JSON object")
+CASES["optimizer typo"] = Case(run(cfg=cfg_with(optimizer__tpye="AdamW")), r"optimizer\.tpye \(did you mean type\?\)")
+CASES["optimizer params list"] = Case(run(cfg=cfg_with(optimizer__params=[0.001])), r"optimizer\.params must be a JSON object")
+CASES["lr string"] = Case(run(cfg=cfg_with(optimizer__params__lr="fast")), r"optimizer\.params\.lr must be a number, got 'fast'")
+CASES["lr negative"] = Case(run(cfg=cfg_with(optimizer__params__lr=-0.1)), r"optimizer\.params\.lr must be >= 0")
+CASES["betas short"] = Case(run(cfg=cfg_with(optimizer__params__betas=[0.9])), r"optimizer\.params\.betas must be a list of 2 numbers")
+CASES["betas range"] = Case(run(cfg=cfg_with(optimizer__params__betas=[0.9, 1.5])), r"optimizer\.params\.betas must be numbers in \[0, 1\)")
+CASES["eps string"] = Case(run(cfg=cfg_with(optimizer__params__eps="tiny")), r"optimizer\.params\.eps must be a number")
+CASES["weight decay bool"] = Case(run(cfg=cfg_with(optimizer__params__weight_decay=True)), r"optimizer\.params\.weight_decay must be a number")
+CASES["optimizer param typo"] = Case(run(cfg=cfg_with(optimizer__params__weight_decays=0.1)),
+                                     r"optimizer\.params\.weight_decays is not a parameter of torch\.optim.*AdamW \(did you mean weight_decay\?\)")
+CASES["sgd param of adam"] = Case(run(cfg=cfg_with(optimizer={"type": "SGD", "params": {"lr": 0.1, "betas": [0.9, 0.99]}})),
+                                  r"optimizer\.params\.betas is not a parameter of torch\.optim\..*SGD")
+CASES["max_grad_norm"] = Case(run(cfg=cfg_with(optimizer__params__max_grad_norm=1.0)), r"optimizer\.params\.max_grad_norm .*gradient_clipping")
+CASES["amsgrad string"] = Case(run(cfg=cfg_with(optimizer__params__amsgrad="no")), r"optimizer\.params\.amsgrad must be true or false")
+
+# --- scheduler --------------------------------------------------------------------------------------
+CASES["scheduler unknown"] = Case(run(cfg=cfg_with(scheduler__type="WarmUpLR")),
+                                  r"scheduler\.type 'WarmUpLR' is not a scheduler DeepSpeed knows \(did you mean WarmupLR\?\)")
+CASES["scheduler type missing"] = Case(run(cfg=cfg_with(scheduler={"params": {}})), r"scheduler\.type None is not a scheduler")
+CASES["scheduler not an object"] = Case(run(cfg=cfg_with(scheduler="WarmupLR")), r"scheduler must be a JSON object")
+CASES["scheduler typo"] = Case(run(cfg=cfg_with(scheduler__parmas={})), r"scheduler\.parmas \(did you mean params\?\)")
+CASES["scheduler param unknown"] = Case(run(cfg=cfg_with(scheduler__params__warmup_steps=10)),
+                                        r"scheduler\.params\.warmup_steps is not a parameter of .*WarmupLR")
+CASES["scheduler param type"] = Case(run(cfg=cfg_with(scheduler__params__warmup_num_steps="ten")),
+                                     r"scheduler\.params\.warmup_num_steps must be an integer, got 'ten'")
+CASES["scheduler param type str"] = Case(run(cfg=cfg_with(scheduler__params__warmup_type=3)),
+                                         r"scheduler\.params\.warmup_type must be a string")
+CASES["scheduler required missing"] = Case(run(cfg=cfg_with(scheduler={"type": "OneCycle", "params": {"cycle_min_lr": 0.0}})),
+                                           r"scheduler\.params\.cycle_max_lr is required by .*OneCycle")
+CASES["torch scheduler param"] = Case(run(cfg=cfg_with(scheduler={"type": "StepLR", "params": {"step": 10}})),
+                                      r"scheduler\.params\.step is not a parameter of .*StepLR")
+
+# --- --set ------------------------------------------------------------------------------------------
+CASES["--set without ="] = Case(run("--set", "zero_optimization.stage"), r"--set 'zero_optimization\.stage': expected KEY=VALUE")
+CASES["--set empty key"] = Case(run("--set", "=3"), r"--set '=3': expected KEY=VALUE")
+CASES["--set empty part"] = Case(run("--set", "zero_optimization..stage=3"), r"expected KEY=VALUE")
+CASES["--set through scalar"] = Case(run("--set", "train_batch_size.x=1"), r"--set 'train_batch_size\.x=1': train_batch_size is not a JSON object")
+CASES["--set wrong type stage"] = Case(run("--set", "zero_optimization.stage=three"), r"zero_optimization\.stage must be 0, 1, 2 or 3, got 'three'")
+CASES["--set wrong type bool"] = Case(run("--set", "bf16.enabled=maybe"), r"bf16\.enabled must be a valid boolean")
+CASES["--set wrong type lr"] = Case(run("--set", "optimizer.params.lr=fast"), r"optimizer\.params\.lr must be a number")
+CASES["--set typo"] = Case(run("--set", "zero_optimization.stage3_param_persitence_threshold=1"),
+                           r"did you mean stage3_param_persistence_threshold\?")
+CASES["--set offload device"] = Case(run("--set", "zero_optimization.offload_optimizer.device=gpu"),
+                                     r"zero_optimization\.offload_optimizer\.device must be 'none', 'cpu' or 'nvme'")
+
+# --- hostfiles and filters (launch) -----------------------------------------------------------------
+CASES["hostfile missing"] = Case(cmd("launch", "deepspeed", "--hostfile", "{tmp}/none", "--dry-run"), r"hostfile .*none: not found")
+CASES["hostfile folder"] = Case(cmd("launch", "deepspeed", "--hostfile", "{tmp}", "--dry-run"), r"hostfile .*: cannot read")
+CASES["hostfile empty"] = Case(hostfile("# nothing\n"), r"hf: no hosts found")
+CASES["hostfile no slots"] = Case(hostfile("node01\n"), r"hf:1: missing slots in 'node01'")
+CASES["hostfile zero slots"] = Case(hostfile("node01 slots=0\n"), r"hf:1: zero slots")
+CASES["hostfile negative slots"] = Case(hostfile("node01 slots=-2\n"), r"hf:1: negative slots")
+CASES["hostfile text slots"] = Case(hostfile("node01 slots=four\n"), r"hf:1: slots must be an integer")
+CASES["hostfile bad host"] = Case(hostfile("node_01 slots=2\n"), r"hf:1: bad hostname 'node_01'")
+CASES["hostfile duplicate"] = Case(hostfile("n1 slots=2\nn1 slots=2\n"), r"hf:2: duplicate host 'n1'")
+CASES["hostfile binary"] = Case(lambda tmp: ((tmp / "hf").write_bytes(b"\xff\xfe"),
+                                            ["launch", "mpirun", "--hostfile", str(tmp / "hf"), "--dry-run"])[1],
+                                r"hostfile .*hf: cannot read \(not UTF-8 text\)")
+CASES["include unknown host"] = Case(hostfile("n1 slots=2\n", "--include", "n9"), r"--include: host 'n9' is not in the hostfile")
+CASES["include slot range"] = Case(hostfile("n1 slots=2\n", "--include", "n1:5"), r"--include: slot 5 out of range")
+CASES["include slot text"] = Case(hostfile("n1 slots=2\n", "--include", "n1:a"), r"--include: slot 'a' for host 'n1' is not an integer")
+CASES["exclude everything"] = Case(hostfile("n1 slots=2\n", "--exclude", "n1"), r"--exclude: 'n1' removes every slot")
+CASES["include and exclude"] = Case(hostfile("n1 slots=2\n", "--include", "n1", "--exclude", "n1:0"), r"--include and --exclude are mutually exclusive")
+CASES["include empty entry"] = Case(hostfile("n1 slots=2\n", "--include", "n1@"), r"--include: empty host or slot list")
+CASES["include without hostfile"] = Case(cmd("launch", "torchrun", "--include", "n1", "--dry-run"), r"--include filters the hosts of a hostfile")
+
+# --- launch arguments -------------------------------------------------------------------------------
+CASES["launch nnodes 0"] = Case(cmd("launch", "torchrun", "--nnodes", "0", "--dry-run"), r"--nnodes must be a positive integer, got 0")
+CASES["launch nproc -1"] = Case(cmd("launch", "torchrun", "--nproc-per-node", "-1", "--dry-run"), r"--nproc-per-node must be a positive integer, got -1")
+CASES["launch port 70000"] = Case(cmd("launch", "torchrun", "--master-port", "70000", "--dry-run"), r"--master-port must be a TCP port in 1\.\.65535, got 70000")
+CASES["launch port 0"] = Case(cmd("launch", "torchrun", "--master-port", "0", "--dry-run"), r"--master-port must be a TCP port")
+CASES["launch node rank"] = Case(cmd("launch", "torchrun", "--nnodes", "2", "--node-rank", "2", "--dry-run"),
+                                 r"--node-rank must be below the number of nodes \(2\), got 2")
+CASES["launch node rank negative"] = Case(cmd("launch", "torchrun", "--node-rank", "-1", "--dry-run"), r"--node-rank must be an integer >= 0")
+CASES["launch unknown launcher"] = Case(cmd("launch", "pdsh", "--dry-run"), r"invalid choice: 'pdsh'")
+CASES["launch mpirun needs hostfile"] = Case(cmd("launch", "mpirun", "--dry-run"), r"launch mpirun: --hostfile is required")
+CASES["launch mpi for torchrun"] = Case(cmd("launch", "torchrun", "--mpi", "pmix", "--dry-run"), r"--mpi is an srun option")
+CASES["launch bad run args"] = Case(cmd("launch", "torchrun", "--dry-run", "--", "run", "--workload", "mnist",
+                                        "--ds-config", "x.json", "--stepz", "3"),
+                                    r"the ds-bench command after '--'.*unrecognized arguments: --stepz")
+CASES["launch nnodes text"] = Case(cmd("launch", "srun", "--nnodes", "two", "--dry-run"), r"--nnodes.*invalid int value")
+
+# --- bench, report, doctor --------------------------------------------------------------------------
+BENCH = ("bench", "--results", "{tmp}/r.jsonl")
+CASES["bench nproc 0"] = Case(cmd(*BENCH, "--nproc", "0"), r"--nproc must be a positive integer, got 0")
+CASES["bench nproc -3"] = Case(cmd(*BENCH, "--nproc", "-3"), r"--nproc must be a positive integer, got -3")
+CASES["bench steps below warmup"] = Case(cmd(*BENCH, "--steps", "2", "--warmup", "5"), r"--steps \(2\) must be greater than --warmup \(5\)")
+CASES["bench steps 0"] = Case(cmd(*BENCH, "--steps", "0"), r"--steps must be a positive integer, got 0")
+CASES["bench warmup negative"] = Case(cmd(*BENCH, "--warmup", "-1"), r"--warmup must be an integer >= 0, got -1")
+CASES["bench port"] = Case(cmd(*BENCH, "--master-port", "99999"), r"--master-port must be a TCP port in 1\.\.65535")
+CASES["bench unknown workload"] = Case(cmd(*BENCH, "--workload", "bert"), r"--workload 'bert' is unknown")
+CASES["bench missing config"] = Case(cmd(*BENCH, "--configs", "nope.json"), r"--configs nope\.json: file not found")
+CASES["bench empty configs"] = Case(cmd(*BENCH, "--configs"), r"--configs needs at least one")
+CASES["bench bad run args"] = Case(cmd(*BENCH, "--", "--stepz", "3"), r"run arguments after '--' .*unrecognized arguments: --stepz")
+CASES["bench bad config"] = Case(lambda tmp: ((tmp / "b.json").write_text('{"zero_optimization": {"stage": 7}}'),
+                                              ["bench", "--results", str(tmp / "r.jsonl"), "--workload", "mnist",
+                                               "--configs", str(tmp / "b.json")])[1],
+                                 r"b\.json: zero_optimization\.stage must be 0, 1, 2 or 3, got 7")
+CASES["report missing"] = Case(cmd("report", "{tmp}/none.jsonl"), r"none\.jsonl: no results file")
+CASES["report folder"] = Case(cmd("report", "{tmp}"), r": is a folder; expected a results file")
+CASES["report not json"] = Case(lambda tmp: ((tmp / "x.jsonl").write_text("hello\n"), ["report", str(tmp / "x.jsonl")])[1],
+                                r"x\.jsonl:1: not a JSON line")
+CASES["report plot folder missing"] = Case(
+    lambda tmp: ((tmp / "x.jsonl").write_text('{"workload": "mnist"}\n'),
+                 ["report", str(tmp / "x.jsonl"), "--plot", str(tmp / "no" / "p.png")])[1],
+    r"--plot .*p\.png: folder .* does not exist")
+CASES["doctor timeout"] = Case(cmd("doctor", "--dist-timeout", "0"), r"--dist-timeout must be a finite number of seconds > 0")
+CASES["doctor connect timeout"] = Case(cmd("doctor", "--connect-timeout", "-1"), r"--connect-timeout must be a finite number")
+CASES["doctor iface"] = Case(cmd("doctor", "--iface", "nosuch0"), r"interface 'nosuch0' .* does not exist")
+CASES["doctor json folder"] = Case(cmd("doctor", "--json", "{tmp}"), r"--json .*: is a folder")
+CASES["no subcommand"] = Case(cmd(), r"the following arguments are required: command")
+
+
+@pytest.fixture
+def no_side_effects(monkeypatch):
+    """Anything past validation fails loudly instead of joining a process group or launching."""
+    from ds_bench import launch, runtime, suite
+
+    def passed(*_a, **_k):
+        raise AssertionError(PASSED)
+
+    monkeypatch.setattr(runtime, "init_distributed", passed)
+    monkeypatch.setattr(launch, "run_child", passed)
+    monkeypatch.setattr(suite, "launch", passed)
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "DS_BENCH_IFACE"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_there_are_at_least_80_cases():
+    assert len(CASES) >= 80, len(CASES)
+
+
+@pytest.mark.parametrize("name", CASES, ids=list(CASES))
+def test_bad_input(name, tmp_path, capsys, no_side_effects):
+    case = CASES[name]
+    code = cli.main(case.argv(tmp_path))
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("ds-bench: error:")]
+    assert code == 2, f"exit {code}\n{err[-3000:]}"
+    assert len(errors) == 1, err
+    assert "Traceback" not in err and PASSED not in err, err
+    assert re.search(case.pattern, errors[0]), errors[0]
+    assert not (tmp_path / "r.jsonl").exists()
