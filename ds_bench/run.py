@@ -16,7 +16,7 @@ import socket
 
 import torch
 
-from ds_bench import ds_config, ops, peaks, rendezvous, results, runtime, summary
+from ds_bench import ds_config, ops, peaks, preflight, rendezvous, results, runtime, summary
 from ds_bench.config import RunConfig
 from ds_bench.ds_config import RunContext
 from ds_bench.errors import UserError
@@ -38,6 +38,7 @@ def run_benchmark(cfg: RunConfig) -> int:
                      steps=cfg.steps, warmup=cfg.warmup, micro_batch=cfg.micro_batch,
                      hidden_size=workload.hidden_size)
     ds_cfg = ds_config.prepare(cfg.ds_config, cfg.overrides, ctx)
+    preflight.check(cfg, workload, info.world_size, ds_cfg["train_micro_batch_size_per_gpu"])  # results path, data
     ops.announce_cpu_builds(device_type, _jit_optimizer_op(ds_cfg))
     quiet_deepspeed()
     state = runtime.init_distributed(rdzv, cfg.dist_timeout_s, cfg.connect_timeout_s)
