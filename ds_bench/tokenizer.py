@@ -35,7 +35,7 @@ def load_gpt2_tokenizer(model_path: str | None = None):
     folder = model_path if model_path and has_tokenizer(model_path) else packaged_folder()
     try:
         tok = GPT2TokenizerFast.from_pretrained(folder)
-    except (OSError, ValueError, TypeError) as e:  # unreadable or malformed tokenizer files
+    except Exception as e:  # malformed files raise anything: JSONDecodeError, KeyError, tokenizers' Exception
         raise UserError(f"cannot load the GPT-2 tokenizer in {folder}: {type(e).__name__}: "
                         f"{str(e).splitlines()[0] if str(e) else ''}") from None
     tok.model_max_length = int(1e12)  # documents are packed later; silence the 1024-token warning

