@@ -2,11 +2,13 @@
 
 Atomic means a whole line or nothing: the line is written with one ``write`` on an ``O_APPEND``
 descriptor under an exclusive ``flock`` and fsync'ed, so concurrent runs sharing a results file
-never interleave and a killed run leaves no half line.
+never interleave and a killed run leaves no half line. A write the file system refuses part-way
+(disk full, file-size limit) is cut back to the line's start and reported as one ``UserError`` line.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -25,22 +27,48 @@ def new_run_id() -> str:
 
 
 def append_record(path: str, record: dict) -> None:
+    """Append ``record`` as one whole JSON line, or nothing.
+
+    A write the file system cuts short (disk full, ``RLIMIT_FSIZE``, quota) is truncated back to the
+    line's start and raised as a ``UserError`` naming the file and the reason, so the CLI reports
+    it as one line and a non-zero exit rather than a traceback.
+    """
     line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        if not os.path.lexists(parent):  # a parent that is a file: let open say "Not a directory"
+            os.makedirs(parent, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise _append_error(path, e) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         start = os.lseek(fd, 0, os.SEEK_END)
         try:
-            written = os.write(fd, line)
-        except OSError:
-            written = -1
-        if written != len(line):  # disk full or similar: leave no half line behind
-            os.ftruncate(fd, start)
-            raise OSError(f"{path}: could not append a whole results line")
-        os.fsync(fd)
+            _write_all(fd, line)
+            os.fsync(fd)
+        except OSError as e:
+            os.ftruncate(fd, start)  # leave no half line behind
+            raise _append_error(path, e) from None
     finally:
         os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """One ``write`` in the normal case; a short write is continued, so the error that cut it
+    short (ENOSPC, EFBIG...) is the one raised."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written == 0:  # not expected of a regular file; never loop on it
+            raise OSError(errno.EIO, "the file system accepted no bytes")
+        view = view[written:]
+
+
+def _append_error(path: str, e: OSError):
+    from ds_bench.errors import UserError
+
+    return UserError(f"{path}: could not append a whole results line: {e.strerror or e}")
 
 
 def read_records(path: str) -> list[dict]:

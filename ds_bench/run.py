@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ds_bench import ds_config, faults, ops, optim, peaks, rendezvous, results, runtime, summary
+from ds_bench import ds_config, faults, ops, optim, peaks, preflight, rendezvous, results, runtime, summary
 from ds_bench.config import RunConfig
 from ds_bench.ds_config import RunContext
 from ds_bench.errors import UserError
@@ -81,6 +81,7 @@ def _prepare(cfg: RunConfig):
                      steps=cfg.steps, warmup=cfg.warmup, micro_batch=cfg.micro_batch,
                      hidden_size=workload.hidden_size)
     ds_cfg = ds_config.prepare(cfg.ds_config, cfg.overrides, ctx)
+    preflight.check(cfg, workload, rdzv.info.world_size, ds_cfg["train_micro_batch_size_per_gpu"])  # results, data
     optimizer_op = _jit_optimizer_op(ds_cfg)
     ops.announce_cpu_builds(device_type, optimizer_op)
     ops.ensure_loaded(ops.ops_for_run(device_type, optimizer_op))
@@ -157,8 +158,12 @@ def _record_failure(run: Started, error: BaseException | None = None, stalled_s:
                "signal": signal.Signals(signum).name if signum else None, "stalled_s": stalled_s,
                "peers": {str(r): s for r, s in troubled.items()}}
     record = _record(run, "failed", metrics=metrics, error=reason, failure=failure)
-    with faults.deferred():
-        results.append_record(run.cfg.results, record)
+    try:
+        with faults.deferred():
+            results.append_record(run.cfg.results, record)
+    except (OSError, UserError) as e:  # keep the run's own failure as the one that propagates
+        log.error("%s; the failed record could not be written: %s", reason, e)
+        return
     log.error("%s (recorded in %s)", reason, run.cfg.results)
 
 

@@ -33,7 +33,11 @@ def load_gpt2_tokenizer(model_path: str | None = None):
     from transformers import GPT2TokenizerFast
 
     folder = model_path if model_path and has_tokenizer(model_path) else packaged_folder()
-    tok = GPT2TokenizerFast.from_pretrained(folder)
+    try:
+        tok = GPT2TokenizerFast.from_pretrained(folder)
+    except Exception as e:  # malformed files raise anything: JSONDecodeError, KeyError, tokenizers' Exception
+        raise UserError(f"cannot load the GPT-2 tokenizer in {folder}: {type(e).__name__}: "
+                        f"{str(e).splitlines()[0] if str(e) else ''}") from None
     tok.model_max_length = int(1e12)  # documents are packed later; silence the 1024-token warning
     if len(tok) == 0:
         raise UserError(f"tokenizer in {folder} is empty: expected GPT-2 vocab.json and merges.txt")

@@ -45,3 +45,37 @@ def explain(proc: subprocess.CompletedProcess) -> str:
 def fashion_mnist() -> Path:
     assert FASHION_MNIST.is_dir(), "Fashion-MNIST missing: `make test` installs dataset-fashion-mnist"
     return FASHION_MNIST
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path) -> Path:
+    """A real 64 KiB file system (tmpfs, mounted here; we run as root), unmounted afterwards.
+
+    Skips with mount's own reason where mounting is not permitted (no CAP_SYS_ADMIN)."""
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip() or proc.returncode}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def fill_up(folder: Path, leave_bytes: int = 0) -> int:
+    """Fill ``folder``'s file system with a filler file, then free ``leave_bytes`` (rounded down to
+    whole blocks) of it again; returns the bytes then free, from statvfs."""
+    block = os.statvfs(folder).f_frsize
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        while os.write(fd, b"\0" * block):
+            pass
+    except OSError:  # ENOSPC: full
+        pass
+    finally:
+        os.close(fd)
+    size = os.path.getsize(folder / "filler")
+    os.truncate(folder / "filler", max(0, size - size % block - leave_bytes // block * block))
+    st = os.statvfs(folder)
+    return st.f_bavail * st.f_frsize

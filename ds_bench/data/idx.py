@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import os
 import struct
+import zlib
 
 import numpy as np
 import torch
@@ -37,7 +38,7 @@ def read_idx(path: str) -> np.ndarray:
     try:
         with opener(path, "rb") as f:
             data = f.read()
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:  # gzip: truncated (EOFError), corrupt (zlib.error, BadGzipFile)
         raise UserError(f"{path}: cannot read idx file ({e})") from None
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _DTYPES:
         raise UserError(f"{path}: not an idx file of unsigned bytes (bad magic number)")
@@ -56,7 +57,8 @@ def load_split(root: str, split: str = "train") -> tuple[torch.Tensor, torch.Ten
     images_path, labels_path = find_split(root, split)
     images, labels = read_idx(images_path), read_idx(labels_path)
     if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
-        raise UserError(f"{root}: images {images.shape} and labels {labels.shape} do not pair up")
+        raise UserError(f"--data {root}: images {images.shape} in {images_path} and labels {labels.shape} "
+                        f"in {labels_path} do not pair up (expected [N, H, W] images and [N] labels)")
     return torch.from_numpy(images.copy()), torch.from_numpy(labels.astype(np.int64))
 
 

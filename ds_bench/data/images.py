@@ -77,6 +77,9 @@ def folder_source(path: str, image_size: int) -> tuple[int, Fetch]:
     ds = load_local_dataset("imagefolder", path, data_dir=path)
     if "label" not in ds.column_names:
         raise UserError(f"--data {path}: image folder has no class subfolders (no labels)")
+    if len(ds) == 0:
+        raise UserError(f"--data {path}: image folder holds no images")
+    _check_first_image(ds, path, image_size)
 
     def fetch(idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rows = ds[idx.tolist()]
@@ -84,6 +87,18 @@ def folder_source(path: str, image_size: int) -> tuple[int, Fetch]:
         return pixels, torch.tensor(rows["label"], dtype=torch.int64)
 
     return len(ds), fetch
+
+
+def _check_first_image(ds, path: str, image_size: int) -> None:
+    """Decode image 0 now (``datasets`` decodes lazily), so a broken file is a UserError before the
+    run starts; its file is named. Later images are decoded as batches are drawn."""
+    try:
+        _decode(ds[0]["image"], image_size)
+    except (OSError, ValueError, SyntaxError) as e:  # PIL: UnidentifiedImageError (OSError), truncated...
+        import datasets
+
+        name = ds.cast_column("image", datasets.Image(decode=False))[0]["image"]["path"]
+        raise UserError(f"--data {path}: cannot decode image {name}: {e}") from None
 
 
 def _decode(image, image_size: int) -> torch.Tensor:

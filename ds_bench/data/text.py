@@ -6,29 +6,36 @@ a ``"text"`` field; an end-of-text token follows each record), loaded with HF ``
 
 Tokenizing happens once: the stream is cached as ``$DS_BENCH_CACHE/tokens/<key>.npy``, the key
 hashing each file's path, size and mtime and the tokenizer's full definition, so a changed file or
-vocabulary is re-tokenized. In a distributed run the first rank of each node writes the cache and
-the others wait at a barrier, then read it. Packing cuts the stream into full ``seq_len`` windows
-(the remainder is dropped, as in HF's run_clm ``group_texts``).
+vocabulary is re-tokenized. Tokenizing happens before the process group is joined (so the length
+of the data is checked before joining): ranks sharing a cache take an ``flock`` on
+``<key>.npy.lock`` beside the entry; the first tokenizes and writes the entry atomically, the
+others wait (bounded by ``wait_s``) and read it. Without ``flock`` or past the wait, a rank
+tokenizes alone; the atomic write keeps the entry whole either way. Empty files hold no text and
+are skipped (HF's loaders cannot infer a schema from them). Packing cuts the stream into full
+``seq_len`` windows (the remainder is dropped, as in HF's run_clm ``group_texts``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 
 import numpy as np
 import torch
 
-from ds_bench.data.local import cache_dir, load_local_dataset
+from ds_bench.data.local import cache_dir, file_lock, load_local_dataset
 from ds_bench.errors import UserError
 
 TEXT_SUFFIXES = (".txt", ".text")
 JSON_SUFFIXES = (".json", ".jsonl")
+log = logging.getLogger("ds_bench")
 TOKENIZE_CHUNK = 2000  # rows per tokenizer call
+LOCK_WAIT_S = 600.0  # default bound on waiting for another rank's tokenizing
 
 
 def find_text_files(path: str) -> list[str]:
-    """The text / JSON-lines files ``--data`` names, sorted; a UserError when there are none."""
+    """The non-empty text / JSON-lines files ``--data`` names, sorted; a UserError when there are none."""
     if os.path.isfile(path):
         files = [path]
     else:
@@ -36,20 +43,22 @@ def find_text_files(path: str) -> list[str]:
     files = [f for f in files if os.path.isfile(f) and f.lower().endswith(TEXT_SUFFIXES + JSON_SUFFIXES)]
     if not files:
         raise UserError(f"--data {path}: no text files ({', '.join(TEXT_SUFFIXES + JSON_SUFFIXES)}) found")
-    return files
+    non_empty = [f for f in files if os.path.getsize(f) > 0]
+    if not non_empty:
+        what = "the file is empty" if files == [path] else f"all {len(files)} text files are empty"
+        raise UserError(f"--data {path}: {what} (0 bytes, no text to train on)")
+    return non_empty
 
 
-def token_stream(files: list[str], tokenizer, flag_value: str) -> np.ndarray:
-    """All files' tokens, concatenated in order; from the cache when it is current."""
+def token_stream(files: list[str], tokenizer, flag_value: str, wait_s: float = LOCK_WAIT_S) -> np.ndarray:
+    """All files' tokens, concatenated in order; from the cache when it is current, else tokenized
+    by the first process to take the entry's lock while the others wait for it."""
     path = os.path.join(cache_dir("tokens"), cache_key(files, tokenizer) + ".npy")
-    if _distributed():
-        import torch.distributed as dist
-
-        if int(os.environ.get("LOCAL_RANK", "0")) == 0 and not os.path.isfile(path):
-            _save_atomic(path, _tokenize(files, tokenizer, flag_value))
-        dist.barrier()  # every rank passes here exactly once, cache hit or not
-    elif not os.path.isfile(path):
-        _save_atomic(path, _tokenize(files, tokenizer, flag_value))
+    if not os.path.isfile(path):
+        with file_lock(path + ".lock", wait_s):
+            if not os.path.isfile(path):  # written by the lock's previous holder?
+                log.info("tokenizing %d file(s) of --data %s into %s", len(files), flag_value, path)
+                _save_atomic(path, _tokenize(files, tokenizer, flag_value))
     return np.load(path)
 
 
@@ -98,6 +107,3 @@ def _save_atomic(path: str, array: np.ndarray) -> None:
     np.save(tmp, array)
     os.replace(tmp, path)
 
-
-def _distributed() -> bool:
-    return torch.distributed.is_available() and torch.distributed.is_initialized()

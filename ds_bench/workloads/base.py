@@ -1,7 +1,9 @@
 """The contract every workload meets, and the data helpers they share.
 
 A workload turns a ``RunConfig`` into a model, an endless stream of per-rank batches, a loss and
-(for FLOPs/MFU) a model-FLOPs count. ``ds_bench.workloads.REGISTRY`` maps names to the classes.
+(for FLOPs/MFU) a model-FLOPs count. Its constructor checks flags and paths; ``prepare_data`` reads
+and checks ``--data`` itself, before the process group is joined (``ds_bench.preflight``).
+``ds_bench.workloads.REGISTRY`` maps names to the classes.
 """
 
 from __future__ import annotations
@@ -43,6 +45,12 @@ class Workload(ABC):
     def tokens_per_sample(self) -> int | None:
         return None
 
+    def prepare_data(self, world_size: int, micro_batch: int) -> None:
+        """Read and check ``--data`` (files, decoding, tokenizing, sample count) and keep it for
+        ``batches``; a ``UserError`` naming the data when it is bad or too small. Called on every
+        rank before the process group is joined; loads once, so calling it again is cheap.
+        Synthetic data: nothing to read."""
+
     @abstractmethod
     def build_model(self) -> torch.nn.Module: ...
 
@@ -68,14 +76,20 @@ def shard_epochs(n: int, rank: int, world_size: int, micro_batch: int, seed: int
     Every rank draws the same permutation (same seed) and takes every ``world_size``-th index,
     the DistributedSampler scheme, so shards are disjoint and equal in size.
     """
+    check_enough(n, world_size, micro_batch, f"--data holds {n} samples")
     per_rank = n // world_size
-    if per_rank < micro_batch:
-        raise UserError(f"--data holds {n} samples: too few for {world_size} ranks x micro-batch {micro_batch}")
     gen = torch.Generator().manual_seed(seed)
     while True:
         shard = torch.randperm(n, generator=gen)[rank:per_rank * world_size:world_size]
         for start in range(0, per_rank - micro_batch + 1, micro_batch):
             yield shard[start:start + micro_batch]
+
+
+def check_enough(n: int, world_size: int, micro_batch: int, subject: str, need_note: str = "") -> None:
+    """A UserError starting with ``subject`` unless ``n`` samples give every rank one micro-batch."""
+    if n // world_size < micro_batch:
+        raise UserError(f"{subject}: too few for {world_size} rank(s) x micro-batch {micro_batch}, "
+                        f"which need at least {world_size * micro_batch}{need_note}")
 
 
 def cycle_pool(pool: list[Batch]) -> Iterator[Batch]:

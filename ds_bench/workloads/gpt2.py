@@ -10,7 +10,8 @@ dropout, as nanoGPT does for pretraining, so runs are deterministic across ZeRO 
 ``--seq-len`` (default 1024; ``n_positions`` grows to fit for models from scratch).
 ``--data synthetic`` (uniform random tokens) or a text / JSON-lines file or folder
 (``ds_bench.data.text``: tokenized once with the real GPT-2 BPE of ``ds_bench.tokenizer``,
-cached, packed into full sequences, sharded across ranks). ``--activation-checkpointing``
+cached, packed into full sequences, sharded across ranks; read and counted by ``prepare_data``
+before the process group is joined). ``--activation-checkpointing``
 recomputes each block in the backward pass. Reports tokens/s and sequences/s; model FLOPs from
 ``ds_bench.flops.gpt2_flops_per_token`` (PaLM's 6N + 12 L d T, recomputation not counted).
 """
@@ -27,7 +28,7 @@ from torch import nn
 from ds_bench import flops
 from ds_bench.data import text
 from ds_bench.errors import UserError
-from ds_bench.workloads.base import Batch, Workload, cycle_pool, shard_epochs
+from ds_bench.workloads.base import Batch, Workload, check_enough, cycle_pool, shard_epochs
 
 # name: (n_layer, n_embd, n_head)
 SHAPES: dict[str, tuple[int, int, int]] = {
@@ -64,6 +65,8 @@ class GPT2Workload(Workload):
         else:
             self.config = gpt2_config(self.size, cfg.seq_len)
         self.files = None if cfg.data == "synthetic" else text.find_text_files(cfg.data)
+        self.seqs: torch.Tensor | None = None  # [n, seq_len] packed tokens, set by prepare_data
+        self.n_tokens = 0
 
     @property
     def hidden_size(self) -> int:
@@ -85,9 +88,22 @@ class GPT2Workload(Workload):
             enable_checkpointing(model)
         return model
 
+    def prepare_data(self, world_size: int, micro_batch: int) -> None:
+        """Load the tokenizer, tokenize (or read the cache), pack, and count sequences."""
+        if self.files is None:
+            return
+        if self.seqs is None:
+            stream = text.token_stream(self.files, self._tokenizer(), self.cfg.data, self.cfg.dist_timeout_s)
+            self.n_tokens, self.seqs = len(stream), text.pack(stream, self.seq_len)
+        n = len(self.seqs)
+        check_enough(n, world_size, micro_batch,
+                     f"--data {self.cfg.data}: {self.n_tokens} GPT-2 tokens make {n} sequence(s) of "
+                     f"--seq-len {self.seq_len}", f" ({world_size * micro_batch * self.seq_len} tokens)")
+
     def batches(self, rank: int, world_size: int, micro_batch: int) -> Iterator[Batch]:
         if self.files is None:
             return cycle_pool(self._synthetic_pool(rank, micro_batch))
+        self.prepare_data(world_size, micro_batch)
         return self._text_batches(rank, world_size, micro_batch)
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -113,16 +129,18 @@ class GPT2Workload(Workload):
         return [{"input_ids": torch.randint(0, self.config.vocab_size, (micro_batch, self.seq_len), generator=gen)}
                 for _ in range(SYNTHETIC_POOL)]
 
-    def _text_batches(self, rank: int, world_size: int, micro_batch: int) -> Iterator[Batch]:
+    def _tokenizer(self):
         from ds_bench.tokenizer import load_gpt2_tokenizer
 
         tokenizer = load_gpt2_tokenizer(self.cfg.model_path)
         if len(tokenizer) > self.config.vocab_size:
             raise UserError(f"tokenizer has {len(tokenizer)} tokens but the model's vocabulary is "
                             f"{self.config.vocab_size}: give --model a folder whose tokenizer matches")
-        seqs = text.pack(text.token_stream(self.files, tokenizer, self.cfg.data), self.seq_len)
-        for idx in shard_epochs(len(seqs), rank, world_size, micro_batch, self.cfg.seed):
-            yield {"input_ids": seqs[idx]}
+        return tokenizer
+
+    def _text_batches(self, rank: int, world_size: int, micro_batch: int) -> Iterator[Batch]:
+        for idx in shard_epochs(len(self.seqs), rank, world_size, micro_batch, self.cfg.seed):
+            yield {"input_ids": self.seqs[idx]}
 
 
 def enable_checkpointing(model: nn.Module) -> None:

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ds_bench import flops
-from ds_bench.data.idx import load_split
-from ds_bench.workloads.base import Batch, Workload, cycle_pool, shard_epochs
+from ds_bench.data.idx import find_split, load_split
+from ds_bench.workloads.base import Batch, Workload, check_enough, cycle_pool, shard_epochs
 
 MEAN, STD = 0.1307, 0.3081  # MNIST pixel statistics used by pytorch/examples
 SYNTHETIC_POOL = 8  # distinct synthetic batches per rank, cycled
@@ -39,12 +39,28 @@ class MnistWorkload(Workload):
     default_lr = 1e-3
     sample_unit = "images"
 
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.images: torch.Tensor | None = None  # normalized [N, 1, 28, 28], set by prepare_data
+        self.labels: torch.Tensor | None = None
+
     def build_model(self) -> nn.Module:
         return MnistCNN()
+
+    def prepare_data(self, world_size: int, micro_batch: int) -> None:
+        if self.cfg.data == "synthetic":
+            return
+        if self.images is None:
+            images, self.labels = load_split(self.cfg.data, "train")
+            self.images = (images.unsqueeze(1).float() / 255.0 - MEAN) / STD
+        images_file = find_split(self.cfg.data, "train")[0]
+        check_enough(len(self.images), world_size, micro_batch,
+                     f"--data {self.cfg.data}: {len(self.images)} images in {images_file}")
 
     def batches(self, rank: int, world_size: int, micro_batch: int) -> Iterator[Batch]:
         if self.cfg.data == "synthetic":
             return cycle_pool(self._synthetic_pool(rank, micro_batch))
+        self.prepare_data(world_size, micro_batch)
         return self._real_batches(rank, world_size, micro_batch)
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -67,7 +83,5 @@ class MnistWorkload(Workload):
                 for _ in range(SYNTHETIC_POOL)]
 
     def _real_batches(self, rank: int, world_size: int, micro_batch: int) -> Iterator[Batch]:
-        images, labels = load_split(self.cfg.data, "train")
-        x = (images.unsqueeze(1).float() / 255.0 - MEAN) / STD
-        for idx in shard_epochs(len(x), rank, world_size, micro_batch, self.cfg.seed):
-            yield {"x": x[idx], "y": labels[idx]}
+        for idx in shard_epochs(len(self.images), rank, world_size, micro_batch, self.cfg.seed):
+            yield {"x": self.images[idx], "y": self.labels[idx]}

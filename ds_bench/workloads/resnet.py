@@ -24,8 +24,9 @@ from torch import nn
 
 from ds_bench import flops
 from ds_bench.data import images
+from ds_bench.data.idx import find_split
 from ds_bench.errors import UserError
-from ds_bench.workloads.base import Batch, Workload, cycle_pool, shard_epochs
+from ds_bench.workloads.base import Batch, Workload, check_enough, cycle_pool, shard_epochs
 
 # name: (blocks per stage, output channels per stage, block type)
 ARCHS: dict[str, tuple[list[int], list[int], str]] = {
@@ -58,19 +59,32 @@ class ResNetWorkload(Workload):
         if data_classes and data_classes > self.num_classes:
             raise UserError(f"--num-classes {self.num_classes} is fewer than the {data_classes} classes "
                             f"in --data {cfg.data}")
+        self.source: tuple[int, images.Fetch] | None = None  # (samples, fetch), set by prepare_data
 
     def build_model(self) -> nn.Module:
         from transformers import ResNetForImageClassification
 
         return ResNetForImageClassification(resnet_config(self.size, self.num_classes))
 
+    def prepare_data(self, world_size: int, micro_batch: int) -> None:
+        """idx: both files read and paired; image folder: loaded and its first image decoded."""
+        if self.data_format is None:
+            return
+        path = self.cfg.data
+        if self.source is None:
+            if self.data_format == "idx":
+                self.source = images.idx_source(path)
+            else:
+                self.source = images.folder_source(path, self.image_size)
+        n = self.source[0]
+        where = find_split(path, "train")[0] if self.data_format == "idx" else "the class folders"
+        check_enough(n, world_size, micro_batch, f"--data {path}: {n} images in {where}")
+
     def batches(self, rank: int, world_size: int, micro_batch: int) -> Iterator[Batch]:
         if self.data_format is None:
             return cycle_pool(self._synthetic_pool(rank, micro_batch))
-        if self.data_format == "idx":
-            n, fetch = images.idx_source(self.cfg.data)
-        else:
-            n, fetch = images.folder_source(self.cfg.data, self.image_size)
+        self.prepare_data(world_size, micro_batch)
+        n, fetch = self.source
         indices = shard_epochs(n, rank, world_size, micro_batch, self.cfg.seed)
         return images.batches(fetch, indices, self.image_size)
 
