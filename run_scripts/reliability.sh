@@ -13,11 +13,13 @@ bin=$here/.venv/bin
 export PATH="$bin:$PATH"
 cd "$here"
 failures=0
-count_ok() { [ -f "$results" ] && "$bin/python" - "$results" <<'PY' || echo -1
-import json, sys
-ok = 0
-for line in open(sys.argv[1], encoding="utf-8"):
-    ok += json.loads(line)["status"] == "ok"  # a torn line raises: counted as -1 (all broken)
+count_ok() {  # whole `ok` records in the results file; -1 when any line is torn
+  "$bin/python" - "$results" <<'PY' || echo -1
+import json, os, sys
+path, ok = sys.argv[1], 0
+if os.path.exists(path):
+    for line in open(path, encoding="utf-8"):
+        ok += json.loads(line)["status"] == "ok"  # a torn line raises
 print(ok)
 PY
 }
