@@ -37,7 +37,9 @@ from importlib import metadata
 log = logging.getLogger("ds_bench")
 
 BUILDERS = {"deepspeed_shm_comm": "ShareMemCommBuilder", "cpu_adam": "CPUAdamBuilder",
-            "fused_adam": "FusedAdamBuilder"}
+            "cpu_adagrad": "CPUAdagradBuilder", "cpu_lion": "CPULionBuilder", "fused_adam": "FusedAdamBuilder"}
+OFFLOAD_OPS = {"adagrad": "cpu_adagrad", "lion": "cpu_lion"}
+"""Optimizer offload's CPU op by optimizer type (DeepSpeed's ``_configure_basic_optimizer``); else cpu_adam."""
 CPU_OPS = ("deepspeed_shm_comm", "cpu_adam")
 """What ``python -m ds_bench.ops`` builds: the comm op every CPU run needs, and optimizer offload's."""
 STALE_AFTER_S = 10.0
@@ -101,6 +103,20 @@ def announce_cpu_builds(device_type: str, optimizer_op: str | None) -> None:
     if missing:
         log.warning("first run on this machine: DeepSpeed compiles %s (~30-60 s each, once; cached in %s)",
                     ", ".join(missing), os.path.dirname(build_dir(missing[0])))
+
+
+def optimizer_op(ds_cfg: dict) -> str | None:
+    """The optimizer op DeepSpeed will JIT-compile for a resolved config (pure): with optimizer
+    offload (cpu or nvme) the CPU op of its type (no optimizer section: ds_bench's default
+    DeepSpeedCPUAdam); fused_adam for Adam/AdamW without ``torch_adam``; none otherwise."""
+    offload = ((ds_cfg.get("zero_optimization") or {}).get("offload_optimizer") or {}).get("device", "none")
+    optimizer = ds_cfg.get("optimizer") or {}
+    kind = str(optimizer.get("type", "")).lower()
+    if offload in ("cpu", "nvme"):
+        return OFFLOAD_OPS.get(kind, "cpu_adam")
+    if kind in ("adam", "adamw") and not (optimizer.get("params") or {}).get("torch_adam"):
+        return "fused_adam"
+    return None
 
 
 def ops_for_run(device_type: str, optimizer_op: str | None) -> tuple[str, ...]:

@@ -82,7 +82,7 @@ def _prepare(cfg: RunConfig):
                      hidden_size=workload.hidden_size)
     ds_cfg = ds_config.prepare(cfg.ds_config, cfg.overrides, ctx)
     preflight.check(cfg, workload, rdzv.info.world_size, ds_cfg["train_micro_batch_size_per_gpu"])  # results, data
-    optimizer_op = _jit_optimizer_op(ds_cfg)
+    optimizer_op = ops.optimizer_op(ds_cfg)
     ops.announce_cpu_builds(device_type, optimizer_op)
     ops.ensure_loaded(ops.ops_for_run(device_type, optimizer_op))
     quiet_deepspeed()
@@ -195,18 +195,6 @@ def _device_type() -> str:
     from deepspeed.accelerator import get_accelerator
 
     return get_accelerator().device_name()
-
-
-def _jit_optimizer_op(ds_cfg: dict) -> str | None:
-    """The optimizer op DeepSpeed will JIT-compile: cpu_adam with optimizer offload, fused_adam
-    for Adam/AdamW without ``torch_adam``, none otherwise."""
-    offload = ds_cfg.get("zero_optimization", {}).get("offload_optimizer", {}).get("device", "none")
-    optimizer = ds_cfg.get("optimizer", {})
-    if offload == "cpu":
-        return "cpu_adam"
-    if optimizer.get("type", "").lower() in ("adam", "adamw") and not optimizer.get("params", {}).get("torch_adam"):
-        return "fused_adam"
-    return None
 
 
 def _record(run: Started, status: str, metrics: dict | None = None, error: str | None = None, **extra) -> dict:

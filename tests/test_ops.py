@@ -123,3 +123,17 @@ def op_folder(name):
     code = ("from ds_bench import ops, runtime; runtime.pin_jit_toolchain(); "
             f"print(ops.build_dir({name!r}))")
     return run_cmd([sys.executable, "-c", code], timeout=60).stdout.strip()
+
+
+def test_the_optimizer_op_deepspeed_will_compile():
+    off = {"zero_optimization": {"offload_optimizer": {"device": "cpu"}}}
+    nvme = {"zero_optimization": {"offload_optimizer": {"device": "nvme", "nvme_path": "/x"}}}
+    assert ops.optimizer_op({**off, "optimizer": {"type": "AdamW"}}) == "cpu_adam"
+    assert ops.optimizer_op(off) == "cpu_adam"  # no optimizer section: ds_bench's DeepSpeedCPUAdam
+    assert ops.optimizer_op({**nvme, "optimizer": {"type": "Adagrad"}}) == "cpu_adagrad"
+    assert ops.optimizer_op({**off, "optimizer": {"type": "Lion"}}) == "cpu_lion"
+    assert ops.optimizer_op({"optimizer": {"type": "Adam"}}) == "fused_adam"
+    assert ops.optimizer_op({"optimizer": {"type": "AdamW", "params": {"torch_adam": True}}}) is None
+    assert ops.optimizer_op({"optimizer": {"type": "SGD"}}) is None
+    assert ops.ops_for_run("cpu", "cpu_adam") == ("deepspeed_shm_comm", "cpu_adam")
+    assert ops.ops_for_run("cuda", None) == ()
