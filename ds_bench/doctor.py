@@ -85,17 +85,12 @@ def report(facts: list[dict], problems: list[str], timing: dict) -> str:
     return "\n".join(out)
 
 
-def _device_type() -> str:
-    from deepspeed.accelerator import get_accelerator
-
-    return get_accelerator().device_name()
-
 
 def run_doctor(iface: str | None, dist_timeout_s: float, connect_timeout_s: float, json_path: str | None) -> int:
     runtime.pin_jit_toolchain()
     runtime.select_accelerator()
     rdzv = rendezvous.resolve(os.environ, iface, dist_timeout_s)
-    ops.ensure_loaded(ops.ops_for_run(_device_type(), None))
+    ops.ensure_loaded(ops.ops_for_run(runtime.device_type(), None))
     state = runtime.init_distributed(rdzv, dist_timeout_s, connect_timeout_s)
     facts = runtime.gather(rank_facts(state))
     try:

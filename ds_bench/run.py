@@ -76,7 +76,7 @@ def _prepare(cfg: RunConfig):
     workload = build_workload(cfg)
     runtime.select_accelerator()
     rdzv = rendezvous.resolve(os.environ, cfg.iface, cfg.dist_timeout_s)
-    device_type = _device_type()
+    device_type = runtime.device_type()
     ctx = RunContext(world_size=rdzv.info.world_size, device_type=device_type, lr=cfg.lr or workload.default_lr,
                      steps=cfg.steps, warmup=cfg.warmup, micro_batch=cfg.micro_batch,
                      hidden_size=workload.hidden_size)
@@ -190,11 +190,6 @@ def _peak_memory(device: torch.device) -> dict[str, int]:
                 "reserved": torch.cuda.max_memory_reserved(device)}
     return {"rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}  # Linux reports KiB
 
-
-def _device_type() -> str:
-    from deepspeed.accelerator import get_accelerator
-
-    return get_accelerator().device_name()
 
 
 def _record(run: Started, status: str, metrics: dict | None = None, error: str | None = None, **extra) -> dict:

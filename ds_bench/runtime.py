@@ -56,6 +56,13 @@ def pin_jit_toolchain() -> None:
     os.environ.update(this_environment_toolchain(os.environ))
 
 
+def device_type() -> str:
+    """``cpu``, ``cuda``, ... as DeepSpeed's accelerator names it (after ``select_accelerator``)."""
+    from deepspeed.accelerator import get_accelerator
+
+    return get_accelerator().device_name()
+
+
 def hub_offline() -> None:
     """``--data`` names local files: keep ``datasets`` off the hub (a lookup may hang retrying on a
     machine with no route out). Values the user set are kept."""
