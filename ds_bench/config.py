@@ -12,6 +12,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from ds_bench import argcheck
 from ds_bench.errors import UserError
 
 
@@ -59,13 +60,7 @@ class RunConfig:
     """The step watchdog: a run in which no step finishes for this long dumps stacks and fails."""
 
     def __post_init__(self) -> None:
-        _require(self.steps > 0, f"--steps must be a positive integer, got {self.steps}")
-        _require(self.warmup >= 0, f"--warmup must be >= 0, got {self.warmup}")
-        _require(
-            self.steps > self.warmup,
-            f"--steps ({self.steps}) must be greater than --warmup ({self.warmup}): "
-            "at least one step must be measured",
-        )
+        argcheck.steps("--steps", self.steps, self.warmup)
         if self.micro_batch is not None:
             _require(self.micro_batch > 0, f"--micro-batch must be positive, got {self.micro_batch}")
         _require(self.seq_len > 0, f"--seq-len must be positive, got {self.seq_len}")
