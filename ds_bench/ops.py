@@ -34,6 +34,8 @@ import time
 from collections.abc import Iterator, Mapping
 from importlib import metadata
 
+from ds_bench.optim import offloads_optimizer
+
 log = logging.getLogger("ds_bench")
 
 BUILDERS = {"deepspeed_shm_comm": "ShareMemCommBuilder", "cpu_adam": "CPUAdamBuilder",
@@ -109,10 +111,9 @@ def optimizer_op(ds_cfg: dict) -> str | None:
     """The optimizer op DeepSpeed will JIT-compile for a resolved config (pure): with optimizer
     offload (cpu or nvme) the CPU op of its type (no optimizer section: ds_bench's default
     DeepSpeedCPUAdam); fused_adam for Adam/AdamW without ``torch_adam``; none otherwise."""
-    offload = ((ds_cfg.get("zero_optimization") or {}).get("offload_optimizer") or {}).get("device", "none")
     optimizer = ds_cfg.get("optimizer") or {}
     kind = str(optimizer.get("type", "")).lower()
-    if offload in ("cpu", "nvme"):
+    if offloads_optimizer(ds_cfg):
         return OFFLOAD_OPS.get(kind, "cpu_adam")
     if kind in ("adam", "adamw") and not (optimizer.get("params") or {}).get("torch_adam"):
         return "fused_adam"

@@ -21,6 +21,7 @@ import types
 import typing
 from typing import Any
 
+from ds_bench.ds_sections import offload_device
 from ds_bench.errors import UserError
 
 DEFAULT_SOURCE = "ds_bench default"
@@ -43,8 +44,7 @@ def optimizer_names() -> list[str]:
 
 def offloads_optimizer(cfg: dict) -> bool:
     """DeepSpeed's ``zero_use_cpu_optimizer``: optimizer offload to cpu or nvme."""
-    node = (cfg.get("zero_optimization") or {}).get("offload_optimizer") or {}
-    return node.get("device") in ("cpu", "nvme")
+    return offload_device(cfg, "offload_optimizer") in ("cpu", "nvme")
 
 
 def optimizer_class(name: str, params: dict, offload: bool, where: str) -> tuple[Any, frozenset[str]]:
