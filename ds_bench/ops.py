@@ -24,7 +24,6 @@ into the rendezvous timeouts. ``python -m ds_bench.ops`` builds the CPU ops up f
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import glob
 import hashlib
 import logging
@@ -34,6 +33,7 @@ import time
 from collections.abc import Iterator, Mapping
 from importlib import metadata
 
+from ds_bench.data.local import file_lock
 from ds_bench.optim import offloads_optimizer
 
 log = logging.getLogger("ds_bench")
@@ -145,21 +145,12 @@ def ensure_loaded(op_names: tuple[str, ...], wait_s: float = WAIT_FOR_BUILD_S) -
 @contextlib.contextmanager
 def _op_lock(folder: str, name: str, wait_s: float) -> Iterator[None]:
     """An exclusive ``flock`` on ``folder/ds_bench.lock``: one ds_bench process loads an op at a time."""
-    fd = os.open(os.path.join(folder, "ds_bench.lock"), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"waited {wait_s:g} s for another process building DeepSpeed op {name} "
-                                       f"in {folder}") from None
-                time.sleep(0.2)
+    path = os.path.join(folder, "ds_bench.lock")
+    with file_lock(path, wait_s) as held:
+        if not held:
+            raise RuntimeError(f"could not take {path} within {wait_s:g} s: another process is building "
+                               f"DeepSpeed op {name}, or this file system has no flock")
         yield
-    finally:
-        os.close(fd)
 
 
 def is_stale(lock_age_s: float, workers: list[int]) -> bool:
