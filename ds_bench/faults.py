@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 
 HANDLED = (signal.SIGTERM, signal.SIGINT)
 
-_state = {"received": None, "deferring": False, "pending": None}
+_state = {"received": None, "deferring": 0, "pending": None}
 
 
 class Terminated(BaseException):
@@ -62,14 +62,14 @@ def _on_signal(signum: int, _frame) -> None:
 
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
-    """Hold a first termination signal until the block (a results write) is done."""
-    _state["deferring"] = True
+    """Hold a first termination signal until the block (a results write) is done; blocks may nest."""
+    _state["deferring"] += 1
     try:
         yield
     finally:
-        _state["deferring"] = False
+        _state["deferring"] -= 1
+    if _state["deferring"] == 0 and _state["pending"] is not None:
         pending, _state["pending"] = _state["pending"], None
-    if pending is not None:
         raise Terminated(pending)
 
 

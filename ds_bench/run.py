@@ -144,7 +144,22 @@ def _stalled(run: Started) -> None:
 
 
 def _record_failure(run: Started, error: BaseException | None = None, stalled_s: float | None = None) -> None:
-    """This rank's ``failed`` record: why (one line), the step reached, and its own partial metrics."""
+    """This rank's ``failed`` record: why (one line), the step reached, and its own partial metrics.
+
+    The whole of it runs with termination signals held: a launcher sends SIGTERM to the survivors
+    moments after a peer dies, which must not cut short the record of why the run failed.
+    """
+    with faults.deferred():
+        reason, record = _failure_record(run, error, stalled_s)
+        try:
+            results.append_record(run.cfg.results, record)
+        except (OSError, UserError) as e:  # keep the run's own failure as the one that propagates
+            log.error("%s; the failed record could not be written: %s", reason, e)
+            return
+        log.error("%s (recorded in %s)", reason, run.cfg.results)
+
+
+def _failure_record(run: Started, error: BaseException | None, stalled_s: float | None) -> tuple[str, dict]:
     state, times = run.state, run.times
     signum = faults.received() if stalled_s is None else None
     troubled = faults.peer_states(run.peers, socket.gethostname())
@@ -157,14 +172,7 @@ def _record_failure(run: Started, error: BaseException | None = None, stalled_s:
     failure = {"steps_done": times.steps_done, "rank": state.rank, "host": socket.gethostname(),
                "signal": signal.Signals(signum).name if signum else None, "stalled_s": stalled_s,
                "peers": {str(r): s for r, s in troubled.items()}}
-    record = _record(run, "failed", metrics=metrics, error=reason, failure=failure)
-    try:
-        with faults.deferred():
-            results.append_record(run.cfg.results, record)
-    except (OSError, UserError) as e:  # keep the run's own failure as the one that propagates
-        log.error("%s; the failed record could not be written: %s", reason, e)
-        return
-    log.error("%s (recorded in %s)", reason, run.cfg.results)
+    return reason, _record(run, "failed", metrics=metrics, error=reason, failure=failure)
 
 
 def _flops_metrics(cfg: RunConfig, flops_per_sample: float | None, samples_per_s: float,

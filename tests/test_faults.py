@@ -166,6 +166,59 @@ def test_a_second_signal_ends_the_process_at_once(tmp_path):
     assert time.monotonic() - start < 10
 
 
+_SIGTERM_WHILE_RECORDING = """
+import os, signal, socket, sys
+import torch
+from ds_bench import faults, run
+from ds_bench.config import RunConfig
+from ds_bench.runtime import DistState
+
+faults.install_signal_handlers()
+
+def peer_states(peers, host, proc="/proc"):
+    os.kill(os.getpid(), signal.SIGTERM)  # the launcher's SIGTERM, arriving while the record is made
+    return {1: "gone"}
+
+faults.peer_states = peer_states
+cfg = RunConfig(workload="mnist", ds_config="ds_configs/zero1.json", results=sys.argv[1], steps=10, warmup=2)
+state = DistState(0, 2, 0, 2, "127.0.0.1", 29500, "torchrun", torch.device("cpu"), "gloo", {})
+ds_cfg = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1, "train_batch_size": 8,
+          "zero_optimization": {"stage": 1}}
+peers = [{"rank": 0, "host": socket.gethostname(), "pid": os.getpid()},
+         {"rank": 1, "host": socket.gethostname(), "pid": 999999}]
+try:
+    run._record_failure(run.Started(cfg, ds_cfg, state, None, "rid", peers),
+                        error=RuntimeError("Connection closed by peer"))
+except faults.Terminated as t:
+    print("terminated", t.exit_code)
+"""
+
+
+def test_a_sigterm_while_the_failure_is_recorded_waits_for_the_record(tmp_path):
+    """torchrun SIGTERMs the survivors moments after a rank dies; the survivor is then already
+    writing its failed record (the race CI hit: the signal cut the record short, leaving none)."""
+    results = tmp_path / "r.jsonl"
+    proc = subprocess.run([sys.executable, "-c", _SIGTERM_WHILE_RECORDING, str(results)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, env=child_env())
+    assert proc.stdout.strip() == "terminated 143", proc
+    (r,) = [json.loads(line) for line in results.read_text().splitlines()]
+    assert r["status"] == "failed" and "Connection closed by peer" in r["error"], r["error"]
+    assert r["failure"]["peers"] == {"1": "gone"} and "rank 1 (pid 999999" in r["error"]
+
+
+def test_deferred_sections_nest():
+    """An inner section's end must not deliver a signal the outer section still holds."""
+    faults._state.update(received=None, pending=None, deferring=0)
+    try:
+        with pytest.raises(faults.Terminated):
+            with faults.deferred():
+                with faults.deferred():
+                    faults._state.update(received=signal.SIGTERM, pending=signal.SIGTERM)
+                assert faults._state["pending"] == signal.SIGTERM  # still held by the outer section
+    finally:
+        faults._state.update(received=None, pending=None, deferring=0)
+
+
 @pytest.mark.dist
 def test_a_stalled_rank_is_caught_by_the_step_watchdog(job):
     j = job("torchrun", 29809, "--step-timeout", "6")
