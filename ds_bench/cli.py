@@ -51,6 +51,18 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step-timeout", dest="step_timeout_s", type=float, default=1800.0,
                    help="seconds without a finished step before the run dumps every thread's stack "
                         "and fails (default 1800)")
+    p.add_argument("--cpu-mem-limit", type=_size, default=None, metavar="SIZE",
+                   help="cap each rank's memory (RLIMIT_DATA), e.g. 4GiB: on CPU ranks a micro-batch that "
+                        "does not fit then fails to allocate and is recorded as an out-of-memory")
+
+
+def _size(text: str) -> int:
+    from ds_bench.memory import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -58,6 +58,8 @@ class RunConfig:
     """How long a non-zero rank tries to reach MASTER_ADDR:MASTER_PORT before failing."""
     step_timeout_s: float = 1800.0
     """The step watchdog: a run in which no step finishes for this long dumps stacks and fails."""
+    cpu_mem_limit: int | None = None
+    """Bytes of private writable memory each rank may map (``ds_bench.memory``); None: no cap."""
 
     def __post_init__(self) -> None:
         argcheck.steps("--steps", self.steps, self.warmup)

@@ -6,7 +6,8 @@ Definitions (all over measured steps only, warm-up excluded):
 - ``samples_per_s`` = train_batch_size x measured steps / sum of step times (global);
   ``samples_per_s_per_device`` = that / world size;
 - ``peak_mem_bytes``: max over ranks of each rank's peak (GPU: max allocated; CPU: peak RSS),
-  ``peak_mem_bytes_mean`` the mean over ranks;
+  ``peak_mem_bytes_mean`` the mean over ranks; ``baseline_mem_bytes``: max over ranks of what a
+  rank held before the model was built (the part of the peak no configuration changes);
 - the loss of a step is the mean over ranks (equal micro-batches, so the global-batch mean).
 """
 
@@ -52,6 +53,7 @@ def summarize(reports: list[RankReport], train_batch_size: int) -> dict:
         "peak_mem_bytes": int(peaks.max()),
         "peak_mem_bytes_mean": int(peaks.mean()),
         "peak_mem_kind": peak_key,
+        "baseline_mem_bytes": int(max(r.peak_mem.get("baseline", 0) for r in reports)),
         "loss_first": float(losses[0]),
         "loss_last": float(losses[-1]),
         "loss_curve": [round(float(x), 6) for x in losses],

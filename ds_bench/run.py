@@ -14,14 +14,13 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import resource
 import signal
 import socket
 from dataclasses import dataclass, field
 
 import torch
 
-from ds_bench import ds_config, faults, ops, optim, peaks, preflight, rendezvous, results, runtime, summary
+from ds_bench import ds_config, faults, memory, ops, optim, peaks, preflight, rendezvous, results, runtime, summary
 from ds_bench.config import RunConfig
 from ds_bench.ds_config import RunContext
 from ds_bench.errors import UserError
@@ -45,6 +44,8 @@ class Started:
     peers: list[dict]
     """rank, host and pid of every rank, to name a peer that died."""
     times: LoopTimes = field(default_factory=LoopTimes)
+    baseline_bytes: int = 0
+    """Memory this rank held before the model was built (runtime, libraries, process group)."""
 
 
 def run_benchmark(cfg: RunConfig) -> int:
@@ -85,6 +86,8 @@ def _prepare(cfg: RunConfig):
     optimizer_op = ops.optimizer_op(ds_cfg)
     ops.announce_cpu_builds(device_type, optimizer_op)
     ops.ensure_loaded(ops.ops_for_run(device_type, optimizer_op))
+    if cfg.cpu_mem_limit:  # after the op builds: the compilers are not the run
+        memory.cap_process_memory(cfg.cpu_mem_limit)
     quiet_deepspeed()
     return workload, ds_cfg, rdzv
 
@@ -104,10 +107,12 @@ def _measure(run: Started, workload) -> tuple[dict, dict]:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(cfg.seed)
+    run.baseline_bytes = memory.current_bytes(state.device)
     model = workload.build_model()
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(ds_config.precision_of(ds_cfg), torch.float32)
     model = model.to(dtype)  # before initialize: BatchNorm et al. must already be in the compute dtype
     params = sum(p.numel() for p in model.parameters())
+    largest_layer = max((sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules()), default=0)
     flops_per_sample = workload.model_flops_per_sample(model)  # before ZeRO-3 partitions the weights
     hw_flops_per_sample = workload.hardware_flops_per_sample(model)
     client_optimizer = optim.default_optimizer(ds_cfg, model.parameters(), cfg.lr or workload.default_lr)
@@ -122,7 +127,7 @@ def _measure(run: Started, workload) -> tuple[dict, dict]:
                  sync=accel.synchronize, barrier=torch.distributed.barrier, times=run.times, beat=watchdog.beat,
                  on_window_open=lambda: log.info("warm-up done (%d steps): measuring %d steps",
                                                  cfg.warmup, cfg.steps - cfg.warmup))
-        reports = runtime.gather(_rank_report(state, run.times))
+        reports = runtime.gather(_rank_report(run))
     if state.rank != 0:
         return {}, {}
     metrics = summarize(reports, ds_cfg["train_batch_size"])
@@ -133,7 +138,7 @@ def _measure(run: Started, workload) -> tuple[dict, dict]:
         metrics.update(hardware_tflops_per_device=hw["tflops_per_device"], hfu=hw["mfu"])
     if workload.tokens_per_sample:
         metrics["tokens_per_s"] = metrics["samples_per_s"] * workload.tokens_per_sample
-    extra = {"params": params, "hosts": sorted({r.host for r in reports})}
+    extra = {"params": params, "largest_layer_params": largest_layer, "hosts": sorted({r.host for r in reports})}
     return metrics, extra
 
 
@@ -167,9 +172,11 @@ def _failure_record(run: Started, error: BaseException | None, stalled_s: float 
                              signum=signum, stalled_s=stalled_s, peers=run.peers, troubled=troubled)
     metrics = {}
     if times.step_s:  # what this rank measured before the end, not reduced over ranks
-        metrics = summarize([_rank_report(state, times)], run.ds_cfg["train_batch_size"])
+        metrics = summarize([_rank_report(run)], run.ds_cfg["train_batch_size"])
         metrics["partial_from_rank"] = state.rank
-    failure = {"steps_done": times.steps_done, "rank": state.rank, "host": socket.gethostname(),
+    kind = ("oom" if memory.is_out_of_memory(error) else "stalled" if stalled_s is not None
+            else "terminated" if signum else "error")
+    failure = {"kind": kind, "steps_done": times.steps_done, "rank": state.rank, "host": socket.gethostname(),
                "signal": signal.Signals(signum).name if signum else None, "stalled_s": stalled_s,
                "peers": {str(r): s for r, s in troubled.items()}}
     return reason, _record(run, "failed", metrics=metrics, error=reason, failure=failure)
@@ -187,17 +194,11 @@ def _flops_metrics(cfg: RunConfig, flops_per_sample: float | None, samples_per_s
     return out
 
 
-def _rank_report(state: runtime.DistState, times: LoopTimes) -> RankReport:
-    return RankReport(rank=state.rank, host=socket.gethostname(), step_s=times.step_s,
-                      phase_s=times.phase_s, losses=times.losses(), peak_mem=_peak_memory(state.device))
-
-
-def _peak_memory(device: torch.device) -> dict[str, int]:
-    if device.type == "cuda":
-        return {"allocated": torch.cuda.max_memory_allocated(device),
-                "reserved": torch.cuda.max_memory_reserved(device)}
-    return {"rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}  # Linux reports KiB
-
+def _rank_report(run: Started) -> RankReport:
+    state, times = run.state, run.times
+    return RankReport(rank=state.rank, host=socket.gethostname(), step_s=times.step_s, phase_s=times.phase_s,
+                      losses=times.losses(),
+                      peak_mem={**memory.peak_bytes(state.device), "baseline": run.baseline_bytes})
 
 
 def _record(run: Started, status: str, metrics: dict | None = None, error: str | None = None, **extra) -> dict:

@@ -1,0 +1,55 @@
+"""A point's DeepSpeed config, derived from the base config (``--ds-config`` plus ``--set``), pure.
+
+Only what the point names changes: ``zero_optimization.stage``; the offload sections (kept from the
+base when it has them, so ``pin_memory``, buffer sizes and ``nvme_path`` survive; otherwise CPU with
+pinned memory); the precision sections (``bf16.enabled`` / ``fp16.enabled``, other keys of those
+sections kept); ``train_micro_batch_size_per_gpu`` and ``gradient_accumulation_steps``, with
+``train_batch_size`` left ``auto`` for the run to resolve against the real world size. Everything
+else (optimizer, scheduler, buckets, clipping) is the base config's.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ds_bench.sweep.points import Point
+
+_CPU_OFFLOAD = {"device": "cpu", "pin_memory": True}
+
+
+def derive(base: dict, point: Point) -> dict:
+    cfg = copy.deepcopy(base)
+    zero = dict(cfg.get("zero_optimization") or {})
+    zero["stage"] = point.stage
+    for section, wanted in (("offload_optimizer", point.offload in ("optimizer", "all")),
+                            ("offload_param", point.offload == "all")):
+        if wanted:
+            kept = dict(zero.get(section) or {})
+            zero[section] = {**_CPU_OFFLOAD, **kept} if kept.get("device") in ("cpu", "nvme") else dict(_CPU_OFFLOAD)
+        else:
+            zero.pop(section, None)
+    cfg["zero_optimization"] = zero
+    for name in ("bf16", "fp16"):
+        section = dict(cfg.get(name) or cfg.get("bfloat16" if name == "bf16" else name) or {})
+        section["enabled"] = point.precision == name
+        cfg[name] = section
+    cfg.pop("bfloat16", None)
+    cfg["train_micro_batch_size_per_gpu"] = point.micro_batch
+    cfg["gradient_accumulation_steps"] = point.grad_accum
+    cfg["train_batch_size"] = "auto"
+    return cfg
+
+
+def axes_of(base: dict) -> dict:
+    """The base config's own stage, offload, precision, micro-batch and accumulation: each axis's
+    default when the command line leaves it out (``auto`` / missing micro-batch: None)."""
+    zero = base.get("zero_optimization") or {}
+    device = lambda s: ((zero.get(s) or {}).get("device") or "none")  # noqa: E731
+    offload = "all" if device("offload_param") != "none" else "optimizer" if device("offload_optimizer") != "none" else "none"
+    bf16 = (base.get("bf16") or base.get("bfloat16") or {}).get("enabled") is True
+    fp16 = (base.get("fp16") or {}).get("enabled") is True
+    mbs = base.get("train_micro_batch_size_per_gpu")
+    ga = base.get("gradient_accumulation_steps")
+    return {"stage": int(zero.get("stage") or 0), "offload": offload,
+            "precision": "bf16" if bf16 else "fp16" if fp16 else "fp32",
+            "micro_batch": mbs if isinstance(mbs, int) else None, "grad_accum": ga if isinstance(ga, int) else 1}
