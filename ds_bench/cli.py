@@ -1,4 +1,4 @@
-"""Command line: ``ds-bench run | bench | doctor | launch | report`` (also ``python -m ds_bench``).
+"""Command line: ``ds-bench run | sweep | bench | doctor | launch | report`` (also ``python -m ds_bench``).
 
 Thin by design: parse, build a config, call one function, turn ``UserError`` into a one-line
 message and exit code 2. The deepspeed launcher appends ``--local_rank=N`` to the module's
@@ -66,15 +66,18 @@ def _size(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ds_bench import suite
-
     parser = _Parser(prog="ds-bench", description=__doc__.splitlines()[0])
     parser.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser("run", help="one benchmark run (what every rank executes)")
     _add_run_args(run)
     run.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)
-    suite.add_arguments(sub.add_parser("bench", help="a suite of runs under the deepspeed launcher, then a table"))
+    from ds_bench.sweep import spec as sweep_spec
+
+    sweep_spec.add_arguments(sub.add_parser("sweep", help="find the fastest configuration that fits: stages x "
+                                            "offload x precision x micro-batch, ranked, with a recommendation"))
+    sweep_spec.add_arguments(sub.add_parser("bench", help="this machine's preset sweep (ds-bench sweep with no "
+                                            "--workload; what make bench runs)"))
     doctor = sub.add_parser("doctor", help="per-rank network/device/version report and an all_reduce check")
     doctor.add_argument("--iface", default=None, help="network interface for the rendezvous")
     doctor.add_argument("--dist-timeout", dest="dist_timeout_s", type=float, default=60.0)
@@ -106,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         head, tail = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
         args = build_parser().parse_args(head)
         args.run_args = tail  # after "--": passed through (bench: to every run; launch: the ds-bench command)
-        if tail and args.command not in ("bench", "launch"):
+        if tail and args.command not in ("sweep", "bench", "launch"):
             raise UserError(f"ds-bench {args.command}: arguments after '--' are not used here: {' '.join(tail)}")
         if args.command == "run":
             from ds_bench.run import run_benchmark
@@ -124,13 +127,13 @@ def main(argv: list[str] | None = None) -> int:
             from ds_bench import launch
 
             return launch.main(args)
-        if args.command == "bench":
-            from ds_bench import suite
+        if args.command in ("sweep", "bench"):
+            from ds_bench.sweep.main import main as sweep_main
 
-            return suite.main(args)
-        from ds_bench import suite
+            return sweep_main(args)
+        from ds_bench.report import report_main
 
-        return suite.report_main(args)
+        return report_main(args)
     except UserError as e:
         print(f"ds-bench: error: {e}", file=sys.stderr, flush=True)
         return UserError.exit_code

@@ -49,7 +49,7 @@ class RunConfig:
     lr: float | None = None
     """Learning rate used where the config says "auto"; None: the workload's default."""
     tag: str | None = None
-    """Free label stored in the record; ``ds-bench bench`` uses it to group a suite."""
+    """Free label stored in the record; ``ds-bench sweep`` finds each point's run records by it."""
     iface: str | None = None
     """Network interface for the rendezvous (``--iface``); None: chosen automatically."""
     dist_timeout_s: float = 300.0

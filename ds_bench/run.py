@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -122,6 +123,7 @@ def _measure(run: Started, workload) -> tuple[dict, dict]:
     with faults.StepWatchdog(cfg.step_timeout_s, lambda done: _stalled(run)) as watchdog:
         batches = workload.batches(state.rank, state.world_size, ds_cfg["train_micro_batch_size_per_gpu"])
         batches = itertools.chain([next(batches)], batches)  # one-time loading (files, tokenizing) stays untimed
+        loop_started_at = time.time()  # wall clock, for a sweep's per-point overhead (launch to first step)
         run_loop(engine, workload, batches, steps=cfg.steps, warmup=cfg.warmup,
                  grad_accum=ds_cfg["gradient_accumulation_steps"], float_dtype=dtype,
                  sync=accel.synchronize, barrier=torch.distributed.barrier, times=run.times, beat=watchdog.beat,
@@ -138,7 +140,7 @@ def _measure(run: Started, workload) -> tuple[dict, dict]:
         metrics.update(hardware_tflops_per_device=hw["tflops_per_device"], hfu=hw["mfu"])
     if workload.tokens_per_sample:
         metrics["tokens_per_s"] = metrics["samples_per_s"] * workload.tokens_per_sample
-    extra = {"params": params, "largest_layer_params": largest_layer, "hosts": sorted({r.host for r in reports})}
+    extra = {"loop_started_at": loop_started_at, "params": params, "largest_layer_params": largest_layer, "hosts": sorted({r.host for r in reports})}
     return metrics, extra
 
 

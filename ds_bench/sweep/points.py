@@ -49,6 +49,28 @@ class Point:
         return Point(self.stage, self.offload, self.precision, micro_batch, self.grad_accum)
 
 
+def parse_key(text: str, defaults: Point) -> Point:
+    """``z2 off=optimizer fp32 mbs=128 ga=4`` (any part left out: ``defaults``'s) -> Point (pure).
+    Raises ValueError naming the part it does not understand."""
+    fields = defaults.to_dict()
+    for part in text.split():
+        name, _, value = part.partition("=")
+        if not value and part[:1] == "z" and part[1:].isdigit() and int(part[1:]) in range(4):
+            fields["stage"] = int(part[1:])
+        elif not value and part in PRECISIONS:
+            fields["precision"] = part
+        elif name == "off" and value in OFFLOADS:
+            fields["offload"] = value
+        elif name in ("mbs", "ga") and value.isdigit() and int(value) > 0:
+            fields["micro_batch" if name == "mbs" else "grad_accum"] = int(value)
+        else:
+            raise ValueError(f"{part!r} is not z0..z3, off={'|'.join(OFFLOADS)}, {'|'.join(PRECISIONS)}, "
+                             "mbs=N or ga=N")
+    if fields["micro_batch"] < 1:
+        raise ValueError("a point needs a micro-batch: mbs=N")
+    return Point.from_dict(fields)
+
+
 def families(stages, offloads, precisions, grad_accums) -> list[Point]:
     """One point per family (micro-batch 0, a placeholder), in axis order."""
     return [Point(s, o, p, 0, g) for s, o, p, g in itertools.product(stages, offloads, precisions, grad_accums)]

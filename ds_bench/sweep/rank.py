@@ -8,8 +8,8 @@ Owns the arithmetic (over the *ok* repeats of a point; the latest record per (ke
 - ``headroom % = (capacity - peak) / capacity * 100`` (peak: max over ok repeats, per rank);
 - ``prediction ratio = predicted / measured`` peak memory (> 1: the prediction was generous);
 - ``diff % = (median - baseline median) / baseline median * 100``;
-- ties: two points are equal when their medians differ by at most
-  ``max(tie %, spread % of either)`` of the faster one's median.
+- ties: two points are equal when their medians differ by at most ``tie %`` of the faster one's
+  median, or by at most the spread % of either when their ranges of repeats also overlap.
 Presentation (tables, figures) lives in ``table`` and ``plots``.
 """
 
@@ -129,8 +129,14 @@ def summarize_points(records: list[dict], cores: int | None = None) -> list[Poin
 
 
 def within_noise(faster: PointRow, other: PointRow, tie_pct: float) -> bool:
-    band = max(tie_pct, faster.spread_pct, other.spread_pct)
-    return abs(faster.throughput_median - other.throughput_median) / faster.throughput_median * 100 <= band
+    """Equal: medians within ``tie_pct`` (the floor of run-to-run noise), or within the wider of the
+    two spreads when the ranges of their repeats also overlap (a noisy point is not equal to a
+    faster one just because it is noisy)."""
+    diff = abs(faster.throughput_median - other.throughput_median) / faster.throughput_median * 100
+    if diff <= tie_pct:
+        return True
+    overlap = other.throughput_max >= faster.throughput_min
+    return overlap and diff <= max(faster.spread_pct, other.spread_pct)
 
 
 def fits(row: PointRow, headroom_pct: float) -> bool:

@@ -76,7 +76,7 @@ def markdown(ranking: Ranking, unit: str) -> str:
 
 
 def terminal(ranking: Ranking, unit: str) -> str:
-    return "\n".join([_table(ranking, unit, "simple"), "", recommendation_line(ranking, unit), LEGEND])
+    return "\n".join([_table(ranking, unit, "simple"), LEGEND])
 
 
 CSV_COLUMNS = ["rank", "key", "stage", "offload", "precision", "micro_batch", "grad_accum", "status",

@@ -1,0 +1,258 @@
+"""The sweep's command line and ``SweepSpec``, validated at load (before anything is launched).
+
+Every axis defaults to the base config's own value (``derive.axes_of``). Without ``--workload`` the
+sweep is this machine's preset (``preset``): what ``make bench`` runs. ``run`` options after ``--``
+pass through to every point and are checked by ``run``'s own parser first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+
+from ds_bench import argcheck
+from ds_bench.errors import UserError
+from ds_bench.sweep.points import OFFLOADS, PRECISIONS, Point, parse_key
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "ds_configs")
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    workload: str
+    ds_config: str
+    overrides: tuple[str, ...]
+    stages: tuple[int, ...]
+    offloads: tuple[str, ...]
+    precisions: tuple[str, ...]
+    micro_batches: tuple[int, ...] | None
+    """None: ``--micro-batch auto``."""
+    grad_accums: tuple[int, ...]
+    run_args: tuple[str, ...]
+    """``--size``, ``--seq-len``, ``--data`` and whatever came after ``--``: the same for every point."""
+    nproc: int
+    steps: int = 20
+    warmup: int = 5
+    repeats: int = 1
+    timeout_s: float = 900.0
+    results: str = "results/sweep.jsonl"
+    headroom_pct: float = 10.0
+    baseline: str | None = None
+    prune: bool = True
+    max_micro_batch: int = 1024
+    cpu_mem_limit: int | None = None
+    launcher: str = "deepspeed"
+    hostfile: str | None = None
+    master_port: int = 29600
+    device_type: str = "cpu"
+    notes: tuple[str, ...] = field(default=())
+    extra_points: tuple[Point, ...] = ()
+    """``--point``: single points beyond the grid (e.g. one offload point)."""
+
+    @property
+    def runs_path(self) -> str:
+        """Every rank's full run records (the points' records in ``results`` point at them)."""
+        return os.path.splitext(self.results)[0] + ".runs.jsonl"
+
+    def output_path(self, suffix: str) -> str:
+        return os.path.splitext(self.results)[0] + suffix
+
+    def sweep_id(self, base_config: dict) -> str:
+        """What makes two measurements comparable: workload, run arguments, the base config's
+        content, ranks, launcher, steps, memory cap. The axes are not part of it, so widening a
+        sweep reuses the points it already measured."""
+        key = json.dumps([self.workload, self.run_args, base_config, self.nproc, self.launcher, self.hostfile,
+                          self.steps, self.warmup, self.cpu_mem_limit], sort_keys=True, default=str)
+        return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workload", default=None, help="mnist | resnet | gpt2 (default: this machine's preset)")
+    p.add_argument("--ds-config", default=None, help="base DeepSpeed JSON config (ds_configs/)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key of the base config by dotted path")
+    p.add_argument("--stages", default=None, help="ZeRO stages, e.g. 0,1,2,3 (default: the base config's)")
+    p.add_argument("--offload", default=None, help="none,optimizer,all (default: the base config's)")
+    p.add_argument("--precision", default=None, help="fp32,bf16,fp16 (default: the base config's)")
+    p.add_argument("--micro-batch", default=None, help="e.g. 1,2,4,8 or auto (default: the base config's, else auto)")
+    p.add_argument("--grad-accum", default=None, help="gradient accumulation steps, e.g. 1,4")
+    p.add_argument("--point", dest="points", action="append", default=None, metavar="KEY",
+                   help="one more point beyond the grid, e.g. 'z2 off=optimizer mbs=128' (repeatable)")
+    p.add_argument("--repeats", type=int, default=1, help="runs per point, each in fresh processes (default 1)")
+    p.add_argument("--nproc", type=int, default=None, help="ranks per node (default: all GPUs; on CPU 2)")
+    p.add_argument("--timeout", default="15m", help="wall-clock limit per point: 90s, 15m, 1h (default 15m)")
+    p.add_argument("--results", default="results/sweep.jsonl", help="the sweep's records; also its state")
+    p.add_argument("--headroom", type=float, default=10.0, help="%% of memory the recommended point must leave")
+    p.add_argument("--baseline", default=None, help="point key the diff column compares to (default: ZeRO-0, no offload)")
+    p.add_argument("--no-prune", dest="prune", action="store_false", help="run points predicted not to fit")
+    p.add_argument("--max-micro-batch", type=int, default=1024, help="where --micro-batch auto stops doubling")
+    p.add_argument("--cpu-mem-limit", default=None, metavar="SIZE", help="cap each CPU rank's memory, e.g. 3GiB")
+    p.add_argument("--launcher", default=None, choices=("deepspeed", "mpirun", "srun", "torchrun"),
+                   help="deepspeed on this node (default); with --hostfile: deepspeed or mpirun; srun in Slurm")
+    p.add_argument("--hostfile", default=None, help="DeepSpeed hostfile for a multi-node sweep")
+    p.add_argument("--master-port", type=int, default=29600)
+    p.add_argument("--steps", type=int, default=20, help="steps per point, warm-up included (default 20)")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--size", default=None, help="named model size of the workload")
+    p.add_argument("--seq-len", type=int, default=None, help="GPT-2 sequence length")
+    p.add_argument("--data", default=None, help="data path (default synthetic)")
+    p.add_argument("--dry-run", action="store_true", help="print the planned points, run nothing")
+
+
+def parse_list(flag: str, text: str, allowed=None, kind=str) -> tuple:
+    items = [t.strip() for t in text.split(",")]
+    if not text.strip() or not all(items):
+        raise UserError(f"{flag} {text!r}: expected a comma-separated list, e.g. {_example(flag)}")
+    out = []
+    for item in items:
+        try:
+            value = kind(item)
+        except ValueError:
+            raise UserError(f"{flag} {text!r}: {item!r} is not {'an integer' if kind is int else 'valid'}") from None
+        if allowed is not None and value not in allowed:
+            raise UserError(f"{flag} {text!r}: {item!r} is not one of {', '.join(map(str, allowed))}")
+        if kind is int and allowed is None and value < 1:
+            raise UserError(f"{flag} {text!r}: {item!r} must be a positive integer")
+        out.append(value)
+    return tuple(dict.fromkeys(out))
+
+
+def _example(flag: str) -> str:
+    return {"--stages": "0,1,2,3", "--offload": "none,optimizer", "--precision": "fp32,bf16",
+            "--micro-batch": "1,2,4 or auto", "--grad-accum": "1,4"}.get(flag, "a,b")
+
+
+def parse_duration(flag: str, text: str) -> float:
+    """``90s``, ``15m``, ``1h`` or plain seconds -> seconds (pure)."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smh]?)\s*", text or "")
+    if not m:
+        raise UserError(f"{flag} {text!r}: expected a duration such as 90s, 15m or 1h")
+    seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise UserError(f"{flag} {text!r}: must be more than 0 seconds")
+    return seconds
+
+
+def parse_micro_batches(text: str | None, base_value: int | None) -> tuple[int, ...] | None:
+    if text is None:
+        return (base_value,) if base_value else None
+    if text.strip() == "auto":
+        return None
+    return parse_list("--micro-batch", text, kind=int)
+
+
+def check_numbers(args: argparse.Namespace) -> None:
+    argcheck.at_least("--repeats", args.repeats, 1)
+    argcheck.at_least("--nproc", args.nproc, 1)
+    argcheck.at_least("--max-micro-batch", args.max_micro_batch, 1)
+    argcheck.steps("--steps", args.steps, args.warmup)
+    argcheck.port("--master-port", args.master_port)
+    if not (math.isfinite(args.headroom) and 0 <= args.headroom < 100):
+        raise UserError(f"--headroom must be a percentage in [0, 100), got {args.headroom}")
+    if args.hostfile and args.launcher in ("srun", "torchrun"):
+        raise UserError(f"--hostfile is for --launcher deepspeed or mpirun, not {args.launcher}")
+    if args.launcher in ("mpirun",) and not args.hostfile:
+        raise UserError("--launcher mpirun needs --hostfile (the hosts and their slots)")
+    if args.launcher == "torchrun":
+        raise UserError("--launcher torchrun: a sweep launches each point from one process; use deepspeed, "
+                        "mpirun (with --hostfile) or srun")
+    from ds_bench.preflight import check_results_path
+
+    check_results_path(args.results)
+
+
+def config_path(name: str) -> str:
+    """A config as given when that file exists, else the one of that name in ds_configs/."""
+    return name if os.path.isfile(name) else os.path.join(CONFIG_DIR, name)
+
+
+def from_args(args: argparse.Namespace, run_tail: list[str], gpu: bool, native_bf16: bool) -> tuple[SweepSpec, dict]:
+    """The validated spec and the base config (``--ds-config`` with ``--set`` applied, not resolved)."""
+    from ds_bench import ds_config
+    from ds_bench.memory import parse_size
+    from ds_bench.sweep import preset
+    from ds_bench.sweep.derive import axes_of
+    from ds_bench.workloads import REGISTRY
+
+    notes = preset.apply(args, gpu) if args.workload is None else []
+    check_numbers(args)
+    if args.workload not in REGISTRY:
+        raise UserError(f"--workload {args.workload!r} is unknown; known: {', '.join(sorted(REGISTRY))}")
+    if args.ds_config is None:
+        raise UserError("--ds-config is required with --workload: the base DeepSpeed config, e.g. ds_configs/zero2.json")
+    path = config_path(args.ds_config)
+    if not os.path.isfile(path):
+        raise UserError(f"--ds-config {args.ds_config}: file not found (as given, or in {CONFIG_DIR})")
+    base = ds_config.apply_overrides(ds_config.load_json(path), tuple(args.overrides))
+    axes = axes_of(base)
+    precision_text = args.precision
+    if precision_text is None and axes["precision"] == "bf16" and not gpu and not native_bf16:
+        precision_text = "fp32"
+        notes.append("this CPU has no native bf16 (torch would emulate it, ~9x slower): sweeping fp32; "
+                     "measure bf16 anyway with --precision bf16")
+    cap = None
+    if args.cpu_mem_limit is not None:
+        try:
+            cap = parse_size(args.cpu_mem_limit)
+        except ValueError as e:
+            raise UserError(f"--cpu-mem-limit {e}") from None
+    spec = SweepSpec(
+        workload=args.workload, ds_config=path, overrides=tuple(args.overrides),
+        stages=parse_list("--stages", args.stages, allowed=(0, 1, 2, 3), kind=int) if args.stages else (axes["stage"],),
+        offloads=parse_list("--offload", args.offload, allowed=OFFLOADS) if args.offload else (axes["offload"],),
+        precisions=parse_list("--precision", precision_text, allowed=PRECISIONS) if precision_text else (axes["precision"],),
+        micro_batches=parse_micro_batches(args.micro_batch, axes["micro_batch"]),
+        grad_accums=parse_list("--grad-accum", args.grad_accum, kind=int) if args.grad_accum else (axes["grad_accum"],),
+        run_args=_run_args(args, run_tail), nproc=args.nproc or default_nproc(gpu), steps=args.steps,
+        warmup=args.warmup, repeats=args.repeats, timeout_s=parse_duration("--timeout", args.timeout),
+        results=args.results, headroom_pct=args.headroom, baseline=args.baseline, prune=args.prune,
+        max_micro_batch=args.max_micro_batch, cpu_mem_limit=cap, launcher=args.launcher or "deepspeed",
+        hostfile=args.hostfile, master_port=args.master_port, device_type="cuda" if gpu else "cpu",
+        notes=tuple(notes))
+    return dataclasses.replace(spec, extra_points=_extra_points(args.points or (), spec)), base
+
+
+def _extra_points(texts, spec: SweepSpec) -> tuple[Point, ...]:
+    defaults = Point(spec.stages[0], spec.offloads[0], spec.precisions[0],
+                     (spec.micro_batches or (0,))[0], spec.grad_accums[0])
+    out = []
+    for text in texts:
+        try:
+            out.append(parse_key(text, defaults))
+        except ValueError as e:
+            raise UserError(f"--point {text!r}: {e}") from None
+    return tuple(out)
+
+
+def _run_args(args: argparse.Namespace, tail: list[str]) -> tuple[str, ...]:
+    out = []
+    for flag, value in (("--size", args.size), ("--seq-len", args.seq_len), ("--data", args.data)):
+        if value is not None:
+            out += [flag, str(value)]
+    out += list(tail)
+    from ds_bench.cli import build_parser
+
+    try:
+        ns = build_parser().parse_args(["run", "--workload", args.workload, "--ds-config", "-", *out])
+    except UserError as e:
+        raise UserError(f"run arguments ({' '.join(out)}): {e}") from None
+    owned = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
+             "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit"}
+    defaults = build_parser().parse_args(["run", "--workload", args.workload, "--ds-config", "-"])
+    for name, flag in owned.items():
+        if getattr(ns, name) != getattr(defaults, name):
+            raise UserError(f"run argument {flag} after '--': the sweep sets it per point; "
+                            f"use the sweep's own {flag} (or the axis option)")
+    return tuple(out)
+
+
+def default_nproc(gpu: bool) -> int:
+    import torch
+
+    return torch.cuda.device_count() if gpu else min(2, os.cpu_count() or 1)
