@@ -263,22 +263,44 @@ CASES["launch bad run args"] = Case(cmd("launch", "torchrun", "--dry-run", "--",
                                     r"the ds-bench command after '--'.*unrecognized arguments: --stepz")
 CASES["launch nnodes text"] = Case(cmd("launch", "srun", "--nnodes", "two", "--dry-run"), r"--nnodes.*invalid int value")
 
-# --- bench, report, doctor --------------------------------------------------------------------------
-BENCH = ("bench", "--results", "{tmp}/r.jsonl")
-CASES["bench nproc 0"] = Case(cmd(*BENCH, "--nproc", "0"), r"--nproc must be a positive integer, got 0")
-CASES["bench nproc -3"] = Case(cmd(*BENCH, "--nproc", "-3"), r"--nproc must be a positive integer, got -3")
-CASES["bench steps below warmup"] = Case(cmd(*BENCH, "--steps", "2", "--warmup", "5"), r"--steps \(2\) must be greater than --warmup \(5\)")
-CASES["bench steps 0"] = Case(cmd(*BENCH, "--steps", "0"), r"--steps must be a positive integer, got 0")
-CASES["bench warmup negative"] = Case(cmd(*BENCH, "--warmup", "-1"), r"--warmup must be an integer >= 0, got -1")
-CASES["bench port"] = Case(cmd(*BENCH, "--master-port", "99999"), r"--master-port must be a TCP port in 1\.\.65535")
-CASES["bench unknown workload"] = Case(cmd(*BENCH, "--workload", "bert"), r"--workload 'bert' is unknown")
-CASES["bench missing config"] = Case(cmd(*BENCH, "--configs", "nope.json"), r"--configs nope\.json: file not found")
-CASES["bench empty configs"] = Case(cmd(*BENCH, "--configs"), r"--configs needs at least one")
-CASES["bench bad run args"] = Case(cmd(*BENCH, "--", "--stepz", "3"), r"run arguments after '--' .*unrecognized arguments: --stepz")
-CASES["bench bad config"] = Case(lambda tmp: ((tmp / "b.json").write_text('{"zero_optimization": {"stage": 7}}'),
-                                              ["bench", "--results", str(tmp / "r.jsonl"), "--workload", "mnist",
-                                               "--configs", str(tmp / "b.json")])[1],
-                                 r"b\.json: zero_optimization\.stage must be 0, 1, 2 or 3, got 7")
+# --- sweep (and bench, its preset), report, doctor -------------------------------------------------
+SWEEP = ("sweep", "--results", "{tmp}/r.jsonl")
+MNIST = ("--workload", "mnist", "--ds-config", "ds_configs/zero1.json")
+CASES["sweep nproc 0"] = Case(cmd(*SWEEP, "--nproc", "0"), r"--nproc must be a positive integer, got 0")
+CASES["bench nproc -3"] = Case(cmd("bench", "--results", "{tmp}/r.jsonl", "--nproc", "-3"), r"--nproc must be a positive integer, got -3")
+CASES["sweep steps below warmup"] = Case(cmd(*SWEEP, "--steps", "2", "--warmup", "5"), r"--steps \(2\) must be greater than --warmup \(5\)")
+CASES["sweep steps 0"] = Case(cmd(*SWEEP, "--steps", "0"), r"--steps must be a positive integer, got 0")
+CASES["sweep warmup negative"] = Case(cmd(*SWEEP, "--warmup", "-1"), r"--warmup must be an integer >= 0, got -1")
+CASES["sweep port"] = Case(cmd(*SWEEP, "--master-port", "99999"), r"--master-port must be a TCP port in 1\.\.65535")
+CASES["sweep repeats 0"] = Case(cmd(*SWEEP, "--repeats", "0"), r"--repeats must be a positive integer, got 0")
+CASES["sweep max micro-batch 0"] = Case(cmd(*SWEEP, "--max-micro-batch", "0"), r"--max-micro-batch must be a positive integer")
+CASES["sweep unknown workload"] = Case(cmd(*SWEEP, "--workload", "bert", "--ds-config", "zero1.json"), r"--workload 'bert' is unknown")
+CASES["sweep workload without config"] = Case(cmd(*SWEEP, "--workload", "mnist"), r"--ds-config is required with --workload")
+CASES["sweep missing config"] = Case(cmd(*SWEEP, "--workload", "mnist", "--ds-config", "nope.json"), r"--ds-config nope\.json: file not found")
+CASES["sweep bad config"] = Case(lambda tmp: ((tmp / "b.json").write_text('{"zero_optimization": '),
+                                              ["sweep", "--results", str(tmp / "r.jsonl"), "--workload", "mnist",
+                                               "--ds-config", str(tmp / "b.json")])[1],
+                                 r"b\.json:1:\d+: invalid JSON")
+CASES["sweep stage 5"] = Case(cmd(*SWEEP, *MNIST, "--stages", "0,5"), r"--stages '0,5': '5' is not one of 0, 1, 2, 3")
+CASES["sweep stages empty item"] = Case(cmd(*SWEEP, *MNIST, "--stages", "0,,1"), r"--stages '0,,1': expected a comma-separated list")
+CASES["sweep stage text"] = Case(cmd(*SWEEP, *MNIST, "--stages", "two"), r"--stages 'two': 'two' is not an integer")
+CASES["sweep offload disk"] = Case(cmd(*SWEEP, *MNIST, "--offload", "none,disk"), r"--offload 'none,disk': 'disk' is not one of none, optimizer, all")
+CASES["sweep precision fp8"] = Case(cmd(*SWEEP, *MNIST, "--precision", "fp8"), r"--precision 'fp8': 'fp8' is not one of fp32, bf16, fp16")
+CASES["sweep micro-batch 0"] = Case(cmd(*SWEEP, *MNIST, "--micro-batch", "0,2"), r"--micro-batch '0,2': '0' must be a positive integer")
+CASES["sweep micro-batch text"] = Case(cmd(*SWEEP, *MNIST, "--micro-batch", "big"), r"--micro-batch 'big': 'big' is not an integer")
+CASES["sweep grad-accum 0"] = Case(cmd(*SWEEP, *MNIST, "--grad-accum", "0"), r"--grad-accum '0': '0' must be a positive integer")
+CASES["sweep timeout 0"] = Case(cmd(*SWEEP, *MNIST, "--timeout", "0"), r"--timeout '0': must be more than 0 seconds")
+CASES["sweep timeout unit"] = Case(cmd(*SWEEP, *MNIST, "--timeout", "5x"), r"--timeout '5x': expected a duration such as 90s, 15m or 1h")
+CASES["sweep headroom 100"] = Case(cmd(*SWEEP, *MNIST, "--headroom", "100"), r"--headroom must be a percentage in \[0, 100\), got 100")
+CASES["sweep memory cap unit"] = Case(cmd(*SWEEP, *MNIST, "--cpu-mem-limit", "3XB"), r"--cpu-mem-limit '3XB' is not a size")
+CASES["sweep bad point"] = Case(cmd(*SWEEP, *MNIST, "--point", "z9 mbs=4"), r"--point 'z9 mbs=4': 'z9' is not z0\.\.z3")
+CASES["sweep baseline unknown"] = Case(cmd(*SWEEP, *MNIST, "--micro-batch", "4", "--baseline", "z7"),
+                                       r"--baseline 'z7': not a point of this sweep; points: z1 off=none (fp32|bf16) mbs=4")
+CASES["sweep mpirun without hostfile"] = Case(cmd(*SWEEP, *MNIST, "--launcher", "mpirun"), r"--launcher mpirun needs --hostfile")
+CASES["sweep torchrun"] = Case(cmd(*SWEEP, *MNIST, "--launcher", "torchrun"), r"--launcher torchrun: a sweep launches each point")
+CASES["sweep owned run arg"] = Case(cmd(*SWEEP, *MNIST, "--", "--micro-batch", "4"), r"run argument --micro-batch after '--': the sweep sets it per point")
+CASES["sweep bad run args"] = Case(cmd(*SWEEP, *MNIST, "--", "--stepz", "3"), r"run arguments \(--stepz 3\): .*unrecognized arguments: --stepz")
+CASES["sweep results folder"] = Case(cmd("sweep", "--results", "{tmp}", *MNIST), r"--results .*: is a folder")
 CASES["report missing"] = Case(cmd("report", "{tmp}/none.jsonl"), r"none\.jsonl: no results file")
 CASES["report folder"] = Case(cmd("report", "{tmp}"), r": is a folder; expected a results file")
 CASES["report not json"] = Case(lambda tmp: ((tmp / "x.jsonl").write_text("hello\n"), ["report", str(tmp / "x.jsonl")])[1],
@@ -297,14 +319,15 @@ CASES["no subcommand"] = Case(cmd(), r"the following arguments are required: com
 @pytest.fixture
 def no_side_effects(monkeypatch):
     """Anything past validation fails loudly instead of joining a process group or launching."""
-    from ds_bench import launch, runtime, suite
+    from ds_bench import launch, runtime
+    from ds_bench.sweep import jobs
 
     def passed(*_a, **_k):
         raise AssertionError(PASSED)
 
     monkeypatch.setattr(runtime, "init_distributed", passed)
     monkeypatch.setattr(launch, "run_child", passed)
-    monkeypatch.setattr(suite, "launch", passed)
+    monkeypatch.setattr(jobs, "run_job", passed)
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "DS_BENCH_IFACE"):
         monkeypatch.delenv(var, raising=False)
 

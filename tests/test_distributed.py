@@ -1,12 +1,13 @@
 """Real 2-rank CPU runs (gloo) through the deepspeed launcher and torchrun, for ZeRO 0-3 in fp32 and bf16.
 
-The deepspeed-launcher matrix goes through ``ds-bench bench`` (what ``make bench`` runs), which
-starts ``deepspeed --num_gpus 2 --module ds_bench run ...`` per config. Runs happen once per module;
-the tests assert on the records they appended.
+The deepspeed-launcher matrix goes through ``ds-bench sweep`` (what ``make bench`` runs), which
+starts ``deepspeed --num_gpus 2 --module ds_bench run ...`` per point. Runs happen once per module;
+the tests assert on the run records the points appended.
 """
 
 import itertools
 import math
+import re
 
 import pytest
 
@@ -20,21 +21,19 @@ STEPS, WARMUP = 10, 2
 
 
 def precision_args(precision):
-    """Explicit both ways: ``ds-bench bench`` runs fp32 by default on a CPU without native bf16."""
+    """Explicit both ways: a run keeps its config's bf16 unless told."""
     return ("--set", f"bf16.enabled={'true' if precision == 'bf16' else 'false'}")
 
 
 @pytest.fixture(scope="module")
 def deepspeed_runs(tmp_path_factory, fashion_mnist):
     results = tmp_path_factory.mktemp("ds") / "r.jsonl"
-    out = {}
-    for port, precision in zip((29711, 29712), PRECISIONS):
-        proc = ds_bench("bench", "--workload", "mnist", "--nproc", "2", "--steps", str(STEPS), "--warmup", str(WARMUP), "--results",
-                        str(results), "--master-port", str(port), "--",
-                        "--data", str(fashion_mnist), *precision_args(precision), timeout=600)
-        assert proc.returncode == 0, explain(proc)
-        out[precision] = proc
-    return records(results), out
+    proc = ds_bench("sweep", "--workload", "mnist", "--ds-config", "ds_configs/zero1.json", "--stages", "0,1,2,3",
+                    "--precision", ",".join(PRECISIONS), "--micro-batch", "32", "--nproc", "2", "--steps", str(STEPS),
+                    "--warmup", str(WARMUP), "--results", str(results), "--master-port", "29711",
+                    "--data", str(fashion_mnist), timeout=900)
+    assert proc.returncode == 0, explain(proc)
+    return records(results.with_suffix(".runs.jsonl")), proc
 
 
 @pytest.fixture(scope="module")
@@ -81,12 +80,12 @@ def test_torchrun(torchrun_runs, stage, precision):
     check_record(find(torchrun_runs, stage, precision), "torchrun", stage, precision)
 
 
-def test_bench_prints_the_comparison_table(deepspeed_runs):
-    _, procs = deepspeed_runs
-    out = procs["bf16"].stdout
-    assert "| workload" in out and "samples/s" in out and "peak MiB" in out
-    assert sum(line.startswith("| mnist") for line in out.splitlines()) == 4
-    assert "results: " in out
+def test_sweep_prints_the_ranked_table(deepspeed_runs):
+    recs, proc = deepspeed_runs
+    lines = proc.stdout.splitlines()
+    rows = [line for line in lines if re.match(r"^=?\d+\s+z[0-3] off=none (fp32|bf16) mbs=32\s+ok", line)]
+    assert len(rows) == 8 and len(recs) == 8, proc.stdout
+    assert "median samples/s" in proc.stdout and any(line.startswith("recommended: z") for line in lines)
 
 
 def test_loss_parity_across_zero_stages(torchrun_runs, deepspeed_runs):

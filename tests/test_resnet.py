@@ -1,11 +1,12 @@
 """ResNet workload: standard sizes, data formats, flag errors, and real 2-rank runs.
 
-Distributed runs (module-scoped, run once): ``ds-bench bench`` under the deepspeed launcher over
+Distributed runs (module-scoped, run once): ``ds-bench sweep`` under the deepspeed launcher over
 ZeRO 2 and 3 in bf16 on synthetic ImageNet-shaped data (ResNet-18 at 32 x 32, to fit 2 CPU cores),
 and a torchrun ZeRO-2 fp32 run on real Fashion-MNIST that must learn.
 """
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -138,11 +139,12 @@ SHAPE = ("--size", "resnet18", "--image-size", "32", "--num-classes", "10", "--m
 @pytest.fixture(scope="module")
 def bench_run(tmp_path_factory):
     results = tmp_path_factory.mktemp("resnet_bench") / "r.jsonl"
-    proc = ds_bench("bench", "--workload", "resnet", "--configs", "zero2.json", "zero3.json", "--nproc", "2",
-                    "--steps", str(STEPS), "--warmup", str(WARMUP), "--results", str(results),
-                    "--master-port", "29761", "--", "--set", "bf16.enabled=true", *SHAPE, timeout=600)
+    proc = ds_bench("sweep", "--workload", "resnet", "--ds-config", "ds_configs/zero2.json", "--stages", "2,3",
+                    "--precision", "bf16", "--micro-batch", "4", "--nproc", "2", "--steps", str(STEPS),
+                    "--warmup", str(WARMUP), "--results", str(results), "--master-port", "29761",
+                    "--size", "resnet18", "--", "--image-size", "32", "--num-classes", "10", timeout=600)
     assert proc.returncode == 0, explain(proc)
-    return records(results), proc.stdout
+    return records(results.with_suffix(".runs.jsonl")), proc.stdout
 
 
 @pytest.mark.dist
@@ -167,7 +169,9 @@ def test_bench_records_resnet_under_zero(bench_run, stage):
 @pytest.mark.dist
 def test_bench_table_lists_both_resnet_runs(bench_run):
     _, out = bench_run
-    assert sum(line.startswith("| resnet/resnet18") for line in out.splitlines()) == 2
+    pattern = re.compile(r"(^|\s)z[23] off=none bf16 mbs=4\s.*\bok\b")
+    assert sum(bool(pattern.search(line)) for line in out.splitlines()) == 4, out  # progress line + table row each
+    assert "images/s" in out
 
 
 @pytest.mark.dist

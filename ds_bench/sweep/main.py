@@ -30,6 +30,7 @@ def main(args: argparse.Namespace) -> int:
     spec, base = from_args(args, list(args.run_args), gpu, gpu or this_cpu_has_native_bf16())
     for note in spec.notes:
         print(note, flush=True)
+    _check_baseline(spec)
     sweep = driver.Sweep(spec, base)
     if args.dry_run:
         print(plan_text(sweep))
@@ -47,6 +48,18 @@ def main(args: argparse.Namespace) -> int:
               "re-run the same command to go on from there", flush=True)
         return 130
     return report(spec.results, sweep.sweep_id, spec.headroom_pct, spec.baseline)
+
+
+def _check_baseline(spec) -> None:
+    """A baseline must be a point the sweep can have (with ``auto`` micro-batches, checked at the end)."""
+    from ds_bench.sweep.points import grid
+
+    if spec.baseline is None or spec.micro_batches is None:
+        return
+    keys = [p.key for p in grid(spec.stages, spec.offloads, spec.precisions, spec.micro_batches, spec.grad_accums)]
+    keys += [p.key for p in spec.extra_points]
+    if spec.baseline not in keys:
+        raise UserError(f"--baseline {spec.baseline!r}: not a point of this sweep; points: {', '.join(keys)}")
 
 
 def plan_text(sweep) -> str:
