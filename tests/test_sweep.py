@@ -1,0 +1,194 @@
+"""``ds-bench sweep``: pure parts on inline inputs, then real sweeps of real 2-rank jobs.
+
+Real sweeps here: an MNIST sweep interrupted with SIGINT after its first point and re-run (no
+finished point runs twice, the table is complete, invalid combinations are skipped with reasons);
+a sweep whose points overrun a tiny ``--timeout``; and a GPT-2 tiny sweep over ZeRO 0-3 with
+``--micro-batch auto`` under a per-rank memory cap (``--cpu-mem-limit``), where large micro-batches
+fail to allocate for real. GPT-2 tiny rather than MNIST for the cap: its 50,257-word logits take
+~150 MiB per sample at sequence length 256 (measured: peak RSS 707 MiB at micro-batch 1, 1,178 MiB
+at 4), so the out-of-memory boundary lies a few doublings up; MNIST's CNN takes ~1 MiB per sample
+and would need ~11 doublings per stage to reach it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from ds_bench.errors import UserError
+from ds_bench.sweep import ledger, outcome, spec
+from ds_bench.sweep.derive import axes_of, derive
+from ds_bench.sweep.points import Point, grid, invalid_reason, next_auto_micro_batch, parse_key
+from tests.conftest import REPO, child_env, ds_bench, explain, records, run_cmd
+
+BASE = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+        "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}, "bf16": {"enabled": True},
+        "zero_optimization": {"stage": 1, "reduce_bucket_size": "auto"}}
+
+
+# ---- pure ----------------------------------------------------------------------------------------
+
+def test_grid_is_family_by_family_with_micro_batches_ascending():
+    pts = grid((0, 3), ("none",), ("fp32",), (8, 2), (1,))
+    assert [p.key for p in pts] == ["z0 off=none fp32 mbs=2", "z0 off=none fp32 mbs=8",
+                                    "z3 off=none fp32 mbs=2", "z3 off=none fp32 mbs=8"]
+    assert Point(2, "optimizer", "bf16", 4, 4).key == "z2 off=optimizer bf16 mbs=4 ga=4"
+
+
+def test_invalid_combinations_have_reasons():
+    assert invalid_reason(Point(0, "optimizer", "fp32", 1), "cpu") == "offload needs ZeRO stage 1, 2 or 3"
+    assert invalid_reason(Point(2, "all", "fp32", 1), "cpu") == "parameter offload needs ZeRO stage 3"
+    assert "needs a GPU" in invalid_reason(Point(1, "none", "fp16", 1), "cpu")
+    assert invalid_reason(Point(1, "none", "fp16", 1), "cuda") is None
+    assert invalid_reason(Point(3, "all", "bf16", 1), "cpu") is None
+
+
+@pytest.mark.parametrize("largest_that_fits,tried", [
+    (12, [1, 2, 4, 8, 16, 12, 14, 13]),
+    (1, [1, 2]),
+    (0, [1]),
+    (300, [1, 2, 4, 8, 16, 32, 64, 128, 256]),  # the limit ends the doubling
+])
+def test_auto_micro_batch_doubles_then_bisects(largest_that_fits, tried):
+    seen = {}
+    while (m := next_auto_micro_batch(seen, 256)) is not None:
+        seen[m] = "fits" if m <= largest_that_fits else "oom"
+    assert list(seen) == tried
+    fits = [m for m, r in seen.items() if r == "fits"]
+    assert max(fits, default=0) == min(largest_that_fits, 256)
+
+
+def test_point_keys_parse_with_defaults():
+    d = Point(1, "none", "fp32", 32)
+    assert parse_key("z2 off=optimizer mbs=128", d) == Point(2, "optimizer", "fp32", 128)
+    assert parse_key("bf16 ga=4", d) == Point(1, "none", "bf16", 32, 4)
+    assert parse_key(d.key, Point(0, "all", "bf16", 1)) == d
+    with pytest.raises(ValueError, match="'off=disk' is not"):
+        parse_key("off=disk", d)
+
+
+def test_derive_sets_exactly_what_the_point_names():
+    cfg = derive(BASE, Point(3, "all", "fp32", 16, 2))
+    zero = cfg["zero_optimization"]
+    assert zero["stage"] == 3 and zero["reduce_bucket_size"] == "auto"
+    assert zero["offload_optimizer"]["device"] == "cpu" and zero["offload_param"]["device"] == "cpu"
+    assert cfg["bf16"] == {"enabled": False} and cfg["fp16"] == {"enabled": False}
+    assert (cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"], cfg["train_batch_size"]) == (16, 2, "auto")
+    assert cfg["optimizer"] == BASE["optimizer"] and BASE["zero_optimization"] == {"stage": 1, "reduce_bucket_size": "auto"}
+    back = derive(cfg, Point(2, "none", "bf16", 4))
+    assert "offload_optimizer" not in back["zero_optimization"] and "offload_param" not in back["zero_optimization"]
+    assert back["bf16"]["enabled"] is True
+
+
+def test_derive_keeps_the_base_offload_settings():
+    base = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/x", "pin_memory": False}}}
+    assert derive(base, Point(2, "optimizer", "bf16", 1))["zero_optimization"]["offload_optimizer"] == \
+        {"device": "nvme", "nvme_path": "/x", "pin_memory": False}
+    assert axes_of(base) == {"stage": 2, "offload": "optimizer", "precision": "fp32", "micro_batch": None, "grad_accum": 1}
+    assert axes_of(BASE)["precision"] == "bf16"
+
+
+def _failed(kind, peers=None, error="why"):
+    return {"status": "failed", "error": error, "failure": {"kind": kind, "peers": peers or {}}}
+
+
+def test_classification_reads_records_and_exit_status():
+    assert outcome.classify([{"status": "ok"}], 0, False, 60) == ("ok", None)
+    assert outcome.classify([{"status": "ok"}], 0, True, 60)[0] == "timeout"
+    lost_peer = _failed("error", peers={"1": "gone"}, error="peer gone")
+    assert outcome.classify([lost_peer, _failed("oom", error="rank 1: out of memory")], 1, False, 60) == \
+        ("oom", "rank 1: out of memory")
+    assert outcome.classify([lost_peer, _failed("error", error="own")], 1, False, 60) == ("crashed", "own")
+    assert outcome.classify([], -9, False, 60) == ("crashed", "killed by SIGKILL with no record")
+    assert outcome.classify([], 139, False, 60) == ("crashed", "exit code 139 (SIGSEGV) with no record")
+    assert outcome.classify([{"status": "ok"}], 1, False, 60)[0] == "crashed"  # ok record, failed job
+
+
+def test_parsers_of_the_axes():
+    assert spec.parse_list("--stages", "3,0,3", allowed=(0, 1, 2, 3), kind=int) == (3, 0)
+    assert spec.parse_duration("--timeout", "15m") == 900 and spec.parse_duration("--timeout", "90") == 90
+    assert spec.parse_micro_batches("auto", 8) is None and spec.parse_micro_batches(None, 8) == (8,)
+    assert spec.parse_micro_batches(None, None) is None
+    with pytest.raises(UserError, match="--timeout '1d'"):
+        spec.parse_duration("--timeout", "1d")
+
+
+def test_the_ledger_keeps_the_latest_attempt_and_only_final_ones(tmp_path):
+    path = tmp_path / "s.jsonl"
+    rows = [{"kind": "sweep_point", "sweep": "A", "key": "k", "repeat": 0, "status": "crashed", "workload": "m"},
+            {"kind": "sweep_point", "sweep": "A", "key": "k", "repeat": 0, "status": "ok", "workload": "m"},
+            {"kind": "sweep_point", "sweep": "A", "key": "t", "repeat": 0, "status": "timeout", "workload": "m"},
+            {"kind": "sweep_point", "sweep": "B", "key": "x", "repeat": 0, "status": "ok", "workload": "m"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    done = ledger.load(str(path), "A")
+    assert set(done) == {("k", 0), ("t", 0)} and done[("k", 0)]["status"] == "ok"
+    assert ledger.final(done, "k", 0) and ledger.final(done, "t", 0) is None
+
+
+# ---- real sweeps ---------------------------------------------------------------------------------
+
+MNIST_SWEEP = ["--workload", "mnist", "--ds-config", "ds_configs/zero1.json", "--precision", "fp32", "--nproc", "2",
+               "--steps", "6", "--warmup", "2"]
+
+
+def point_records(path):
+    return [r for r in records(path) if r.get("kind") == "sweep_point"]
+
+
+@pytest.mark.dist
+def test_an_interrupted_sweep_resumes_without_running_a_finished_point_twice(tmp_path):
+    results = tmp_path / "s.jsonl"
+    argv = [sys.executable, "-m", "ds_bench", "sweep", *MNIST_SWEEP, "--stages", "0,1,2", "--offload", "none,all",
+            "--micro-batch", "16", "--results", str(results), "--master-port", "29641"]
+    log = open(tmp_path / "first.log", "w")
+    proc = subprocess.Popen(argv, cwd=REPO, env=child_env(), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 240
+        while not any(r["status"] == "ok" for r in point_records(results)):
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "first.log").read_text()
+            time.sleep(0.5)
+        time.sleep(2.0)  # into the next point's job
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130, (tmp_path / "first.log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    first = point_records(results)
+    assert 1 <= sum(r["status"] == "ok" for r in first) < 3
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(results.with_suffix(".runs.jsonl")) in " ".join(p.info["cmdline"] or [])]
+
+    again = run_cmd(argv, timeout=600)
+    assert again.returncode == 0, explain(again)
+    recs = point_records(results)
+    ok = [r for r in recs if r["status"] == "ok"]
+    assert sorted(r["key"] for r in ok) == ["z0 off=none fp32 mbs=16", "z1 off=none fp32 mbs=16", "z2 off=none fp32 mbs=16"]
+    assert len(ok) == 3 and len({r["run_id"] for r in ok}) == 3  # no finished point ran twice
+    ok_runs = [r for r in records(results.with_suffix(".runs.jsonl")) if r["status"] == "ok"]
+    assert len(ok_runs) == 3, [r["tag"] for r in ok_runs]
+    skipped = {r["key"]: r["reason"] for r in recs if r["status"] == "skipped"}
+    assert skipped == {"z0 off=all fp32 mbs=16": "offload needs ZeRO stage 1, 2 or 3",
+                       "z1 off=all fp32 mbs=16": "parameter offload needs ZeRO stage 3",
+                       "z2 off=all fp32 mbs=16": "parameter offload needs ZeRO stage 3"}
+    assert "recorded before: finished points are kept" in again.stdout
+    table = (tmp_path / "s.md").read_text()
+    assert all(f"| {k}" in table or f" {k} " in table for k in [*skipped, *(r["key"] for r in ok)]), table
+
+
+@pytest.mark.dist
+def test_a_point_past_its_timeout_is_recorded_and_the_sweep_goes_on(tmp_path):
+    results = tmp_path / "s.jsonl"
+    start = time.monotonic()
+    proc = ds_bench("sweep", *MNIST_SWEEP, "--stages", "0,1", "--micro-batch", "16", "--timeout", "3s",
+                    "--results", str(results), "--master-port", "29651", timeout=300)
+    recs = point_records(results)
+    assert [r["status"] for r in recs] == ["timeout", "timeout"], explain(proc)
+    assert all("no result within 3 s" in r["reason"] for r in recs)
+    assert proc.returncode == 1 and "recommended: none" in proc.stdout, explain(proc)
+    assert time.monotonic() - start < 120
+    assert "log: " in proc.stdout
