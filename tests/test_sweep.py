@@ -5,9 +5,10 @@ finished point runs twice, the table is complete, invalid combinations are skipp
 a sweep whose points overrun a tiny ``--timeout``; and a GPT-2 tiny sweep over ZeRO 0-3 with
 ``--micro-batch auto`` under a per-rank memory cap (``--cpu-mem-limit``), where large micro-batches
 fail to allocate for real. GPT-2 tiny rather than MNIST for the cap: its 50,257-word logits take
-~150 MiB per sample at sequence length 256 (measured: peak RSS 707 MiB at micro-batch 1, 1,178 MiB
-at 4), so the out-of-memory boundary lies a few doublings up; MNIST's CNN takes ~1 MiB per sample
-and would need ~11 doublings per stage to reach it.
+~300 MiB per sample at sequence length 512 (measured, one rank, ZeRO-0 fp32: peak RSS 779 MiB at
+micro-batch 1, 1,105 MiB at 2; ZeRO-3: 886 and 1,189 MiB), so under a 1,050 MiB cap micro-batch 2
+fails to allocate and each stage's search takes two jobs; MNIST's CNN takes ~1 MiB per sample and
+would need ~11 doublings per stage to reach its boundary.
 """
 
 from __future__ import annotations
@@ -192,3 +193,58 @@ def test_a_point_past_its_timeout_is_recorded_and_the_sweep_goes_on(tmp_path):
     assert proc.returncode == 1 and "recommended: none" in proc.stdout, explain(proc)
     assert time.monotonic() - start < 120
     assert "log: " in proc.stdout
+
+
+GPT2_CAP = "1050MiB"
+
+
+@pytest.fixture(scope="module")
+def capped_auto_sweep(tmp_path_factory):
+    results = tmp_path_factory.mktemp("auto") / "s.jsonl"
+    proc = ds_bench("sweep", "--workload", "gpt2", "--size", "tiny", "--seq-len", "512", "--ds-config",
+                    "ds_configs/zero1.json", "--precision", "fp32", "--stages", "0,1,2,3", "--micro-batch", "auto",
+                    "--max-micro-batch", "16", "--cpu-mem-limit", GPT2_CAP, "--nproc", "2", "--steps", "3",
+                    "--warmup", "1", "--results", str(results), "--master-port", "29661", timeout=900,
+                    HF_HUB_OFFLINE="1")
+    return results, proc
+
+
+@pytest.mark.dist
+def test_auto_micro_batch_under_a_memory_cap_finds_the_largest_that_fits(capped_auto_sweep):
+    results, proc = capped_auto_sweep
+    assert proc.returncode == 0, explain(proc)
+    recs = point_records(results)
+    assert any(r["status"] == "oom" for r in recs), explain(proc)
+    assert {r["status"] for r in recs} <= {"ok", "oom", "skipped"}, [(r["key"], r["status"], r["reason"]) for r in recs]
+    for stage in range(4):
+        mine = [r for r in recs if r["point"]["stage"] == stage]
+        fits = sorted(r["point"]["micro_batch"] for r in mine if r["status"] == "ok")
+        too_big = sorted(r["point"]["micro_batch"] for r in mine if r["status"] != "ok")
+        assert fits and too_big and fits[-1] < too_big[0], (stage, fits, too_big)
+        assert too_big[0] == fits[-1] + 1 or too_big[0] <= 2 * fits[-1]  # bisected down to neighbours
+        powers = [2**k for k in range(8) if 2**k <= fits[-1]]
+        assert set(powers) <= set(fits), (stage, fits)  # the powers of two below it measured
+    for r in recs:
+        if r["status"] == "oom" and r["run_id"]:  # an allocation that really failed, per the run's own record
+            runs = [x for x in records(results.with_suffix(".runs.jsonl")) if x["run_id"] == r["run_id"]]
+            assert any((x.get("failure") or {}).get("kind") == "oom" for x in runs)
+
+
+@pytest.mark.dist
+def test_the_recommended_point_is_the_fastest_that_fits_and_its_config_runs(capped_auto_sweep, tmp_path):
+    results, proc = capped_auto_sweep
+    ok = [r for r in point_records(results) if r["status"] == "ok"]
+    cap = 1050 * 2**20
+    fitting = [r for r in ok if r["peak_mem_bytes"] <= 0.9 * cap]
+    best = max(fitting, key=lambda r: r["throughput"])
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("recommended: "))
+    assert line.startswith(f"recommended: {best['key']} "), (line, [(r["key"], r["throughput"]) for r in fitting])
+    config = results.parent / "s-recommended.json"
+    assert json.loads(config.read_text()) == best["ds_config"]
+    run = run_cmd(["deepspeed", "--num_gpus", "2", "--master_port", "29671", "--module", "ds_bench", "run", "--workload", "gpt2",
+                   "--size", "tiny", "--seq-len", "512", "--ds-config", str(config), "--steps", "3", "--warmup", "1",
+                   "--results", str(tmp_path / "r.jsonl")], timeout=300, HF_HUB_OFFLINE="1")
+    assert run.returncode == 0, explain(run)
+    (r,) = records(tmp_path / "r.jsonl")
+    assert r["status"] == "ok" and r["micro_batch"] == best["point"]["micro_batch"]
+    assert r["zero_stage"] == best["point"]["stage"]
