@@ -203,7 +203,7 @@ def capped_auto_sweep(tmp_path_factory):
     results = tmp_path_factory.mktemp("auto") / "s.jsonl"
     proc = ds_bench("sweep", "--workload", "gpt2", "--size", "tiny", "--seq-len", "512", "--ds-config",
                     "ds_configs/zero1.json", "--precision", "fp32", "--stages", "0,1,2,3", "--micro-batch", "auto",
-                    "--max-micro-batch", "16", "--cpu-mem-limit", GPT2_CAP, "--nproc", "2", "--steps", "3",
+                    "--max-micro-batch", "16", "--cpu-mem-limit", GPT2_CAP, "--no-prune", "--nproc", "2", "--steps", "3",
                     "--warmup", "1", "--results", str(results), "--master-port", "29661", timeout=900,
                     HF_HUB_OFFLINE="1")
     return results, proc
@@ -224,6 +224,10 @@ def test_auto_micro_batch_under_a_memory_cap_finds_the_largest_that_fits(capped_
         assert too_big[0] == fits[-1] + 1 or too_big[0] <= 2 * fits[-1]  # bisected down to neighbours
         powers = [2**k for k in range(8) if 2**k <= fits[-1]]
         assert set(powers) <= set(fits), (stage, fits)  # the powers of two below it measured
+    predicted = [(r["key"], r["predicted_mem_bytes"] / r["peak_mem_bytes"]) for r in recs
+                 if r["status"] == "ok" and r["predicted_mem_bytes"]]
+    assert len(predicted) >= 3 and all(0.8 <= ratio <= 1.3 for _, ratio in predicted), predicted
+    print("predicted/measured peak:", predicted)
     for r in recs:
         if r["status"] == "oom" and r["run_id"]:  # an allocation that really failed, per the run's own record
             runs = [x for x in records(results.with_suffix(".runs.jsonl")) if x["run_id"] == r["run_id"]]
