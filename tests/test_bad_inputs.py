@@ -263,6 +263,8 @@ CASES["launch bad run args"] = Case(cmd("launch", "torchrun", "--dry-run", "--",
                                     r"the ds-bench command after '--'.*unrecognized arguments: --stepz")
 CASES["launch nnodes text"] = Case(cmd("launch", "srun", "--nnodes", "two", "--dry-run"), r"--nnodes.*invalid int value")
 
+CASES["run memory cap unit"] = Case(cmd("run", "--workload", "mnist", "--ds-config", "ds_configs/zero1.json",
+                                        "--cpu-mem-limit", "lots"), r"--cpu-mem-limit: .*'lots' is not a size")
 # --- sweep (and bench, its preset), report, doctor -------------------------------------------------
 SWEEP = ("sweep", "--results", "{tmp}/r.jsonl")
 MNIST = ("--workload", "mnist", "--ds-config", "ds_configs/zero1.json")
