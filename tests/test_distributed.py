@@ -85,7 +85,7 @@ def test_sweep_prints_the_ranked_table(deepspeed_runs):
     lines = proc.stdout.splitlines()
     rows = [line for line in lines if re.match(r"^=?\d+\s+z[0-3] off=none (fp32|bf16) mbs=32\s+ok", line)]
     assert len(rows) == 8 and len(recs) == 8, proc.stdout
-    assert "median samples/s" in proc.stdout and any(line.startswith("recommended: z") for line in lines)
+    assert "median images/s" in proc.stdout and any(line.startswith("recommended: z") for line in lines)
 
 
 def test_loss_parity_across_zero_stages(torchrun_runs, deepspeed_runs):
