@@ -26,9 +26,9 @@ from ds_bench.errors import UserError
 from ds_bench.sweep import jobs, ledger, outcome, predict
 from ds_bench.sweep.derive import derive
 from ds_bench.sweep.points import Point, families, invalid_reason, next_auto_micro_batch
+from ds_bench.sweep.rank import GIB
 
 log = logging.getLogger("ds_bench")
-GIB = 2**30
 
 
 class Sweep:
@@ -126,7 +126,7 @@ class Sweep:
         s = self.spec
         self.attempts += 1
         tag = f"sweep-{self.sweep_id}-{_slug(point.key)}-r{repeat}-{uuid.uuid4().hex[:6]}"
-        run_args = ["run", "--workload", s.workload, "--ds-config", self._write_config(point),
+        run_args = ["run", "--workload", s.workload, "--ds-config", self._config_file(point),  # written by the check
                     "--steps", str(s.steps), "--warmup", str(s.warmup), "--results", s.runs_path, "--tag", tag,
                     "--step-timeout", str(s.timeout_s), *(["--cpu-mem-limit", str(s.cpu_mem_limit)] if s.cpu_mem_limit else []),
                     *s.run_args]
@@ -192,10 +192,12 @@ class Sweep:
             tqdm.write(f"    log: {log_path}\n" + "".join(f"    | {t}\n" for t in _tail(log_path, 8)).rstrip(),
                        file=sys.stdout)
 
+    def _config_file(self, point: Point) -> str:
+        return os.path.join(self.spec.output_path(".configs"), f"{_slug(point.key)}.json")
+
     def _write_config(self, point: Point) -> str:
-        folder = self.spec.output_path(".configs")
-        os.makedirs(folder, exist_ok=True)
-        path = os.path.join(folder, f"{_slug(point.key)}.json")
+        path = self._config_file(point)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path + ".tmp", "w", encoding="utf-8") as f:
             json.dump(derive(self.base, point), f, indent=2)
         os.replace(path + ".tmp", path)

@@ -238,13 +238,14 @@ def _run_args(args: argparse.Namespace, tail: list[str]) -> tuple[str, ...]:
     out += list(tail)
     from ds_bench.cli import build_parser
 
+    parser = build_parser()
     try:
-        ns = build_parser().parse_args(["run", "--workload", args.workload, "--ds-config", "-", *out])
+        ns = parser.parse_args(["run", "--workload", args.workload, "--ds-config", "-", *out])
     except UserError as e:
         raise UserError(f"run arguments ({' '.join(out)}): {e}") from None
     owned = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
              "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit"}
-    defaults = build_parser().parse_args(["run", "--workload", args.workload, "--ds-config", "-"])
+    defaults = parser.parse_args(["run", "--workload", args.workload, "--ds-config", "-"])
     for name, flag in owned.items():
         if getattr(ns, name) != getattr(defaults, name):
             raise UserError(f"run argument {flag} after '--': the sweep sets it per point; "
