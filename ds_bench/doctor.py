@@ -17,7 +17,7 @@ import time
 import torch
 from tabulate import tabulate
 
-from ds_bench import ops, rendezvous, results, runtime
+from ds_bench import ops, rendezvous, results, runtime, shm
 from ds_bench.netif import read_interfaces
 
 ENV_PREFIXES = ("NCCL_", "GLOO_", "CUDA_", "MASTER_", "OMP_NUM_THREADS", "DS_BENCH_")
@@ -29,7 +29,8 @@ def rank_facts(state: runtime.DistState) -> dict:
     ifaces = [f"{i.name} [{i.kind}{'' if i.up else ', down'}] {' '.join(i.addrs) or '-'}" for i in read_interfaces()]
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
     devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    return {"rank": state.rank, "local_rank": state.local_rank, "host": socket.gethostname(),
+    stale = shm.leftovers()
+    return {"shm_leftovers": [len(stale), sum(s.size_bytes for s in stale)], "rank": state.rank, "local_rank": state.local_rank, "host": socket.gethostname(),
             "launcher": state.launcher, "rendezvous": state.rendezvous, "interfaces": ifaces, "env": env,
             "devices": devices or [results.hardware(state.device)["device"]], "device": str(state.device),
             "versions": results.versions()}
@@ -81,9 +82,21 @@ def report(facts: list[dict], problems: list[str], timing: dict) -> str:
         bw = f", busbw {timing['busbw_GBps']:.2f} GB/s" if timing.get("busbw_GBps") else ""
         out.append(f"all_reduce: correct; {timing['allreduce_bytes'] // 2**20} MiB in "
                    f"{timing['allreduce_ms']:.2f} ms{bw}")
+    out += leftover_notes(facts)
     out += [f"PROBLEM: {p}" for p in problems] or ["OK: ranks agree on versions and all_reduce works"]
     return "\n".join(out)
 
+
+def leftover_notes(facts: list[dict]) -> list[str]:
+    """One line per host holding DeepSpeed shm buffers that no process maps (RAM lost until removed)."""
+    seen: dict[str, list[int]] = {}
+    for f in facts:
+        count, size = f.get("shm_leftovers", [0, 0])
+        if count:
+            seen[f["host"]] = [count, size]
+    return [f"NOTE: {host}: {count} leftover DeepSpeed shm buffer(s) hold {size / 2**30:.2f} GiB of RAM in "
+            f"{shm.SHM_DIR} (stock DeepSpeed never unlinks them); `python -m ds_bench.ops` removes them"
+            for host, (count, size) in seen.items()]
 
 
 def run_doctor(iface: str | None, dist_timeout_s: float, connect_timeout_s: float, json_path: str | None) -> int:

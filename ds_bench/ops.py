@@ -18,7 +18,9 @@ TORCH_EXTENSIONS_DIR. Three traps, measured on this project's machines:
   working in the folder, is stale: it is removed with a warning.
 
 ``ensure_loaded`` runs before the process group is joined, so a first-run compile never eats
-into the rendezvous timeouts. ``python -m ds_bench.ops`` builds the CPU ops up front (``make``).
+into the rendezvous timeouts. ``python -m ds_bench.ops`` builds the CPU ops up front (``make``),
+after removing DeepSpeed shm buffers that no process maps (``ds_bench.shm``): they are RAM, and
+a compile needs ~2 GB of it.
 """
 
 from __future__ import annotations
@@ -195,6 +197,7 @@ def processes_working_in(folder: str, proc: str = "/proc") -> list[int]:
 def build_all() -> None:
     from ds_bench.logs import setup_logging
     from ds_bench.runtime import pin_jit_toolchain, select_accelerator
+    from ds_bench.shm import SHM_DIR, remove_leftovers
 
     setup_logging()
     pin_jit_toolchain()
@@ -203,6 +206,10 @@ def build_all() -> None:
 
     if get_accelerator().device_name() != "cpu":
         return
+    removed = remove_leftovers()
+    if removed:
+        print(f"[ds_bench.ops] removed {len(removed)} leftover DeepSpeed shm buffer(s) from {SHM_DIR} "
+              f"({sum(r.size_bytes for r in removed) / 2**30:.2f} GiB of RAM; ds_bench.shm says why)", flush=True)
     for name in CPU_OPS:
         state = "cached" if is_built(name) else "compiling (~30-60 s)"
         print(f"[ds_bench.ops] {name}: {state} in {build_dir(name)}", flush=True)

@@ -94,6 +94,8 @@ def init_distributed(rdzv: Rendezvous, timeout_s: float, connect_timeout_s: floa
     sys.stdout.write("".join(line for line in printed.getvalue().splitlines(keepends=True)
                              if not line.rstrip().endswith("built successfully")))
     _state["initialized"] = True
+    if accel.device_name() == "cpu":
+        _release_shm_buffer(info.master_addr, info.master_port, info.rank)
     if accel.device_name() != "cpu":
         accel.set_device(info.local_rank)
     device = torch.device(accel.device_name(info.local_rank) if accel.device_name() != "cpu" else "cpu")
@@ -101,6 +103,15 @@ def init_distributed(rdzv: Rendezvous, timeout_s: float, connect_timeout_s: floa
                      local_world_size=info.local_world_size, master_addr=info.master_addr,
                      master_port=info.master_port, launcher=info.source, device=device, backend=backend,
                      rendezvous=rdzv.describe())
+
+
+def _release_shm_buffer(master_addr: str, master_port: int, rank: int) -> None:
+    """Unlink this rank's DeepSpeed shm buffer once every rank has mapped every buffer (the barrier),
+    so nothing stays in /dev/shm after the run, however it ends (``ds_bench.shm`` says why)."""
+    from ds_bench.shm import release_own_buffer
+
+    torch.distributed.barrier()
+    release_own_buffer(master_addr, master_port, rank)
 
 
 def gather(obj):

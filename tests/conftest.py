@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import subprocess
@@ -35,6 +36,11 @@ def records(path: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def shm_buffers(master_port: int) -> list[str]:
+    """DeepSpeed shm all-reduce buffers in /dev/shm named for a run on ``master_port``."""
+    return sorted(glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_*_{master_port}_*"))
 
 
 def explain(proc: subprocess.CompletedProcess) -> str:

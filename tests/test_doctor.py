@@ -2,7 +2,7 @@
 
 import pytest
 
-from ds_bench.doctor import version_problems
+from ds_bench.doctor import leftover_notes, version_problems
 from tests.conftest import ds_bench, explain, run_cmd
 
 
@@ -23,6 +23,13 @@ def test_doctor_under_torchrun_reports_every_rank_and_a_correct_all_reduce():
     assert "OK: ranks agree on versions and all_reduce works" in out
     assert "GLOO_SOCKET_IFNAME=lo" in out
     assert sum(line.startswith("|      ") and "lo (127.0.0.1)" in line for line in out.splitlines()) == 2
+
+
+def test_leftover_shm_buffers_are_one_note_per_host():
+    facts = [{"host": "a", "shm_leftovers": [2, 3 * 2**29]}, {"host": "a", "shm_leftovers": [2, 3 * 2**29]},
+             {"host": "b", "shm_leftovers": [0, 0]}]
+    (note,) = leftover_notes(facts)
+    assert note.startswith("NOTE: a: 2 leftover DeepSpeed shm buffer(s) hold 1.50 GiB of RAM in /dev/shm")
 
 
 def test_doctor_with_a_missing_interface_is_a_one_line_error():

@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from ds_bench import faults
-from tests.conftest import BIN, REPO, child_env
+from tests.conftest import BIN, REPO, child_env, shm_buffers
 
 RUN = ["run", "--workload", "mnist", "--ds-config", "ds_configs/zero1.json", "--set", "bf16.enabled=false",
        "--micro-batch", "8", "--steps", "100000", "--warmup", "2"]
@@ -118,6 +118,7 @@ def test_a_rank_killed_mid_run_ends_the_job_with_a_record_naming_it(job, launche
     (r,) = survivor
     assert r["failure"]["steps_done"] >= 2 and r["failure"]["peers"] == {"1": "gone"}, r["failure"]
     assert f"rank 1 (pid {victim} on " in r["error"] and "had exited" in r["error"], r["error"]
+    assert shm_buffers(r["rendezvous"]["master_port"]) == [], "a killed job left DeepSpeed shm buffers in /dev/shm"
     print(f"{launcher}: exit {code} {seconds:.1f} s after SIGKILL of rank 1; record: {r['error']}")
 
 
