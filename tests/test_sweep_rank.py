@@ -12,7 +12,7 @@ import pytest
 from ds_bench.sweep.plots import pareto_front, write_plots
 from ds_bench.sweep.points import Point
 from ds_bench.sweep.rank import GIB, rank, recommendation_line, summarize_points, was_busy
-from ds_bench.sweep.table import markdown, terminal, write_csv
+from ds_bench.sweep.table import NOTE_CHARS, brief, markdown, terminal, write_csv
 
 CAP = 80 * GIB
 
@@ -264,6 +264,28 @@ def test_busy_and_headroom_notes():
     text = markdown(rank(rows), "tokens/s")
     assert "headroom < 10%" in next(line for line in text.splitlines() if "| z1 off" in line)
     assert "busy machine" in next(line for line in text.splitlines() if "| z2 off" in line)
+
+
+CUDA_OOM = ("rank 0: failed at step 1 of 20: OutOfMemoryError('CUDA out of memory. Tried to allocate 12.27 GiB. "
+            "GPU 0 has a total capacity of 79.18 GiB of which 7.11 GiB is free. Including non-PyTorch memory, this "
+            "process has 72.06 GiB memory in use. Of the allocated memory 57.97 GiB is allocated by PyTorch')")
+
+
+def test_a_long_failure_reason_is_cut_in_the_table_and_whole_in_the_csv(tmp_path):
+    rows = summarize_points([rec(stage=2, tput=1000.0), rec(stage=0, status="oom", reason=CUDA_OOM)])
+    line = next(line for line in markdown(rank(rows), "tokens/s").splitlines() if "| z0 off" in line)
+    note = line.rstrip(" |").rsplit("|", 1)[1].strip()
+    assert note.startswith("rank 0: failed at step 1 of 20: OutOfMemoryError('CUDA out of memory. Tried to allocate")
+    assert len(note) <= NOTE_CHARS and note.endswith("\u2026")
+    write_csv(rank(rows), str(tmp_path / "s.csv"))
+    with open(tmp_path / "s.csv", newline="") as f:
+        oom = next(g for g in csv.DictReader(f) if g["status"] == "oom")
+    assert oom["reason"] == CUDA_OOM and oom["notes"] == CUDA_OOM
+
+
+def test_brief_keeps_short_text_and_folds_lines():
+    assert brief("a\n  b") == "a b"
+    assert brief("x" * 20, limit=10) == "x" * 9 + "\u2026"
 
 
 def test_csv_has_a_header_and_one_row_per_point(tmp_path):

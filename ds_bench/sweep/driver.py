@@ -27,6 +27,7 @@ from ds_bench.sweep import jobs, ledger, outcome, predict
 from ds_bench.sweep.derive import derive
 from ds_bench.sweep.points import Point, families, invalid_reason, next_auto_micro_batch
 from ds_bench.sweep.rank import GIB
+from ds_bench.sweep.table import brief
 
 log = logging.getLogger("ds_bench")
 
@@ -186,7 +187,7 @@ class Sweep:
         if record and status == "ok":
             line += f" {record['throughput']:>12,.0f} {record['unit']:<10} {record['peak_mem_bytes'] / GIB:6.2f} GiB  ok"
         else:
-            line += f"  {status}: {reason}"
+            line += f"  {status}: {brief(reason or '-')}"
         tqdm.write(line, file=sys.stdout)
         if status in ("crashed", "timeout") and log_path:
             tqdm.write(f"    log: {log_path}\n" + "".join(f"    | {t}\n" for t in _tail(log_path, 8)).rstrip(),

@@ -18,13 +18,25 @@ LEGEND = ("rank: by median throughput, '=k' ties within noise; CV: sample std / 
           "vs baseline: median diff %; GiB = 2^30 bytes per rank; headroom: free share of capacity")
 
 
-def notes(ranking: Ranking, row: PointRow) -> str:
+NOTE_CHARS = 110
+"""Failure reasons are cut to this in the terminal and markdown (a CUDA OOM message runs ~600
+characters); the CSV and the results file keep them whole."""
+
+
+def brief(text: str, limit: int = NOTE_CHARS) -> str:
+    """``text`` on one line, cut to ``limit`` characters with an ellipsis (pure)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "\u2026"
+
+
+def notes(ranking: Ranking, row: PointRow, limit: int | None = NOTE_CHARS) -> str:
     """Why a row looks the way it does: its failure reason, and the flags a reader must weigh."""
     out = []
+    reason = row.reason if row.reason is None or limit is None else brief(row.reason, limit)
     if not row.ran_ok:
-        out.append(row.reason or row.status)
-    elif row.reason:
-        out.append(row.reason)  # some repeats failed
+        out.append(reason or row.status)
+    elif reason:
+        out.append(reason)  # some repeats failed
     if row is ranking.recommended:
         out.append("recommended")
     if row is ranking.baseline:
@@ -95,7 +107,7 @@ def _csv_row(ranking: Ranking, row: PointRow) -> dict:
             "peak_gib": _gib(row.peak_mem_bytes), "predicted_gib": _gib(row.predicted_mem_bytes),
             "prediction_ratio": row.prediction_ratio, "headroom_pct": row.headroom_pct,
             "capacity_gib": _gib(row.capacity_bytes), "noisy": row.noisy, "busy": row.busy,
-            "notes": notes(ranking, row), "run_id": row.run_id, "log": row.log}
+            "notes": notes(ranking, row, limit=None), "run_id": row.run_id, "log": row.log}
 
 
 def write_csv(ranking: Ranking, path: str) -> None:
