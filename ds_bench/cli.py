@@ -78,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
                                             "offload x precision x micro-batch, ranked, with a recommendation"))
     sweep_spec.add_arguments(sub.add_parser("bench", help="this machine's preset sweep (ds-bench sweep with no "
                                             "--workload; what make bench runs)"))
+    from ds_bench.comm import spec as comm_spec
+
+    comm_spec.add_arguments(sub.add_parser("comm", help="collective bandwidth (nccl-tests busbw) and correctness "
+                                           "on the launched ranks"))
     doctor = sub.add_parser("doctor", help="per-rank network/device/version report and an all_reduce check")
     doctor.add_argument("--iface", default=None, help="network interface for the rendezvous")
     doctor.add_argument("--dist-timeout", dest="dist_timeout_s", type=float, default=60.0)
@@ -123,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
             check_timeout("--connect-timeout", args.connect_timeout_s)
             argcheck.output_folder("--json", args.json)
             return run_doctor(args.iface, args.dist_timeout_s, args.connect_timeout_s, args.json)
+        if args.command == "comm":
+            from ds_bench.comm.main import main as comm_main
+
+            return comm_main(args)
         if args.command == "launch":
             from ds_bench import launch
 

@@ -315,6 +315,28 @@ CASES["doctor timeout"] = Case(cmd("doctor", "--dist-timeout", "0"), r"--dist-ti
 CASES["doctor connect timeout"] = Case(cmd("doctor", "--connect-timeout", "-1"), r"--connect-timeout must be a finite number")
 CASES["doctor iface"] = Case(cmd("doctor", "--iface", "nosuch0"), r"interface 'nosuch0' .* does not exist")
 CASES["doctor json folder"] = Case(cmd("doctor", "--json", "{tmp}"), r"--json .*: is a folder")
+
+
+# --- comm -------------------------------------------------------------------------------------------
+def comm(*flags: str):
+    return cmd("comm", "--results", "{tmp}/c.jsonl", *flags)
+
+
+CASES["comm collectives unknown"] = Case(comm("--collectives", "all_reduce,bogus"), r"--collectives 'all_reduce,bogus': expected a comma list of all_reduce")
+CASES["comm collectives empty"] = Case(comm("--collectives", ","), r"--collectives ',': expected a comma list")
+CASES["comm min-bytes zero"] = Case(comm("--min-bytes", "0"), r"--min-bytes: '0': a size must be > 0")
+CASES["comm max-bytes not a size"] = Case(comm("--max-bytes", "lots"), r"--max-bytes: 'lots' is not a size")
+CASES["comm max below min"] = Case(comm("--min-bytes", "1KiB", "--max-bytes", "8"), r"--max-bytes \(8\) must be >= --min-bytes \(1024\)")
+CASES["comm step-factor 1"] = Case(comm("--step-factor", "1"), r"--step-factor must be an integer >= 2, got 1")
+CASES["comm dtype"] = Case(comm("--dtype", "int8"), r"--dtype 'int8': expected one of float32")
+CASES["comm iters 0"] = Case(comm("--iters", "0"), r"--iters must be a positive integer, got 0")
+CASES["comm warmup negative"] = Case(comm("--warmup", "-1"), r"--warmup must be an integer >= 0, got -1")
+CASES["comm expect not a number"] = Case(comm("--expect-busbw", "fast"), r"--expect-busbw 'fast': expected GBPS or COLLECTIVE=GBPS")
+CASES["comm expect zero"] = Case(comm("--expect-busbw", "all_gather=0"), r"--expect-busbw 'all_gather=0': expected GBPS")
+CASES["comm expect unmeasured"] = Case(comm("--collectives", "all_reduce", "--expect-busbw", "all_gather=5"), r"all_gather is not among the measured collectives \(all_reduce\)")
+CASES["comm results folder"] = Case(cmd("comm", "--results", "{tmp}"), r"--results .*: is a folder")
+CASES["comm dist-timeout"] = Case(comm("--dist-timeout", "0"), r"--dist-timeout must be a finite number of seconds > 0")
+CASES["comm iface"] = Case(comm("--iface", "nosuch0"), r"interface 'nosuch0' .* does not exist")
 CASES["no subcommand"] = Case(cmd(), r"the following arguments are required: command")
 
 

@@ -1,0 +1,86 @@
+"""``ds-bench comm``: prepare (flags, rendezvous, process group), execute (every collective at every
+size, checked and timed), record (rank 0: one ``kind: comm`` record, the table, the plot, the gate).
+
+Run it under the launcher the training uses, e.g.::
+
+    torchrun --nproc_per_node 8 -m ds_bench comm --max-bytes 1GiB --expect-busbw 150
+    mpirun -np 16 --hostfile hosts .venv/bin/ds-bench comm --iface ib0
+    srun --mpi=pmix .venv/bin/ds-bench comm --collectives all_reduce,all_gather
+
+Exit 0 when every result is right and every ``--expect-busbw`` is met; 1 with the reasons otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+import torch
+
+from ds_bench import ops, rendezvous, results, runtime
+from ds_bench.comm import report
+from ds_bench.comm.bandwidth import sizes
+from ds_bench.comm.measure import sample
+from ds_bench.comm.spec import DTYPES, MAX_BYTES, CommSpec, from_args
+
+log = logging.getLogger("ds_bench")
+MAX_PRINTED = 12
+ENV_PREFIXES = ("NCCL_", "GLOO_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "DS_BENCH_")
+
+
+def main(args) -> int:
+    spec = from_args(args)
+    state = _join(spec)
+    collectives = [c for c in spec.collectives if not (c == "send_recv" and state.world_size == 1)]
+    plan = sizes(spec.min_bytes, spec.max_bytes or MAX_BYTES[state.device.type], spec.step_factor)
+    per_rank: list[list[dict]] = [[] for _ in range(state.world_size)]
+    error = None
+    try:
+        for collective in collectives:
+            mine = [dataclasses.asdict(sample(collective, size, DTYPES[spec.dtype], state.device, state.rank,
+                                              state.world_size, spec.warmup, spec.iters)) for size in plan]
+            for rank, samples in enumerate(runtime.gather(mine)):
+                per_rank[rank] += samples
+            if state.rank == 0:
+                log.info("%s: %d sizes done", collective, len(plan))
+    except RuntimeError as e:  # a collective that failed or timed out: a result, not a traceback
+        error = f"{type(e).__name__}: {e}"
+    hosts = runtime.gather(os.uname().nodename) if error is None else []
+    problems = _record(spec, state, per_rank, hosts, error) if state.rank == 0 else []
+    verdict = [problems]
+    if error is None:
+        torch.distributed.broadcast_object_list(verdict, src=0)
+    return 1 if verdict[0] or error else 0
+
+
+def _join(spec: CommSpec) -> runtime.DistState:
+    runtime.pin_jit_toolchain()
+    runtime.select_accelerator()
+    rdzv = rendezvous.resolve(os.environ, spec.iface, spec.dist_timeout_s)
+    ops.ensure_loaded(ops.ops_for_run(runtime.device_type(), None))
+    return runtime.init_distributed(rdzv, spec.dist_timeout_s, spec.connect_timeout_s)
+
+
+def _record(spec: CommSpec, state: runtime.DistState, per_rank: list[list[dict]], hosts: list[str],
+            error: str | None) -> list[str]:
+    """Rank 0: print the table, append the record, write the plot; returns the problems."""
+    rows = report.rows(per_rank, state.world_size) if error is None else []
+    problems = ([error] if error else []) + report.wrong_results(rows) + report.gate(rows, spec.expect_busbw)
+    record = {**results.base_record(results.new_run_id(), spec.to_dict()), "kind": "comm",
+              "status": "failed" if problems else "ok", "problems": problems, "world_size": state.world_size,
+              "hosts": hosts, "launcher": state.launcher, "backend": state.backend,
+              "rendezvous": state.rendezvous, "hardware": results.hardware(state.device),
+              "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
+              "dtype": spec.dtype, "warmup": spec.warmup, "iters": spec.iters, "results": rows}
+    results.append_record(spec.results, record)
+    if rows:
+        print(report.table(rows), flush=True)
+        title = f"{state.world_size} ranks, {state.backend}, {record['hardware']['device']}, {spec.dtype}"
+        print(f"plot:    {report.write_plot(rows, spec.plot, title)}", flush=True)
+    print(f"results: {spec.results} (run {record['run_id']})", flush=True)
+    for line in problems[:MAX_PRINTED]:
+        print(f"PROBLEM: {line}", flush=True)
+    if len(problems) > MAX_PRINTED:
+        print(f"PROBLEM: ... and {len(problems) - MAX_PRINTED} more (all in the record's 'problems')", flush=True)
+    return problems

@@ -1,0 +1,121 @@
+"""``ds-bench comm`` flags into a checked ``CommSpec``: every bad value is a one-line error (exit 2)
+before the process group is joined."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from dataclasses import asdict, dataclass
+
+import torch
+
+from ds_bench import argcheck
+from ds_bench.comm.bandwidth import COLLECTIVES
+from ds_bench.errors import UserError
+from ds_bench.memory import parse_size
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+          "float64": torch.float64}
+MAX_BYTES = {"cpu": 256 * 2**20, "cuda": 4 * 2**30}
+"""Default largest message: 256 MiB on CPU ranks, 4 GiB on GPUs (nccl-tests users go to 8 GiB)."""
+
+
+@dataclass(frozen=True)
+class CommSpec:
+    collectives: tuple[str, ...]
+    min_bytes: int
+    max_bytes: int | None
+    """None: the device's default (``MAX_BYTES``), filled in once the device is known."""
+    step_factor: int
+    dtype: str
+    warmup: int
+    iters: int
+    expect_busbw: dict[str, float]
+    """Collective -> the least busbw (GB/s) its largest message must reach."""
+    results: str
+    plot: str | None
+    iface: str | None
+    dist_timeout_s: float
+    connect_timeout_s: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--collectives", default=",".join(COLLECTIVES),
+                   help=f"comma list of {', '.join(COLLECTIVES)} (default: all)")
+    p.add_argument("--min-bytes", default="8", help="smallest message, e.g. 8, 1KiB (default 8 B)")
+    p.add_argument("--max-bytes", default=None, help="largest message (default 256MiB on CPU, 4GiB on GPU)")
+    p.add_argument("--step-factor", type=int, default=2, help="size multiplier between steps (default 2)")
+    p.add_argument("--dtype", default="float32", help=", ".join(DTYPES))
+    p.add_argument("--warmup", type=int, default=5, help="untimed iterations per size (default 5)")
+    p.add_argument("--iters", type=int, default=20, help="timed iterations per size (default 20)")
+    p.add_argument("--expect-busbw", action="append", default=[], metavar="[COLLECTIVE=]GBPS",
+                   help="exit 1 when the largest message's busbw is below this (bare: all_reduce); repeatable")
+    p.add_argument("--results", default="results/comm.jsonl", help="JSON-lines record file (appended)")
+    p.add_argument("--plot", default=None, help="busbw vs size PNG (default: beside --results)")
+    p.add_argument("--iface", default=None, help="network interface for the rendezvous")
+    p.add_argument("--dist-timeout", dest="dist_timeout_s", type=float, default=300.0)
+    p.add_argument("--connect-timeout", dest="connect_timeout_s", type=float, default=30.0)
+    p.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)
+
+
+def from_args(args: argparse.Namespace) -> CommSpec:
+    from ds_bench.config import check_timeout
+
+    collectives = parse_collectives(args.collectives)
+    min_bytes = _size("--min-bytes", args.min_bytes)
+    max_bytes = None if args.max_bytes is None else _size("--max-bytes", args.max_bytes)
+    if max_bytes is not None and max_bytes < min_bytes:
+        raise UserError(f"--max-bytes ({max_bytes}) must be >= --min-bytes ({min_bytes})")
+    argcheck.at_least("--step-factor", args.step_factor, 2)
+    if args.dtype not in DTYPES:
+        raise UserError(f"--dtype {args.dtype!r}: expected one of {', '.join(DTYPES)}")
+    argcheck.at_least("--warmup", args.warmup, 0)
+    argcheck.at_least("--iters", args.iters, 1)
+    check_timeout("--dist-timeout", args.dist_timeout_s)
+    check_timeout("--connect-timeout", args.connect_timeout_s)
+    argcheck.output_folder("--results", args.results)
+    argcheck.output_folder("--plot", args.plot)
+    plot = args.plot or os.path.splitext(args.results)[0] + "_busbw.png"
+    return CommSpec(collectives=collectives, min_bytes=min_bytes, max_bytes=max_bytes,
+                    step_factor=args.step_factor, dtype=args.dtype, warmup=args.warmup, iters=args.iters,
+                    expect_busbw=parse_expectations(args.expect_busbw, collectives), results=args.results,
+                    plot=plot, iface=args.iface, dist_timeout_s=args.dist_timeout_s,
+                    connect_timeout_s=args.connect_timeout_s)
+
+
+def parse_collectives(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    unknown = [t for t in names if t not in COLLECTIVES]
+    if unknown or not names:
+        raise UserError(f"--collectives {text!r}: expected a comma list of {', '.join(COLLECTIVES)}")
+    return names
+
+
+def parse_expectations(items: list[str], collectives: tuple[str, ...]) -> dict[str, float]:
+    """``["25", "all_gather=20"]`` -> ``{"all_reduce": 25.0, "all_gather": 20.0}`` (pure)."""
+    out: dict[str, float] = {}
+    for item in items:
+        name, _, value = item.rpartition("=")
+        name = name.strip() or "all_reduce"
+        try:
+            gbps = float(value)
+        except ValueError:
+            gbps = math.nan
+        if not (math.isfinite(gbps) and gbps > 0):
+            raise UserError(f"--expect-busbw {item!r}: expected GBPS or COLLECTIVE=GBPS with GBPS a number > 0")
+        if name not in collectives:
+            raise UserError(f"--expect-busbw {item!r}: {name} is not among the measured collectives "
+                            f"({', '.join(collectives)})")
+        out[name] = gbps
+    return out
+
+
+def _size(flag: str, text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise UserError(f"{flag}: {e}") from None

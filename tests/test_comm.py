@@ -1,0 +1,181 @@
+"""ds-bench comm: bandwidth formulas and known-result patterns on exact numbers (pure), the gate,
+and real 2-rank runs under torchrun and mpirun (records, correctness failure, --expect-busbw)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from ds_bench.comm import bandwidth, patterns, report
+from ds_bench.comm.spec import parse_expectations
+from ds_bench.errors import UserError
+from tests.conftest import BIN, explain, run_cmd
+
+N = 4
+
+
+# bandwidth (nccl-tests doc/PERFORMANCE.md)
+
+def test_bus_factors_follow_nccl_tests():
+    assert bandwidth.bus_factor("all_reduce", 8) == pytest.approx(1.75)
+    assert bandwidth.bus_factor("all_gather", 8) == bandwidth.bus_factor("reduce_scatter", 8) == pytest.approx(0.875)
+    assert bandwidth.bus_factor("all_to_all", 2) == pytest.approx(0.5)
+    assert bandwidth.bus_factor("broadcast", 8) == bandwidth.bus_factor("send_recv", 2) == 1.0
+    with pytest.raises(ValueError, match="unknown collective 'gather'"):
+        bandwidth.bus_factor("gather", 2)
+
+
+def test_algbw_and_busbw_in_decimal_gigabytes_per_second():
+    # 1 GiB all_reduce in 0.1 s over 8 ranks: algbw 10.737 GB/s, busbw x 1.75
+    assert bandwidth.algbw_gbps(2**30, 0.1) == pytest.approx(10.737418)
+    assert bandwidth.busbw_gbps("all_reduce", 8, 2**30, 0.1) == pytest.approx(10.737418 * 1.75)
+
+
+def test_sizes_double_and_include_the_maximum():
+    assert bandwidth.sizes(8, 64, 2) == [8, 16, 32, 64]
+    assert bandwidth.sizes(1024, 5000, 4) == [1024, 4096]
+    assert bandwidth.sizes(8, 8, 2) == [8]
+
+
+def test_split_collectives_round_counts_to_a_multiple_of_the_ranks():
+    assert bandwidth.element_count("all_gather", 40, 3, 4) == 9      # 10 floats -> 9
+    assert bandwidth.element_count("all_reduce", 40, 3, 4) == 10
+    assert bandwidth.element_count("reduce_scatter", 4, 4, 4) == 4   # one float, but one per rank
+    assert bandwidth.element_count("broadcast", 2, 4, 4) == 1
+
+
+# patterns: each expected result follows from the collective's definition, simulated here
+
+def inputs(collective, count, n=N):
+    return [patterns.make_input(collective, r, n, count, torch.float32, "cpu").double() for r in range(n)]
+
+
+def simulate(collective: str, count: int, rank: int, n: int = N) -> torch.Tensor:
+    x = inputs(collective, count, n)
+    chunk = count // n
+    if collective == "all_reduce":
+        return sum(x)
+    if collective == "all_gather":
+        return torch.cat(x)
+    if collective == "reduce_scatter":
+        return sum(x)[rank * chunk:(rank + 1) * chunk]
+    if collective == "broadcast":
+        return x[0]
+    if collective == "all_to_all":
+        return torch.cat([x[s][rank * chunk:(rank + 1) * chunk] for s in range(n)])
+    return x[(rank - 1) % n]  # send_recv ring
+
+
+@pytest.mark.parametrize("collective", bandwidth.COLLECTIVES)
+def test_expected_results_match_the_definitions(collective):
+    count = 4 * 13 * N
+    for rank in range(N):
+        want = patterns.expected(collective, rank, N, count, torch.float32)
+        assert torch.equal(simulate(collective, count, rank), want), (collective, rank)
+        assert patterns.first_mismatch(simulate(collective, count, rank).float(), want, torch.float32) is None
+
+
+def test_sums_stay_exact_in_bf16_at_eight_ranks():
+    want = patterns.expected("all_reduce", 0, 8, 64, torch.bfloat16)
+    assert want.max() <= 256 and torch.equal(want.to(torch.bfloat16).double(), want)
+
+
+def test_a_corrupted_contribution_is_found_and_named(monkeypatch):
+    monkeypatch.setenv(patterns.CORRUPT_ENV, "2")
+    count = 2 * N
+    got = simulate("all_gather", count, rank=0)
+    want = patterns.expected("all_gather", 0, N, count, torch.float32)
+    index = patterns.first_mismatch(got, want, torch.float32)
+    assert index == 4  # rank 2's chunk starts at 2 x (count / N)
+    line = patterns.describe_mismatch("all_gather", 32, 0, N, count, index, float(got[index]), float(want[index]))
+    assert line == "all_gather of 32 B: rank 0 got 3 instead of 2 at element 4 (the chunk from rank 2)"
+
+
+# report and gate on inline samples
+
+def s(collective, size, seconds, wrong=None):
+    return {"collective": collective, "size_bytes": size, "count": size // 4, "seconds": seconds, "wrong": wrong}
+
+
+def test_rows_average_over_ranks_and_keep_the_spread():
+    per_rank = [[s("all_reduce", 10**9, 0.5)], [s("all_reduce", 10**9, 1.5, wrong="rank 1 got 3")]]
+    (row,) = report.rows(per_rank, 2)
+    assert row["time_us"] == pytest.approx(1e6) and row["time_us_median"] == pytest.approx(1e6)
+    assert (row["time_us_min"], row["time_us_max"]) == (pytest.approx(5e5), pytest.approx(1.5e6))
+    assert row["algbw_GBps"] == pytest.approx(1.0) and row["busbw_GBps"] == pytest.approx(1.0)  # 2(n-1)/n = 1
+    assert row["wrong"] == ["rank 1 got 3"] and report.wrong_results([row]) == ["rank 1 got 3"]
+
+
+def test_the_gate_reads_the_largest_message_of_each_collective():
+    per_rank = [[s("all_reduce", 2**20, 1e-3), s("all_reduce", 2**30, 1.0), s("all_gather", 2**30, 0.1)]]
+    rows = report.rows(per_rank * 2, 2)
+    assert report.gate(rows, {"all_reduce": 1.0}) == []  # 1.07 GB/s meets 1
+    assert report.gate(rows, {"all_reduce": 2.0}) == [
+        "all_reduce busbw 1.07 GB/s at 1 GiB is below the expected 2 GB/s (--expect-busbw)"]
+    assert report.gate(rows, {"all_gather": 6.0}) == [
+        "all_gather busbw 5.37 GB/s at 1 GiB is below the expected 6 GB/s (--expect-busbw)"]
+
+
+def test_expectations_parse_bare_and_per_collective():
+    assert parse_expectations(["25", "all_gather=12.5"], ("all_reduce", "all_gather")) == {
+        "all_reduce": 25.0, "all_gather": 12.5}
+    with pytest.raises(UserError, match="all_reduce is not among the measured"):
+        parse_expectations(["25"], ("broadcast",))
+
+
+# real ranks
+
+def comm_argv(tmp_path, *extra):
+    return ["-m", "ds_bench", "comm", "--max-bytes", "64KiB", "--min-bytes", "1KiB", "--step-factor", "8",
+            "--iters", "3", "--warmup", "1", "--results", str(tmp_path / "c.jsonl"), "--iface", "lo", *extra]
+
+
+def comm_record(tmp_path) -> dict:
+    (record,) = [json.loads(line) for line in (tmp_path / "c.jsonl").read_text().splitlines()]
+    return record
+
+
+@pytest.mark.dist
+def test_comm_under_torchrun_records_every_collective_and_passes_a_trivial_gate(tmp_path):
+    proc = run_cmd([str(BIN / "torchrun"), "--nproc_per_node", "2", "--master_port", "29781",
+                    *comm_argv(tmp_path, "--expect-busbw", "1e-6", "--expect-busbw", "all_to_all=1e-6")], timeout=180)
+    assert proc.returncode == 0, explain(proc)
+    r = comm_record(tmp_path)
+    assert r["kind"] == "comm" and r["status"] == "ok" and r["problems"] == [] and r["world_size"] == 2
+    assert r["backend"] == "gloo" and r["launcher"] == "torchrun" and len(r["hosts"]) == 2
+    assert r["env"]["GLOO_SOCKET_IFNAME"] == "lo" and r["versions"]["deepspeed"]
+    got = {(row["collective"], row["size_bytes"]) for row in r["results"]}
+    assert got == {(c, size) for c in bandwidth.COLLECTIVES for size in (1024, 8192, 65536)}
+    assert all(row["busbw_GBps"] > 0 and row["wrong"] == [] for row in r["results"])
+    assert "busbw GB/s" in proc.stdout and "GB/s = 1e9 B/s" in proc.stdout
+    assert (tmp_path / "c_busbw.png").stat().st_size > 10_000
+
+
+@pytest.mark.dist
+def test_a_wrong_contribution_and_an_impossible_gate_fail_the_run_by_name(tmp_path):
+    proc = run_cmd([str(BIN / "torchrun"), "--nproc_per_node", "2", "--master_port", "29782",
+                    *comm_argv(tmp_path, "--collectives", "all_gather,broadcast", "--expect-busbw",
+                               "broadcast=1e6")], timeout=180, DS_BENCH_COMM_CORRUPT="1")
+    assert proc.returncode == 1, explain(proc)
+    r = comm_record(tmp_path)
+    assert r["status"] == "failed"
+    assert "all_gather of 1024 B: rank 0 got 9 instead of 8 at element 128 (the chunk from rank 1)" in r["problems"]
+    assert not any(p.startswith("broadcast of") for p in r["problems"])  # rank 1 does not send in a broadcast
+    (gate,) = [p for p in r["problems"] if "--expect-busbw" in p]
+    assert gate.startswith("broadcast busbw ") and "at 64 KiB is below the expected 1e+06 GB/s" in gate
+    assert f"PROBLEM: {gate}" in proc.stdout
+
+
+@pytest.mark.dist
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")
+def test_comm_under_mpirun_discovers_ranks_and_measures(tmp_path):
+    proc = run_cmd(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", str(BIN / "python"),
+                    *comm_argv(tmp_path, "--collectives", "all_reduce,send_recv")], timeout=180)
+    assert proc.returncode == 0, explain(proc)
+    r = comm_record(tmp_path)
+    assert r["launcher"] == "openmpi" and r["rendezvous"]["master_addr"], r["launcher"]
+    assert r["status"] == "ok" and {row["collective"] for row in r["results"]} == {"all_reduce", "send_recv"}
+    assert all(row["busbw_GBps"] > 0 for row in r["results"])
