@@ -179,3 +179,13 @@ def test_comm_under_mpirun_discovers_ranks_and_measures(tmp_path):
     assert r["launcher"] == "openmpi" and r["rendezvous"]["master_addr"], r["launcher"]
     assert r["status"] == "ok" and {row["collective"] for row in r["results"]} == {"all_reduce", "send_recv"}
     assert all(row["busbw_GBps"] > 0 for row in r["results"])
+
+
+def test_link_groups_split_hosts_into_intra_and_inter():
+    from ds_bench.comm.topology import LinkGroup, link_groups
+
+    assert link_groups(["a", "a"]) == []
+    assert link_groups(["a", "a", "b", "b", "c"]) == [
+        LinkGroup("intra-host", "a", (0, 1)), LinkGroup("intra-host", "b", (2, 3)),
+        LinkGroup("inter-host", "one rank per host", (0, 2, 4))]
+    assert link_groups(["a", "b"]) == [LinkGroup("inter-host", "one rank per host", (0, 1))]

@@ -150,3 +150,27 @@ def test_control_ds_bench_on_eth0_fails_fast(mpi, tmp_path):
     assert "cannot reach" in r.stderr and first in r.stderr, r.explain()
     assert not r.timed_out, r.explain()  # i.e. done within connect timeout + 25 s
     assert r.returncode != 0, r.explain()
+
+
+@pytest.mark.timeout(150)
+def test_comm_across_two_hosts_over_ib0_reports_intra_and_inter_host_links(mpi, tmp_path):
+    """Two ranks on each host: the world rows, then each host's pair and one rank per host apart."""
+    results = tmp_path / "c.jsonl"
+    argv = mpi.mpirun([PY, "-m", "ds_bench", "comm", "--collectives", "all_reduce,send_recv", "--min-bytes", "64KiB",
+                       "--max-bytes", "1MiB", "--step-factor", "4", "--iters", "3", "--warmup", "1",
+                       "--results", str(results), "--connect-timeout", str(CONNECT_TIMEOUT), "--dist-timeout", "60"],
+                      hosts=("hosta:2", "hostb:2"), extra=("--oversubscribe",))
+    argv[argv.index("-np") + 1] = "4"
+    r = mpi.run_on("hosta", argv, timeout=120, cwd=REPO)
+    assert r.returncode == 0, r.explain()
+    (rec,) = read_records(results)
+    assert rec["status"] == "ok" and rec["hosts"] == ["hosta", "hosta", "hostb", "hostb"], rec["problems"]
+    assert rec["rendezvous"]["master_addr"] == ADDRS["hosta"]["ib0"]
+    scopes = {(row["scope"], row["group"]) for row in rec["results"]}
+    assert scopes == {("world", "all ranks"), ("intra-host", "hosta"), ("intra-host", "hostb"),
+                      ("inter-host", "one rank per host")}
+    inter = [row for row in rec["results"] if row["scope"] == "inter-host"]
+    assert {(row["collective"], row["size_bytes"]) for row in inter} == {
+        (c, s) for c in ("all_reduce", "send_recv") for s in (65536, 262144, 1048576)}
+    assert all(row["busbw_GBps"] > 0 and not row["wrong"] for row in rec["results"])
+    assert "inter-host (one rank per host)" in r.stdout and "intra-host (hostb)" in r.stdout

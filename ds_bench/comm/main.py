@@ -23,35 +23,67 @@ from ds_bench.comm import report
 from ds_bench.comm.bandwidth import sizes
 from ds_bench.comm.measure import sample
 from ds_bench.comm.spec import DTYPES, MAX_BYTES, CommSpec, from_args
+from ds_bench.comm.topology import link_groups, make_groups
 
 log = logging.getLogger("ds_bench")
 MAX_PRINTED = 12
+LARGE_SIZES = 3
+"""How many of the largest sizes are repeated inside each host and across hosts."""
 ENV_PREFIXES = ("NCCL_", "GLOO_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "DS_BENCH_")
 
 
 def main(args) -> int:
     spec = from_args(args)
     state = _join(spec)
+    hosts = runtime.gather(os.uname().nodename)
     collectives = [c for c in spec.collectives if not (c == "send_recv" and state.world_size == 1)]
     plan = sizes(spec.min_bytes, spec.max_bytes or MAX_BYTES[state.device.type], spec.step_factor)
-    per_rank: list[list[dict]] = [[] for _ in range(state.world_size)]
-    error = None
+    rows, error = [], None
     try:
-        for collective in collectives:
-            mine = [dataclasses.asdict(sample(collective, size, DTYPES[spec.dtype], state.device, state.rank,
-                                              state.world_size, spec.warmup, spec.iters)) for size in plan]
-            for rank, samples in enumerate(runtime.gather(mine)):
-                per_rank[rank] += samples
-            if state.rank == 0:
-                log.info("%s: %d sizes done", collective, len(plan))
+        rows = _world_rows(spec, state, collectives, plan)
+        rows += _link_rows(spec, state, hosts, collectives, plan[-LARGE_SIZES:])
     except RuntimeError as e:  # a collective that failed or timed out: a result, not a traceback
         error = f"{type(e).__name__}: {e}"
-    hosts = runtime.gather(os.uname().nodename) if error is None else []
-    problems = _record(spec, state, per_rank, hosts, error) if state.rank == 0 else []
+    problems = _record(spec, state, rows, hosts, error) if state.rank == 0 else []
     verdict = [problems]
     if error is None:
         torch.distributed.broadcast_object_list(verdict, src=0)
     return 1 if verdict[0] or error else 0
+
+
+def _samples(spec: CommSpec, state: runtime.DistState, collectives: list[str], plan: list[int], rank: int,
+             n: int, group=None) -> list[dict]:
+    return [dataclasses.asdict(sample(collective, size, DTYPES[spec.dtype], state.device, rank, n, spec.warmup,
+                                      spec.iters, group)) for collective in collectives for size in plan]
+
+
+def _world_rows(spec, state, collectives, plan) -> list[dict]:
+    """Every collective at every size over all ranks; one gather per collective, after its sizes."""
+    per_rank: list[list[dict]] = [[] for _ in range(state.world_size)]
+    for collective in collectives:
+        for rank, samples in enumerate(runtime.gather(_samples(spec, state, [collective], plan, state.rank,
+                                                                state.world_size))):
+            per_rank[rank] += samples
+        if state.rank == 0:
+            log.info("%s: %d sizes done", collective, len(plan))
+    return [{"scope": "world", "group": "all ranks", **row} for row in report.rows(per_rank, state.world_size)]
+
+
+def _link_rows(spec, state, hosts, collectives, large) -> list[dict]:
+    """With several hosts: the largest sizes again inside each host and across hosts (``topology``)."""
+    mine: list[list[dict]] = []
+    groups = make_groups(link_groups(hosts), state.rank)
+    for group, handle in groups:
+        n = len(group.ranks)
+        ring = [c for c in collectives if not (c == "send_recv" and n == 1)]
+        mine.append(_samples(spec, state, ring, large, group.ranks.index(state.rank), n, handle)
+                    if handle is not None else [])
+    everyone = runtime.gather(mine)
+    out = []
+    for i, (group, _) in enumerate(groups):
+        per_rank = [everyone[r][i] for r in group.ranks]
+        out += [{"scope": group.scope, "group": group.label, **row} for row in report.rows(per_rank, len(group.ranks))]
+    return out
 
 
 def _join(spec: CommSpec) -> runtime.DistState:
@@ -62,10 +94,9 @@ def _join(spec: CommSpec) -> runtime.DistState:
     return runtime.init_distributed(rdzv, spec.dist_timeout_s, spec.connect_timeout_s)
 
 
-def _record(spec: CommSpec, state: runtime.DistState, per_rank: list[list[dict]], hosts: list[str],
+def _record(spec: CommSpec, state: runtime.DistState, rows: list[dict], hosts: list[str],
             error: str | None) -> list[str]:
     """Rank 0: print the table, append the record, write the plot; returns the problems."""
-    rows = report.rows(per_rank, state.world_size) if error is None else []
     problems = ([error] if error else []) + report.wrong_results(rows) + report.gate(rows, spec.expect_busbw)
     record = {**results.base_record(results.new_run_id(), spec.to_dict()), "kind": "comm",
               "status": "failed" if problems else "ok", "problems": problems, "world_size": state.world_size,

@@ -45,8 +45,9 @@ def largest(rows_: list[dict]) -> dict[str, dict]:
 
 
 def gate(rows_: list[dict], expect: dict[str, float]) -> list[str]:
-    """One line per collective whose largest-message busbw is below what ``--expect-busbw`` asks."""
-    top = largest(rows_)
+    """One line per collective whose largest-message busbw over all ranks is below what
+    ``--expect-busbw`` asks."""
+    top = largest([r for r in rows_ if r.get("scope", "world") == "world"])
     return [f"{name} busbw {top[name]['busbw_GBps']:.3g} GB/s at {human_bytes(top[name]['size_bytes'])} is below "
             f"the expected {want:g} GB/s (--expect-busbw)"
             for name, want in expect.items() if name in top and top[name]["busbw_GBps"] < want]
@@ -64,10 +65,11 @@ def human_bytes(size: int) -> str:
 
 
 def table(rows_: list[dict]) -> str:
-    body = [[r["collective"], human_bytes(r["size_bytes"]), r["count"], f"{r['time_us']:.1f}",
+    scoped = any(r.get("scope", "world") != "world" for r in rows_)
+    body = [[*([f"{r['scope']} ({r['group']})"] if scoped else []), r["collective"], human_bytes(r["size_bytes"]), r["count"], f"{r['time_us']:.1f}",
              f"{r['time_us_min']:.1f}-{r['time_us_max']:.1f}", f"{r['algbw_GBps']:.3f}", f"{r['busbw_GBps']:.3f}",
              "wrong" if r["wrong"] else "ok"] for r in rows_]
-    head = ["collective", "size", "count", "time us", "min-max us", "algbw GB/s", "busbw GB/s", "check"]
+    head = [*(["ranks"] if scoped else []), "collective", "size", "count", "time us", "min-max us", "algbw GB/s", "busbw GB/s", "check"]
     return "\n".join([tabulate(body, headers=head, tablefmt="simple", disable_numparse=True), LEGEND])
 
 
@@ -79,8 +81,9 @@ def write_plot(rows_: list[dict], path: str, title: str) -> str:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    for name in dict.fromkeys(r["collective"] for r in rows_):
-        mine = [r for r in rows_ if r["collective"] == name]
+    world = [r for r in rows_ if r.get("scope", "world") == "world"]
+    for name in dict.fromkeys(r["collective"] for r in world):
+        mine = [r for r in world if r["collective"] == name]
         ax.plot([r["size_bytes"] for r in mine], [r["busbw_GBps"] for r in mine], marker="o", label=name)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("message size (bytes, largest buffer)")
