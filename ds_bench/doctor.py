@@ -3,13 +3,16 @@
 Run it under the same launcher as the benchmark (``mpirun ... ds-bench doctor``, ``srun``,
 ``torchrun``, ``deepspeed --module ds_bench doctor``). Each rank reports its host, interfaces and
 addresses, chosen interface and MASTER_ADDR, NCCL_/GLOO_/CUDA_ variables, devices and versions;
-rank 0 prints them and checks that versions agree and that an all_reduce gives the right sum.
+rank 0 prints them and checks that versions agree and that an all_reduce gives the right sum;
+with several hosts, a checked 64 MiB all_reduce inside each host and one across hosts (one rank
+per host) give each link class its own busbw.
 The bandwidth figure is the NCCL-tests convention (busbw = 2(n-1)/n x bytes / time, see
 NVIDIA/nccl-tests doc/PERFORMANCE.md). Exit 0 when all is well, 1 with the reasons when not.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
@@ -23,6 +26,7 @@ from ds_bench.netif import read_interfaces
 ENV_PREFIXES = ("NCCL_", "GLOO_", "CUDA_", "MASTER_", "OMP_NUM_THREADS", "DS_BENCH_")
 ALLREDUCE_BYTES = 8 * 2**20
 ALLREDUCE_ITERS = 5
+LINK_BYTES = 64 * 2**20
 
 
 def rank_facts(state: runtime.DistState) -> dict:
@@ -69,7 +73,31 @@ def allreduce_check(state: runtime.DistState) -> tuple[list[str], dict]:
     return [], {"allreduce_bytes": ALLREDUCE_BYTES, "allreduce_ms": seconds * 1e3, "busbw_GBps": busbw}
 
 
-def report(facts: list[dict], problems: list[str], timing: dict) -> str:
+def link_check(state: runtime.DistState, hosts: list[str]) -> list[dict]:
+    """With several hosts, one checked ``LINK_BYTES`` all_reduce inside each host and one across hosts
+    (``ds_bench.comm.topology``), so a slow or broken link class shows apart from the others."""
+    from ds_bench.comm import report as comm_report
+    from ds_bench.comm.measure import sample
+    from ds_bench.comm.topology import link_groups, make_groups
+
+    groups = make_groups(link_groups(hosts), state.rank)
+    mine = [dataclasses.asdict(sample("all_reduce", LINK_BYTES, torch.float32, state.device,
+                                      group.ranks.index(state.rank), len(group.ranks), 1, ALLREDUCE_ITERS, handle))
+            if handle is not None else None for group, handle in groups]
+    everyone = runtime.gather(mine)
+    return [{"link": f"{group.scope} ({group.label})",
+             **comm_report.rows([[everyone[r][i]] for r in group.ranks], len(group.ranks))[0]}
+            for i, (group, _) in enumerate(groups)]
+
+
+def link_lines(links: list[dict]) -> tuple[list[str], list[str]]:
+    """(report lines, problems) of ``link_check`` rows."""
+    lines = [f"link {row['link']}: all_reduce {row['size_bytes'] // 2**20} MiB busbw {row['busbw_GBps']:.3g} GB/s"
+             for row in links]
+    return lines, [w for row in links for w in row["wrong"]]
+
+
+def report(facts: list[dict], problems: list[str], timing: dict, links: list[str] = ()) -> str:
     rows = [[f["rank"], f["host"], f["local_rank"], f["device"], f"{f['rendezvous']['iface']} "
              f"({f['rendezvous']['iface_addr']})", f"{f['rendezvous']['master_addr']}:{f['rendezvous']['master_port']}",
              "\n".join(f["interfaces"])] for f in facts]
@@ -82,6 +110,7 @@ def report(facts: list[dict], problems: list[str], timing: dict) -> str:
         bw = f", busbw {timing['busbw_GBps']:.2f} GB/s" if timing.get("busbw_GBps") else ""
         out.append(f"all_reduce: correct; {timing['allreduce_bytes'] // 2**20} MiB in "
                    f"{timing['allreduce_ms']:.2f} ms{bw}")
+    out += list(links)
     out += leftover_notes(facts)
     out += [f"PROBLEM: {p}" for p in problems] or ["OK: ranks agree on versions and all_reduce works"]
     return "\n".join(out)
@@ -110,11 +139,17 @@ def run_doctor(iface: str | None, dist_timeout_s: float, connect_timeout_s: floa
         problems, timing = allreduce_check(state)
     except RuntimeError as e:  # a collective that failed or timed out
         problems, timing = [f"all_reduce failed: {e}"], {}
+    links: list[str] = []
+    if not problems:
+        link_rows = link_check(state, [f["host"] for f in facts])
+        links, wrong = link_lines(link_rows)
+        problems += wrong
+        timing = {**timing, "links": link_rows} if link_rows else timing
     problems = version_problems(facts) + problems
     verdict = [problems]
     torch.distributed.broadcast_object_list(verdict, src=0)
     if state.rank == 0:
-        print(report(facts, problems, timing), flush=True)
+        print(report(facts, problems, timing, links), flush=True)
         if json_path:
             results.append_record(json_path, {"kind": "doctor", "ranks": facts, "problems": problems, **timing})
     return 1 if verdict[0] else 0

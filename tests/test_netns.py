@@ -174,3 +174,16 @@ def test_comm_across_two_hosts_over_ib0_reports_intra_and_inter_host_links(mpi, 
         (c, s) for c in ("all_reduce", "send_recv") for s in (65536, 262144, 1048576)}
     assert all(row["busbw_GBps"] > 0 and not row["wrong"] for row in rec["results"])
     assert "inter-host (one rank per host)" in r.stdout and "intra-host (hostb)" in r.stdout
+
+
+@pytest.mark.timeout(120)
+def test_doctor_across_two_hosts_checks_each_link_class(mpi):
+    argv = mpi.mpirun([PY, "-m", "ds_bench", "doctor", "--connect-timeout", str(CONNECT_TIMEOUT),
+                       "--dist-timeout", "60"], hosts=("hosta:2", "hostb:2"), extra=("--oversubscribe",))
+    argv[argv.index("-np") + 1] = "4"
+    r = mpi.run_on("hosta", argv, timeout=100, cwd=REPO)
+    assert r.returncode == 0, r.explain()
+    for link in ("intra-host (hosta)", "intra-host (hostb)", "inter-host (one rank per host)"):
+        line = next(x for x in r.stdout.splitlines() if x.startswith(f"link {link}: all_reduce 64 MiB busbw "))
+        assert float(line.split("busbw ")[1].split()[0]) > 0, line
+    assert "OK: ranks agree on versions and all_reduce works" in r.stdout
