@@ -54,6 +54,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpu-mem-limit", type=_size, default=None, metavar="SIZE",
                    help="cap each rank's memory (RLIMIT_DATA), e.g. 4GiB: on CPU ranks a micro-batch that "
                         "does not fit then fails to allocate and is recorded as an out-of-memory")
+    p.add_argument("--slow-rank-threshold", type=float, default=10.0, metavar="PCT",
+                   help="name ranks whose compute time (forward + backward) is more than PCT%% above the "
+                        "median rank's, in the summary and the record (default 10)")
 
 
 def _size(text: str) -> int:

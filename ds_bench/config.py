@@ -60,13 +60,15 @@ class RunConfig:
     """The step watchdog: a run in which no step finishes for this long dumps stacks and fails."""
     cpu_mem_limit: int | None = None
     """Bytes of private writable memory each rank may map (``ds_bench.memory``); None: no cap."""
+    slow_rank_threshold: float = 10.0
+    """Percent above the median rank's compute time that names a rank slow (``ds_bench.slow_ranks``)."""
 
     def __post_init__(self) -> None:
         argcheck.steps("--steps", self.steps, self.warmup)
         if self.micro_batch is not None:
             _require(self.micro_batch > 0, f"--micro-batch must be positive, got {self.micro_batch}")
         _require(self.seq_len > 0, f"--seq-len must be positive, got {self.seq_len}")
-        for name in ("image_size", "num_classes", "peak_tflops", "lr"):
+        for name in ("image_size", "num_classes", "peak_tflops", "lr", "slow_rank_threshold"):
             value = getattr(self, name)
             _require(value is None or (math.isfinite(value) and value > 0),
                      f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")

@@ -8,7 +8,10 @@ Definitions (all over measured steps only, warm-up excluded):
 - ``peak_mem_bytes``: max over ranks of each rank's peak (GPU: max allocated; CPU: peak RSS),
   ``peak_mem_bytes_mean`` the mean over ranks; ``baseline_mem_bytes``: max over ranks of what a
   rank held before the model was built (the part of the peak no configuration changes);
-- the loss of a step is the mean over ranks (equal micro-batches, so the global-batch mean).
+- the loss of a step is the mean over ranks (equal micro-batches, so the global-batch mean);
+- ``compute_ms_per_rank``: each rank's own median over steps of its compute time (forward +
+  autograd backward, ``ds_bench.trainer``), indexed by rank, with ``host_per_rank`` beside it:
+  not reduced over ranks, since telling the ranks apart is the point (``ds_bench.slow_ranks``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ class RankReport:
     losses: list[float]
     peak_mem: dict[str, int] = field(default_factory=dict)
     """``rss`` on CPU; ``allocated`` and ``reserved`` on GPU."""
+    compute_s: list[float] = field(default_factory=list)
+    """Forward + autograd backward per measured step (``ds_bench.trainer``)."""
 
 
 def straggler_steps(reports: list[RankReport]) -> np.ndarray:
@@ -58,6 +63,7 @@ def summarize(reports: list[RankReport], train_batch_size: int) -> dict:
         "loss_last": float(losses[-1]),
         "loss_curve": [round(float(x), 6) for x in losses],
     }
+    metrics.update(per_rank_compute(reports))
     if peak_key == "allocated":
         metrics["peak_mem_reserved_bytes"] = int(max(r.peak_mem.get("reserved", 0) for r in reports))
     return metrics
@@ -70,3 +76,12 @@ def phase_medians(reports: list[RankReport]) -> dict[str, float]:
         per_step = np.max(np.array([r.phase_s[name] for r in reports], dtype=float), axis=0)
         out[name] = float(np.median(per_step)) * 1e3
     return out
+
+
+def per_rank_compute(reports: list[RankReport]) -> dict:
+    """``compute_ms_per_rank`` and ``host_per_rank``, in rank order; nothing without compute times."""
+    if not all(r.compute_s for r in reports):
+        return {}
+    ordered = sorted(reports, key=lambda r: r.rank)
+    return {"compute_ms_per_rank": [float(np.median(r.compute_s)) * 1e3 for r in ordered],
+            "host_per_rank": [r.host for r in ordered]}

@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ds_bench import ds_config, faults, memory, ops, optim, peaks, preflight, rendezvous, results, runtime, summary
+from ds_bench import (ds_config, faults, memory, ops, optim, peaks, preflight, rendezvous, results, runtime, slow_ranks,
+                      summary)
 from ds_bench.config import RunConfig
 from ds_bench.ds_config import RunContext
 from ds_bench.errors import UserError
 from ds_bench.logs import quiet_deepspeed
 from ds_bench.metrics import RankReport, summarize
-from ds_bench.trainer import LoopTimes, run_loop
+from ds_bench.trainer import DeviceClock, LoopTimes, run_loop
 from ds_bench.workloads import build_workload
 
 log = logging.getLogger("ds_bench")
@@ -129,6 +130,7 @@ def _measure(run: Started, workload) -> tuple[dict, dict]:
         run_loop(engine, workload, batches, steps=cfg.steps, warmup=cfg.warmup,
                  grad_accum=ds_cfg["gradient_accumulation_steps"], float_dtype=dtype,
                  sync=accel.synchronize, barrier=torch.distributed.barrier, times=run.times, beat=watchdog.beat,
+                 clock=DeviceClock(state.device),
                  on_window_open=lambda: log.info("warm-up done (%d steps): measuring %d steps",
                                                  cfg.warmup, cfg.steps - cfg.warmup))
         reports = runtime.gather(_rank_report(run))
@@ -142,7 +144,8 @@ def _measure(run: Started, workload) -> tuple[dict, dict]:
         metrics.update(hardware_tflops_per_device=hw["tflops_per_device"], hfu=hw["mfu"])
     if workload.tokens_per_sample:
         metrics["tokens_per_s"] = metrics["samples_per_s"] * workload.tokens_per_sample
-    extra = {"loop_started_at": loop_started_at, "params": params, "largest_layer_params": largest_layer, "hosts": sorted({r.host for r in reports})}
+    extra = {"loop_started_at": loop_started_at, "params": params, "largest_layer_params": largest_layer, "hosts": sorted({r.host for r in reports}),
+             "slow_ranks": slow_ranks.from_metrics(metrics, cfg.slow_rank_threshold)}
     return metrics, extra
 
 
@@ -218,7 +221,7 @@ def _flops_metrics(cfg: RunConfig, flops_per_sample: float | None, samples_per_s
 def _rank_report(run: Started) -> RankReport:
     state, times = run.state, run.times
     return RankReport(rank=state.rank, host=socket.gethostname(), step_s=times.step_s, phase_s=times.phase_s,
-                      losses=times.losses(),
+                      losses=times.losses(), compute_s=times.compute_s,
                       peak_mem={**memory.peak_bytes(state.device), "baseline": run.baseline_bytes})
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
+from ds_bench import slow_ranks
+
 MIB = 2**20
 
 def config_name(record: dict) -> str:
@@ -75,5 +77,8 @@ def one_run(record: dict, results_path: str) -> str:
     if m.get("tflops_per_device") is not None:
         mfu = f"{m['mfu']:.1%}" if m.get("mfu") is not None else f"n/a ({m.get('mfu_note')})"
         lines.append(f"  compute      {m['tflops_per_device']:.3f} TFLOP/s per device, MFU {mfu}")
+    threshold = (record.get("config") or {}).get("slow_rank_threshold", slow_ranks.DEFAULT_THRESHOLD_PCT)
+    for slow in record.get("slow_ranks") or []:
+        lines.append(f"  slow rank    {slow_ranks.describe(slow)} (threshold {threshold:g}%)")
     lines.append(f"  results      {results_path} (run {record['run_id']})")
     return "\n".join(lines)

@@ -77,12 +77,13 @@ CASES: dict[str, Case] = {}
 # --- every numeric run flag: zero, negative, non-numeric, absurd -----------------------------------
 for flag, zero_ok in [("--steps", False), ("--warmup", True), ("--micro-batch", False), ("--seq-len", False),
                       ("--image-size", False), ("--num-classes", False), ("--peak-tflops", False), ("--lr", False),
-                      ("--dist-timeout", False), ("--connect-timeout", False), ("--step-timeout", False)]:
+                      ("--dist-timeout", False), ("--connect-timeout", False), ("--step-timeout", False),
+                      ("--slow-rank-threshold", False)]:
     if not zero_ok:
         CASES[f"{flag} 0"] = Case(run(flag, "0"), re.escape(flag) + r".*(must|greater)")
     CASES[f"{flag} negative"] = Case(run(flag, "-3"), re.escape(flag) + r".*must")
     CASES[f"{flag} non-numeric"] = Case(run(flag, "lots"), re.escape(flag.lstrip("-")) + r".*invalid (int|float) value")
-for flag in ("--peak-tflops", "--lr", "--dist-timeout", "--connect-timeout", "--step-timeout"):
+for flag in ("--peak-tflops", "--lr", "--dist-timeout", "--connect-timeout", "--step-timeout", "--slow-rank-threshold"):
     CASES[f"{flag} inf"] = Case(run(flag, "inf"), re.escape(flag) + r" must be .*finite.*got inf")
     CASES[f"{flag} nan"] = Case(run(flag, "nan"), re.escape(flag) + r" must be .*got nan")
 CASES["--steps fractional"] = Case(run("--steps", "2.5"), r"--steps.*invalid int value: '2\.5'")
