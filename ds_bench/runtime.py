@@ -121,12 +121,12 @@ def gather(obj):
     return out
 
 
-def _limit_cpu_threads(device_type: str, local_world_size: int) -> None:
+def _limit_cpu_threads(device_type: str, local_world_size: int | None) -> None:
     """On CPU ranks, share the cores: N ranks on the C cores this process may use (its affinity,
     e.g. a Slurm cpuset) get C // N intra-op threads each. OMP_NUM_THREADS, when set (torchrun sets
     1), wins; the count used is recorded in ``hardware.torch_threads``."""
     if device_type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // max(1, local_world_size)))
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // max(1, local_world_size or 1)))
 
 
 def exit_process(code: int) -> None:

@@ -189,3 +189,14 @@ def test_link_groups_split_hosts_into_intra_and_inter():
         LinkGroup("intra-host", "a", (0, 1)), LinkGroup("intra-host", "b", (2, 3)),
         LinkGroup("inter-host", "one rank per host", (0, 2, 4))]
     assert link_groups(["a", "b"]) == [LinkGroup("inter-host", "one rank per host", (0, 1))]
+
+
+def test_one_rank_is_said_to_measure_no_link(tmp_path):
+    """One process, torch's env:// rendezvous variables: the check runs, and the note says why busbw is 0."""
+    proc = run_cmd([str(BIN / "python"), *comm_argv(tmp_path, "--collectives", "all_reduce,send_recv")],
+                   timeout=120, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29783")
+    assert proc.returncode == 0, explain(proc)
+    r = comm_record(tmp_path)
+    assert r["note"].startswith("1 rank: no data crosses a link") and "NOTE: 1 rank" in proc.stdout
+    assert {row["collective"] for row in r["results"]} == {"all_reduce"}  # send_recv needs a peer
+    assert all(row["busbw_GBps"] == 0 and not row["wrong"] for row in r["results"])

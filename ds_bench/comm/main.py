@@ -27,6 +27,8 @@ from ds_bench.comm.topology import link_groups, make_groups
 
 log = logging.getLogger("ds_bench")
 MAX_PRINTED = 12
+ONE_RANK_NOTE = ("1 rank: no data crosses a link, so busbw is 0 or meaningless by definition and algbw times a "
+                 "local copy (or nothing, for in-place all_reduce); the results check still runs")
 LARGE_SIZES = 3
 """How many of the largest sizes are repeated inside each host and across hosts."""
 ENV_PREFIXES = ("NCCL_", "GLOO_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "DS_BENCH_")
@@ -104,6 +106,9 @@ def _record(spec: CommSpec, state: runtime.DistState, rows: list[dict], hosts: l
               "rendezvous": state.rendezvous, "hardware": results.hardware(state.device),
               "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
               "dtype": spec.dtype, "warmup": spec.warmup, "iters": spec.iters, "results": rows}
+    if state.world_size == 1:
+        record["note"] = ONE_RANK_NOTE
+        print(f"NOTE: {ONE_RANK_NOTE}", flush=True)
     results.append_record(spec.results, record)
     if rows:
         print(report.table(rows), flush=True)
