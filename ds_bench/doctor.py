@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-import time
 
 import torch
 from tabulate import tabulate
@@ -34,10 +33,10 @@ def rank_facts(state: runtime.DistState) -> dict:
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
     devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     stale = shm.leftovers()
-    return {"shm_leftovers": [len(stale), sum(s.size_bytes for s in stale)], "rank": state.rank, "local_rank": state.local_rank, "host": socket.gethostname(),
+    return {"rank": state.rank, "local_rank": state.local_rank, "host": socket.gethostname(),
             "launcher": state.launcher, "rendezvous": state.rendezvous, "interfaces": ifaces, "env": env,
             "devices": devices or [results.hardware(state.device)["device"]], "device": str(state.device),
-            "versions": results.versions()}
+            "versions": results.versions(), "shm_leftovers": [len(stale), sum(s.size_bytes for s in stale)]}
 
 
 def version_problems(facts: list[dict]) -> list[str]:
@@ -52,42 +51,39 @@ def version_problems(facts: list[dict]) -> list[str]:
     return problems
 
 
+def checked_allreduce(state: runtime.DistState, size_bytes: int,
+                      groups: list[tuple[tuple[int, ...], object | None]]) -> list[dict]:
+    """One checked, timed float32 all_reduce of ``size_bytes`` in each (ranks, process group) of
+    ``groups`` (None: the world), through ``comm.measure.sample`` (known-result check, warm-up,
+    barrier, device-synchronized clock); returns one ``comm.report`` row per group, time averaged
+    over its ranks, with busbw and the ranks' wrong results."""
+    from ds_bench.comm import report as comm_report
+    from ds_bench.comm.measure import sample
+
+    mine = [dataclasses.asdict(sample("all_reduce", size_bytes, torch.float32, state.device, ranks.index(state.rank),
+                                      len(ranks), 1, ALLREDUCE_ITERS, handle))
+            if state.rank in ranks else None for ranks, handle in groups]
+    everyone = runtime.gather(mine)
+    return [comm_report.rows([[everyone[r][i]] for r in ranks], len(ranks))[0] for i, (ranks, _) in enumerate(groups)]
+
+
 def allreduce_check(state: runtime.DistState) -> tuple[list[str], dict]:
-    """Sum of (rank + 1) over ranks must be n(n+1)/2; then time an 8 MiB all_reduce."""
-    n = state.world_size
-    t = torch.full((1024,), float(state.rank + 1), device=state.device)
-    torch.distributed.all_reduce(t)
-    want = n * (n + 1) / 2
-    if not torch.all(t == want):
-        return [f"all_reduce returned {t[0].item()} instead of {want}"], {}
-    big = torch.ones(ALLREDUCE_BYTES // 4, device=state.device)
-    torch.distributed.all_reduce(big)  # warm-up
-    sync = torch.cuda.synchronize if state.device.type == "cuda" else (lambda: None)
-    sync()
-    start = time.perf_counter()
-    for _ in range(ALLREDUCE_ITERS):
-        torch.distributed.all_reduce(big)
-    sync()
-    seconds = (time.perf_counter() - start) / ALLREDUCE_ITERS
-    busbw = 2 * (n - 1) / n * ALLREDUCE_BYTES / seconds / 1e9 if n > 1 else None
-    return [], {"allreduce_bytes": ALLREDUCE_BYTES, "allreduce_ms": seconds * 1e3, "busbw_GBps": busbw}
+    """An ``ALLREDUCE_BYTES`` all_reduce over all ranks: right on every rank, and how fast."""
+    (row,) = checked_allreduce(state, ALLREDUCE_BYTES, [(tuple(range(state.world_size)), None)])
+    if row["wrong"]:
+        return row["wrong"], {}
+    busbw = row["busbw_GBps"] if state.world_size > 1 else None
+    return [], {"allreduce_bytes": row["size_bytes"], "allreduce_ms": row["time_us"] / 1e3, "busbw_GBps": busbw}
 
 
 def link_check(state: runtime.DistState, hosts: list[str]) -> list[dict]:
     """With several hosts, one checked ``LINK_BYTES`` all_reduce inside each host and one across hosts
     (``ds_bench.comm.topology``), so a slow or broken link class shows apart from the others."""
-    from ds_bench.comm import report as comm_report
-    from ds_bench.comm.measure import sample
     from ds_bench.comm.topology import link_groups, make_groups
 
     groups = make_groups(link_groups(hosts), state.rank)
-    mine = [dataclasses.asdict(sample("all_reduce", LINK_BYTES, torch.float32, state.device,
-                                      group.ranks.index(state.rank), len(group.ranks), 1, ALLREDUCE_ITERS, handle))
-            if handle is not None else None for group, handle in groups]
-    everyone = runtime.gather(mine)
-    return [{"link": f"{group.scope} ({group.label})",
-             **comm_report.rows([[everyone[r][i]] for r in group.ranks], len(group.ranks))[0]}
-            for i, (group, _) in enumerate(groups)]
+    rows = checked_allreduce(state, LINK_BYTES, [(group.ranks, handle) for group, handle in groups])
+    return [{"link": f"{group.scope} ({group.label})", **row} for (group, _), row in zip(groups, rows)]
 
 
 def link_lines(links: list[dict]) -> tuple[list[str], list[str]]:
