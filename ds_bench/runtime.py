@@ -96,7 +96,7 @@ def init_distributed(rdzv: Rendezvous, timeout_s: float, connect_timeout_s: floa
     _state["initialized"] = True
     if accel.device_name() == "cpu":
         _release_shm_buffer(info.master_addr, info.master_port, info.rank)
-    if accel.device_name() != "cpu":
+    else:
         accel.set_device(info.local_rank)
     device = torch.device(accel.device_name(info.local_rank) if accel.device_name() != "cpu" else "cpu")
     return DistState(rank=info.rank, world_size=info.world_size, local_rank=info.local_rank,
