@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from collections.abc import Mapping
@@ -66,7 +67,12 @@ def rendezvous_env(info: RankInfo) -> dict[str, str]:
             "MASTER_PORT": str(info.master_port)}
 
 
-def free_port() -> int:
+def free_port(preferred: int = 0) -> int:
+    """``preferred`` when nothing listens there, else a port the kernel picks."""
+    if preferred:
+        with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", preferred))
+            return preferred
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("", 0))
         return s.getsockname()[1]

@@ -103,3 +103,18 @@ def test_a_missing_iface_is_rejected_on_one_rank_too():
     with pytest.raises(UserError, match="'nosuch1'.*does not exist"):
         resolve({"DS_BENCH_IFACE": "nosuch1"}, None, 10)
     assert resolve({}, "lo", 10).info.world_size == 1
+
+
+def test_free_port_keeps_a_free_preferred_port_and_replaces_a_taken_one():
+    import socket
+
+    from ds_bench.rendezvous import free_port
+
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        other = free_port(busy)
+        assert other != busy and other > 0
+    assert free_port(busy) == busy  # released now
+    assert free_port() > 0

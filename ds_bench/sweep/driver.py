@@ -22,6 +22,7 @@ import uuid
 from tqdm import tqdm
 
 from ds_bench import results
+from ds_bench.rendezvous import free_port
 from ds_bench.errors import UserError
 from ds_bench.sweep import jobs, ledger, outcome, predict
 from ds_bench.sweep.derive import derive
@@ -132,7 +133,7 @@ class Sweep:
                     "--step-timeout", str(s.timeout_s), *(["--cpu-mem-limit", str(s.cpu_mem_limit)] if s.cpu_mem_limit else []),
                     *s.run_args]
         log_path = os.path.join(s.output_path(".logs"), f"{_slug(point.key)}-r{repeat}-{tag[-6:]}.log")
-        argv = jobs.command(s, run_args, jobs.free_port(s.master_port))
+        argv = jobs.command(s, run_args, free_port(s.master_port))
         probe = outcome.BusyProbe.start_now()
         end = jobs.run_job(argv, log_path, s.timeout_s)
         busy = probe.finish()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -63,18 +62,6 @@ def world_of(spec) -> tuple[int, int]:
 def deepspeed_launcher() -> str:
     beside = os.path.join(os.path.dirname(sys.executable), "deepspeed")
     return beside if os.path.exists(beside) else "deepspeed"
-
-
-def free_port(preferred: int) -> int:
-    """``preferred`` when nothing listens there, else one the kernel picks."""
-    for port in (preferred, 0):
-        with socket.socket() as s:
-            try:
-                s.bind(("", port))
-                return s.getsockname()[1]
-            except OSError:
-                continue
-    return preferred
 
 
 def run_job(argv: list[str], log_path: str, timeout_s: float) -> JobEnd:
