@@ -22,6 +22,10 @@ hostname and /etc/hosts wrapping that ``run_on`` uses. Traffic stays between the
     with two_hosts("dsb") as bed:
         bed.run_on("hosta", ["hostname", "-I"], timeout=10)
 
+``switched_hosts`` builds a second bed: hosta, hostb and hostc, each with one ib0 on a bridge in a
+fourth namespace (the switch), and ``shape_link`` slows one host's cable with a ``tc tbf`` qdisc at
+both ends, for ``comm --pairs``.
+
 Every wait is bounded; leaving the context (error, timeout, Ctrl-C) kills whatever still runs in
 the namespaces and deletes them.
 """
@@ -60,7 +64,7 @@ DROP_IPV4_BYTECODE = "4,40 0 0 4294963200,21 0 1 2048,6 0 0 2,6 0 0 0"
 _HOST_WRAPPER = 'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"'
 
 _CMD_TIMEOUT = 15  # seconds for any one ip/tc/unshare set-up command
-_NS_PATTERN = r"^{prefix}_(?:a|b|probe)_(\d+)$"
+_NS_PATTERN = r"^{prefix}_(?:a|b|c|sw|probe)_(\d+)$"
 _STRIPPED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_", "OMPI_", "PMI",
                  "PMIX_", "SLURM_", "GLOO_", "NCCL_SOCKET", "DS_BENCH_IFACE")
 
@@ -182,7 +186,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 def remove_stale(prefix: str) -> list[str]:
-    """Delete ``<prefix>_{a,b,probe}_<pid>`` namespaces whose creating process is gone."""
+    """Delete ``<prefix>_{a,b,c,sw,probe}_<pid>`` namespaces whose creating process is gone."""
     proc = _sh(["ip", "netns", "list"], check=False)
     pattern = re.compile(_NS_PATTERN.format(prefix=re.escape(prefix)))
     removed = []
@@ -372,6 +376,53 @@ def two_hosts(prefix: str = "dsb") -> Iterator[TwoHosts]:
     finally:
         bed.cleanup()
         restore()
+
+
+SWITCHED_HOSTS = ("hosta", "hostb", "hostc")
+
+
+@contextlib.contextmanager
+def switched_hosts(prefix: str = "dsb") -> Iterator[TwoHosts]:
+    """Three hosts, each with one ``ib0`` (10.78.0.1-3/24) on a bridge in a fourth namespace (the
+    switch); the node names resolve to the ib0 addresses. ``shape_link`` makes one host's cable slow.
+    Yields the same bed object as ``two_hosts`` (``run_on``, ``mpirun``, the agent)."""
+    remove_stale(prefix)
+    pid = os.getpid()
+    namespaces = {h: f"{prefix}_{h[-1]}_{pid}" for h in SWITCHED_HOSTS}
+    switch = f"{prefix}_sw_{pid}"
+    workdir = Path(tempfile.mkdtemp(prefix=f"{prefix}_netns_"))
+    addrs = {h: {"ib0": f"{IB_NET}.{i + 1}"} for i, h in enumerate(SWITCHED_HOSTS)}
+    bed = TwoHosts({**namespaces}, workdir, workdir / "hosts", workdir / "agent.sh", addrs)
+    restore = _raise_on_sigterm()
+    try:
+        bed.hosts_file.write_text("127.0.0.1\tlocalhost\n" + "".join(f"{a['ib0']}\t{h}\n" for h, a in addrs.items()))
+        bed.agent.write_text(_agent_script(namespaces, bed.hosts_file))
+        bed.agent.chmod(0o755)
+        _sh(["ip", "netns", "add", switch])
+        bed.namespaces["switch"] = switch  # torn down with the hosts
+        _sh(["ip", "-n", switch, "link", "add", "br0", "type", "bridge"])
+        _sh(["ip", "-n", switch, "link", "set", "br0", "up"])
+        for host, ns in namespaces.items():
+            _sh(["ip", "netns", "add", ns])
+            _sh(["ip", "link", "add", "ib0", "netns", ns, "type", "veth", "peer", "name", f"port_{host}",
+                 "netns", switch])
+            _sh(["ip", "-n", switch, "link", "set", f"port_{host}", "master", "br0"])
+            _sh(["ip", "-n", switch, "link", "set", f"port_{host}", "up"])
+            _sh(["ip", "-n", ns, "link", "set", "lo", "up"])
+            _sh(["ip", "-n", ns, "addr", "add", f"{addrs[host]['ib0']}/24", "dev", "ib0"])
+            _sh(["ip", "-n", ns, "link", "set", "ib0", "up"])
+        yield bed
+    finally:
+        bed.cleanup()
+        restore()
+
+
+def shape_link(bed: TwoHosts, host: str, rate: str) -> None:
+    """Limit ``host``'s cable to ``rate`` (e.g. ``200mbit``) both ways: a token-bucket qdisc on its
+    ib0 and on its switch port (tc tbf shapes egress only)."""
+    for ns, dev in ((bed.namespaces[host], "ib0"), (bed.namespaces["switch"], f"port_{host}")):
+        _sh(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
+             "burst", "256kb", "latency", "100ms"])
 
 
 def _raise_on_sigterm():

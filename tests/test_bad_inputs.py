@@ -337,6 +337,8 @@ CASES["comm expect zero"] = Case(comm("--expect-busbw", "all_gather=0"), r"--exp
 CASES["comm expect unmeasured"] = Case(comm("--collectives", "all_reduce", "--expect-busbw", "all_gather=5"), r"all_gather is not among the measured collectives \(all_reduce\)")
 CASES["comm results folder"] = Case(cmd("comm", "--results", "{tmp}"), r"--results .*: is a folder")
 CASES["comm dist-timeout"] = Case(comm("--dist-timeout", "0"), r"--dist-timeout must be a finite number of seconds > 0")
+CASES["comm slow-link threshold 0"] = Case(comm("--pairs", "--slow-link-threshold", "0"), r"--slow-link-threshold 0: expected a percentage between 0 and 100")
+CASES["comm slow-link threshold nan"] = Case(comm("--pairs", "--slow-link-threshold", "nan"), r"--slow-link-threshold nan: expected a percentage")
 CASES["comm iface"] = Case(comm("--iface", "nosuch0"), r"interface 'nosuch0' .* does not exist")
 CASES["no subcommand"] = Case(cmd(), r"the following arguments are required: command")
 

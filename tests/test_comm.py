@@ -193,10 +193,60 @@ def test_link_groups_split_hosts_into_intra_and_inter():
 
 def test_one_rank_is_said_to_measure_no_link(tmp_path):
     """One process, torch's env:// rendezvous variables: the check runs, and the note says why busbw is 0."""
-    proc = run_cmd([str(BIN / "python"), *comm_argv(tmp_path, "--collectives", "all_reduce,send_recv")],
+    proc = run_cmd([str(BIN / "python"), *comm_argv(tmp_path, "--collectives", "all_reduce,send_recv", "--pairs")],
                    timeout=120, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29783")
     assert proc.returncode == 0, explain(proc)
     r = comm_record(tmp_path)
     assert r["note"].startswith("1 rank: no data crosses a link") and "NOTE: 1 rank" in proc.stdout
     assert {row["collective"] for row in r["results"]} == {"all_reduce"}  # send_recv needs a peer
     assert all(row["busbw_GBps"] == 0 and not row["wrong"] for row in r["results"])
+    assert "pairs: one host, no host pairs to measure" in proc.stdout
+    assert (r["slow_links"], r["suspect_hosts"]) == ([], [])
+
+
+# --pairs: the schedule and the verdict (pure)
+
+@pytest.mark.parametrize("n_hosts", [1, 2, 3, 4, 7, 8])
+def test_pair_rounds_cover_every_pair_once_with_no_host_twice_in_a_round(n_hosts):
+    from ds_bench.comm.pairs import pair_rounds
+
+    hosts = [f"h{i}" for i in range(n_hosts)]
+    rounds = pair_rounds(hosts)
+    pairs = [p for r in rounds for p in r]
+    assert sorted(pairs) == sorted((a, b) for i, a in enumerate(hosts) for b in hosts[i + 1:])
+    assert all(len({h for p in r for h in p}) == 2 * len(r) for r in rounds)
+    assert len(rounds) == (0 if n_hosts < 2 else n_hosts - 1 if n_hosts % 2 == 0 else n_hosts)
+
+
+def test_leaders_are_each_hosts_first_rank():
+    from ds_bench.comm.pairs import leaders
+
+    assert leaders(["b", "b", "a", "c", "a"]) == {"b": 0, "a": 2, "c": 3}
+
+
+def pair_row(link, size, busbw):
+    return {"scope": "pair", "group": link, "collective": "send_recv", "size_bytes": size, "busbw_GBps": busbw}
+
+
+def test_slow_links_are_judged_against_the_best_link_at_the_largest_size():
+    from ds_bench.comm.pairs import describe, slow_links, suspect_hosts
+
+    rows = [pair_row("a<->b", 2**20, 0.1), pair_row("a<->b", 2**22, 10.0),  # small sizes are not judged
+            pair_row("a<->c", 2**22, 2.0), pair_row("b<->c", 2**22, 2.5), pair_row("a<->d", 2**22, 9.0),
+            pair_row("b<->d", 2**22, 7.6), pair_row("c<->d", 2**22, 1.0)]
+    slow = slow_links(rows, 25.0)
+    assert [s["link"] for s in slow] == ["c<->d", "a<->c", "b<->c"]  # b<->d at -24% is within 25%
+    assert slow[0]["vs_best_pct"] == pytest.approx(-90.0)
+    assert suspect_hosts(rows, slow) == ["c"]
+    lines = describe(rows, slow, ["c"], 25.0)
+    assert lines[0] == "pairs: 6 links; best a<->b 10 GB/s busbw at 4 MiB"
+    assert lines[1].startswith("  c<->d: 1 GB/s (-90% vs best) SLOW") and lines[-1].startswith("  suspect host c:")
+    assert slow_links([pair_row("a<->b", 2**22, 1.0)], 25.0) == []  # one link: nothing to compare
+
+
+def test_pair_rows_average_the_two_ends_of_each_link():
+    from ds_bench.comm.pairs import rows
+
+    everyone = [[("a<->b", s("send_recv", 10**9, 1.0))], [("a<->b", s("send_recv", 10**9, 3.0))], []]
+    (row,) = rows(everyone)
+    assert (row["scope"], row["group"], row["busbw_GBps"]) == ("pair", "a<->b", pytest.approx(0.5))

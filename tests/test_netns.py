@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.netns import ADDRS, CONNECT_CODE, LISTEN_CODE, skip_reason, two_hosts
+from tests.netns import ADDRS, CONNECT_CODE, LISTEN_CODE, shape_link, skip_reason, switched_hosts, two_hosts
 
 pytestmark = pytest.mark.dist
 
@@ -187,3 +188,26 @@ def test_doctor_across_two_hosts_checks_each_link_class(mpi):
         line = next(x for x in r.stdout.splitlines() if x.startswith(f"link {link}: all_reduce 64 MiB busbw "))
         assert float(line.split("busbw ")[1].split()[0]) > 0, line
     assert "OK: ranks agree on versions and all_reduce works" in r.stdout
+
+
+@pytest.mark.timeout(150)
+def test_pairs_name_the_shaped_link_and_its_host():
+    """Three hosts on one switch, hostc's cable shaped to 200 Mbit/s with tc tbf (both ways): --pairs
+    must name hostc's two links as slow, hosta<->hostb as not, and hostc as the suspect host."""
+    if skip_reason("dsp") or shutil.which("mpirun") is None:
+        pytest.skip(skip_reason("dsp") or "mpirun (Open MPI) not found")
+    with switched_hosts("dsp") as bed, tempfile.TemporaryDirectory() as tmp:
+        shape_link(bed, "hostc", "200mbit")
+        results = Path(tmp) / "p.jsonl"
+        argv = bed.mpirun([PY, "-m", "ds_bench", "comm", "--collectives", "all_reduce", "--pairs", "--min-bytes",
+                           "64KiB", "--max-bytes", "1MiB", "--step-factor", "4", "--iters", "3", "--warmup", "1",
+                           "--results", str(results), "--connect-timeout", str(CONNECT_TIMEOUT),
+                           "--dist-timeout", "60"], hosts=("hosta", "hostb", "hostc"))
+        r = bed.run_on("hosta", argv, timeout=120, cwd=REPO)
+        assert r.returncode == 0, r.explain()
+        (rec,) = read_records(results)
+    links = {row["group"] for row in rec["results"] if row["scope"] == "pair"}
+    assert links == {"hosta<->hostb", "hosta<->hostc", "hostb<->hostc"}
+    assert {s["link"] for s in rec["slow_links"]} == {"hosta<->hostc", "hostb<->hostc"}, rec["slow_links"]
+    assert rec["suspect_hosts"] == ["hostc"]
+    assert "suspect host hostc" in r.stdout and "hosta<->hostb: " in r.stdout

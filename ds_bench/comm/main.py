@@ -19,7 +19,7 @@ import os
 import torch
 
 from ds_bench import ops, rendezvous, results, runtime
-from ds_bench.comm import report
+from ds_bench.comm import pairs, report
 from ds_bench.comm.bandwidth import sizes
 from ds_bench.comm.measure import sample
 from ds_bench.comm.spec import DTYPES, MAX_BYTES, CommSpec, from_args
@@ -44,6 +44,10 @@ def main(args) -> int:
     try:
         rows = _world_rows(spec, state, collectives, plan)
         rows += _link_rows(spec, state, hosts, collectives, plan[-LARGE_SIZES:])
+        if spec.pairs:
+            rows += pairs.rows(runtime.gather(pairs.rank_samples(hosts, state.rank, plan[-LARGE_SIZES:],
+                                                                 DTYPES[spec.dtype], state.device, spec.warmup,
+                                                                 spec.iters)))
     except RuntimeError as e:  # a collective that failed or timed out: a result, not a traceback
         error = f"{type(e).__name__}: {e}"
     problems = _record(spec, state, rows, hosts, error) if state.rank == 0 else []
@@ -106,6 +110,7 @@ def _record(spec: CommSpec, state: runtime.DistState, rows: list[dict], hosts: l
               "rendezvous": state.rendezvous, "hardware": results.hardware(state.device),
               "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
               "dtype": spec.dtype, "warmup": spec.warmup, "iters": spec.iters, "results": rows}
+    link_lines = _pairs_verdict(spec, rows, record) if spec.pairs else []
     if state.world_size == 1:
         record["note"] = ONE_RANK_NOTE
         print(f"NOTE: {ONE_RANK_NOTE}", flush=True)
@@ -114,9 +119,19 @@ def _record(spec: CommSpec, state: runtime.DistState, rows: list[dict], hosts: l
         print(report.table(rows), flush=True)
         title = f"{state.world_size} ranks, {state.backend}, {record['hardware']['device']}, {spec.dtype}"
         print(f"plot:    {report.write_plot(rows, spec.plot, title)}", flush=True)
+    for line in link_lines:
+        print(line, flush=True)
     print(f"results: {spec.results} (run {record['run_id']})", flush=True)
     for line in problems[:MAX_PRINTED]:
         print(f"PROBLEM: {line}", flush=True)
     if len(problems) > MAX_PRINTED:
         print(f"PROBLEM: ... and {len(problems) - MAX_PRINTED} more (all in the record's 'problems')", flush=True)
     return problems
+
+
+def _pairs_verdict(spec: CommSpec, rows: list[dict], record: dict) -> list[str]:
+    """``slow_links`` and ``suspect_hosts`` into the record; the lines to print."""
+    pair_rows = [r for r in rows if r["scope"] == "pair"]
+    slow = pairs.slow_links(pair_rows, spec.slow_link_threshold)
+    record["slow_links"], record["suspect_hosts"] = slow, pairs.suspect_hosts(pair_rows, slow)
+    return pairs.describe(pair_rows, slow, record["suspect_hosts"], spec.slow_link_threshold)

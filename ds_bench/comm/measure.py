@@ -96,8 +96,13 @@ def _check(collective, recv, rank, n, count, dtype, size_bytes) -> str | None:
 
 
 def _timed(run: Callable[[], None], iters: int, device: torch.device, group) -> float:
-    """Mean seconds per iteration on this rank, the clock read after the device finished."""
+    """A barrier over ``group``, then ``clock``."""
     dist.barrier(group=group)
+    return clock(run, iters, device)
+
+
+def clock(run: Callable[[], None], iters: int, device: torch.device) -> float:
+    """Mean seconds per iteration of ``run`` on this rank, the clock read after the device finished."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -12,6 +12,7 @@ import torch
 
 from ds_bench import argcheck
 from ds_bench.comm.bandwidth import COLLECTIVES
+from ds_bench.comm.pairs import DEFAULT_SLOW_LINK_PCT
 from ds_bench.errors import UserError
 from ds_bench.memory import parse_size
 
@@ -38,6 +39,9 @@ class CommSpec:
     iface: str | None
     dist_timeout_s: float
     connect_timeout_s: float
+    pairs: bool = False
+    """Also measure send/recv between every pair of hosts (``ds_bench.comm.pairs``)."""
+    slow_link_threshold: float = DEFAULT_SLOW_LINK_PCT
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -54,6 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--iters", type=int, default=20, help="timed iterations per size (default 20)")
     p.add_argument("--expect-busbw", action="append", default=[], metavar="[COLLECTIVE=]GBPS",
                    help="exit 1 when the largest message's busbw is below this (bare: all_reduce); repeatable")
+    p.add_argument("--pairs", action="store_true",
+                   help="also measure send/recv between every pair of hosts and name the slow links")
+    p.add_argument("--slow-link-threshold", type=float, default=DEFAULT_SLOW_LINK_PCT, metavar="PCT",
+                   help=f"with --pairs: a link more than PCT%% below the best link is slow (default {DEFAULT_SLOW_LINK_PCT:g})")
     p.add_argument("--results", default="results/comm.jsonl", help="JSON-lines record file (appended)")
     p.add_argument("--plot", default=None, help="busbw vs size PNG (default: beside --results)")
     p.add_argument("--iface", default=None, help="network interface for the rendezvous")
@@ -77,6 +85,8 @@ def from_args(args: argparse.Namespace) -> CommSpec:
     argcheck.at_least("--iters", args.iters, 1)
     check_timeout("--dist-timeout", args.dist_timeout_s)
     check_timeout("--connect-timeout", args.connect_timeout_s)
+    if not (math.isfinite(args.slow_link_threshold) and 0 < args.slow_link_threshold < 100):
+        raise UserError(f"--slow-link-threshold {args.slow_link_threshold:g}: expected a percentage between 0 and 100")
     argcheck.output_folder("--results", args.results)
     argcheck.output_folder("--plot", args.plot)
     plot = args.plot or os.path.splitext(args.results)[0] + "_busbw.png"
@@ -84,7 +94,8 @@ def from_args(args: argparse.Namespace) -> CommSpec:
                     step_factor=args.step_factor, dtype=args.dtype, warmup=args.warmup, iters=args.iters,
                     expect_busbw=parse_expectations(args.expect_busbw, collectives), results=args.results,
                     plot=plot, iface=args.iface, dist_timeout_s=args.dist_timeout_s,
-                    connect_timeout_s=args.connect_timeout_s)
+                    connect_timeout_s=args.connect_timeout_s, pairs=args.pairs,
+                    slow_link_threshold=args.slow_link_threshold)
 
 
 def parse_collectives(text: str) -> tuple[str, ...]:
