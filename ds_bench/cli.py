@@ -57,6 +57,11 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slow-rank-threshold", type=float, default=10.0, metavar="PCT",
                    help="name ranks whose compute time (forward + backward) is more than PCT%% above the "
                         "median rank's, in the summary and the record (default 10)")
+    p.add_argument("--busbw", type=float, default=None, metavar="GBPS",
+                   help="busbw for the comm-bound verdict (default: the newest ds-bench comm record of the same "
+                        "ranks in --comm-results)")
+    p.add_argument("--comm-results", default=None, metavar="PATH",
+                   help="ds-bench comm records to take busbw from (default: comm.jsonl beside --results)")
 
 
 def _size(text: str) -> int:

@@ -62,13 +62,17 @@ class RunConfig:
     """Bytes of private writable memory each rank may map (``ds_bench.memory``); None: no cap."""
     slow_rank_threshold: float = 10.0
     """Percent above the median rank's compute time that names a rank slow (``ds_bench.slow_ranks``)."""
+    busbw: float | None = None
+    """busbw (GB/s) for the comm-bound verdict (``ds_bench.comm.verdict``); None: a comm record's."""
+    comm_results: str | None = None
+    """Where to find ``ds-bench comm`` records; None: ``comm.jsonl`` beside ``results``."""
 
     def __post_init__(self) -> None:
         argcheck.steps("--steps", self.steps, self.warmup)
         if self.micro_batch is not None:
             _require(self.micro_batch > 0, f"--micro-batch must be positive, got {self.micro_batch}")
         _require(self.seq_len > 0, f"--seq-len must be positive, got {self.seq_len}")
-        for name in ("image_size", "num_classes", "peak_tflops", "lr", "slow_rank_threshold"):
+        for name in ("image_size", "num_classes", "peak_tflops", "lr", "slow_rank_threshold", "busbw"):
             value = getattr(self, name)
             _require(value is None or (math.isfinite(value) and value > 0),
                      f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
@@ -77,6 +81,8 @@ class RunConfig:
         check_timeout("--step-timeout", self.step_timeout_s)
         if self.data != "synthetic" and not os.path.exists(self.data):
             raise UserError(f"--data {self.data}: no such file or folder (or use --data synthetic)")
+        if self.comm_results is not None and not os.path.isfile(self.comm_results):
+            raise UserError(f"--comm-results {self.comm_results}: no such file (records of ds-bench comm)")
         if self.model_path is not None and not os.path.isdir(self.model_path):
             raise UserError(f"--model {self.model_path}: not a folder with pretrained weights")
         if os.path.isdir(self.ds_config):
@@ -87,6 +93,9 @@ class RunConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def comm_results_path(self) -> str:
+        return self.comm_results or os.path.join(os.path.dirname(self.results), "comm.jsonl")
 
 
 def check_timeout(flag: str, seconds: float) -> None:

@@ -24,6 +24,7 @@ import torch
 
 from ds_bench import (ds_config, faults, memory, ops, optim, peaks, preflight, rendezvous, results, runtime, slow_ranks,
                       summary)
+from ds_bench.comm import verdict
 from ds_bench.config import RunConfig
 from ds_bench.ds_config import RunContext
 from ds_bench.errors import UserError
@@ -144,8 +145,14 @@ def _measure(run: Started, workload) -> tuple[dict, dict]:
         metrics.update(hardware_tflops_per_device=hw["tflops_per_device"], hfu=hw["mfu"])
     if workload.tokens_per_sample:
         metrics["tokens_per_s"] = metrics["samples_per_s"] * workload.tokens_per_sample
-    extra = {"loop_started_at": loop_started_at, "params": params, "largest_layer_params": largest_layer, "hosts": sorted({r.host for r in reports}),
-             "slow_ranks": slow_ranks.from_metrics(metrics, cfg.slow_rank_threshold)}
+    hosts = sorted({r.host for r in reports})
+    extra = {"loop_started_at": loop_started_at, "params": params, "largest_layer_params": largest_layer, "hosts": hosts,
+             "slow_ranks": slow_ranks.from_metrics(metrics, cfg.slow_rank_threshold),
+             "comm_bound": verdict.for_run(
+                 stage=ds_config.zero_stage(ds_cfg), precision=ds_config.precision_of(ds_cfg), ds_cfg=ds_cfg,
+                 params=params, world_size=state.world_size, micro_steps=ds_cfg["gradient_accumulation_steps"],
+                 step_ms=metrics["step_ms_median"], hosts=hosts, backend=state.backend, busbw=cfg.busbw,
+                 comm_results=cfg.comm_results_path())}
     return metrics, extra
 
 

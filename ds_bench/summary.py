@@ -9,6 +9,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from ds_bench import slow_ranks
+from ds_bench.comm import verdict
 
 MIB = 2**20
 
@@ -80,5 +81,7 @@ def one_run(record: dict, results_path: str) -> str:
     threshold = (record.get("config") or {}).get("slow_rank_threshold", slow_ranks.DEFAULT_THRESHOLD_PCT)
     for slow in record.get("slow_ranks") or []:
         lines.append(f"  slow rank    {slow_ranks.describe(slow)} (threshold {threshold:g}%)")
+    if record.get("comm_bound"):
+        lines.append(f"  comm         {verdict.describe(record['comm_bound'])}")
     lines.append(f"  results      {results_path} (run {record['run_id']})")
     return "\n".join(lines)

@@ -78,12 +78,12 @@ CASES: dict[str, Case] = {}
 for flag, zero_ok in [("--steps", False), ("--warmup", True), ("--micro-batch", False), ("--seq-len", False),
                       ("--image-size", False), ("--num-classes", False), ("--peak-tflops", False), ("--lr", False),
                       ("--dist-timeout", False), ("--connect-timeout", False), ("--step-timeout", False),
-                      ("--slow-rank-threshold", False)]:
+                      ("--slow-rank-threshold", False), ("--busbw", False)]:
     if not zero_ok:
         CASES[f"{flag} 0"] = Case(run(flag, "0"), re.escape(flag) + r".*(must|greater)")
     CASES[f"{flag} negative"] = Case(run(flag, "-3"), re.escape(flag) + r".*must")
     CASES[f"{flag} non-numeric"] = Case(run(flag, "lots"), re.escape(flag.lstrip("-")) + r".*invalid (int|float) value")
-for flag in ("--peak-tflops", "--lr", "--dist-timeout", "--connect-timeout", "--step-timeout", "--slow-rank-threshold"):
+for flag in ("--peak-tflops", "--lr", "--dist-timeout", "--connect-timeout", "--step-timeout", "--slow-rank-threshold", "--busbw"):
     CASES[f"{flag} inf"] = Case(run(flag, "inf"), re.escape(flag) + r" must be .*finite.*got inf")
     CASES[f"{flag} nan"] = Case(run(flag, "nan"), re.escape(flag) + r" must be .*got nan")
 CASES["--steps fractional"] = Case(run("--steps", "2.5"), r"--steps.*invalid int value: '2\.5'")
@@ -95,6 +95,7 @@ CASES["--size for mnist"] = Case(run("--size", "huge"), r"--size is not used by 
 CASES["--size unknown gpt2"] = Case(run("--workload", "gpt2", "--size", "galactic"), r"--size 'galactic' is not a size")
 CASES["--data missing"] = Case(run("--data", "{tmp}/nothing"), r"--data .*nothing: no such file or folder")
 CASES["--model missing"] = Case(run("--workload", "gpt2", "--model", "{tmp}/nope"), r"--model .*nope: not a folder")
+CASES["--comm-results missing"] = Case(run("--comm-results", "{tmp}/none.jsonl"), r"--comm-results .*none\.jsonl: no such file")
 CASES["--iface missing"] = Case(run("--iface", "nosuch0"), r"interface 'nosuch0' .* does not exist")
 CASES["unknown flag"] = Case(run("--stepz", "3"), r"unrecognized arguments: --stepz 3")
 CASES["-- after run"] = Case(run("--", "--steps", "3"), r"arguments after '--' are not used here")

@@ -250,3 +250,61 @@ def test_pair_rows_average_the_two_ends_of_each_link():
     everyone = [[("a<->b", s("send_recv", 10**9, 1.0))], [("a<->b", s("send_recv", 10**9, 3.0))], []]
     (row,) = rows(everyone)
     assert (row["scope"], row["group"], row["busbw_GBps"]) == ("pair", "a<->b", pytest.approx(0.5))
+
+
+# comm-bound verdict (pure; the real 2-rank runs are in test_distributed and test_slow_ranks)
+
+def test_bus_bytes_per_step_follow_the_zero_paper_volumes():
+    from ds_bench.comm.verdict import bus_bytes_per_step
+
+    psi, n = 1000, 4  # (n-1)/n = 0.75
+    assert bus_bytes_per_step(0, psi, 2, 2, n, 1) == {"all_reduce": 2 * 0.75 * psi * 2}
+    assert bus_bytes_per_step(1, psi, 2, 4, n, 8) == {"reduce_scatter": 0.75 * psi * 4, "all_gather": 0.75 * psi * 2}
+    assert bus_bytes_per_step(2, psi, 2, 2, n, 8) == {"reduce_scatter": 0.75 * 8 * psi * 2, "all_gather": 0.75 * psi * 2}
+    three = bus_bytes_per_step(3, psi, 2, 2, n, 1)
+    assert three == {"reduce_scatter": 0.75 * psi * 2, "all_gather": 0.75 * 2 * psi * 2}
+    assert sum(three.values()) == 1.5 * sum(bus_bytes_per_step(0, psi, 2, 2, n, 1).values())  # ZeRO paper: 1.5x DP
+
+
+def test_gradient_bytes_follow_communication_data_type():
+    from ds_bench.comm.verdict import grad_bytes_of
+
+    assert grad_bytes_of({}, "bf16") == 2 and grad_bytes_of({}, "fp32") == 4
+    assert grad_bytes_of({"communication_data_type": "fp32"}, "bf16") == 4
+
+
+def test_judge_times_each_collective_at_its_busbw_and_falls_back_to_all_reduce():
+    from ds_bench.comm.verdict import describe, judge
+
+    moved = {"reduce_scatter": 2e9, "all_gather": 1e9}
+    entry = judge(moved, {"all_reduce": 1.0, "reduce_scatter": 2.0}, "comm run x", step_ms=4000.0)
+    assert entry["busbw_GBps"] == {"reduce_scatter": 2.0, "all_gather": 1.0}
+    assert entry["comm_ms_lower_bound"] == pytest.approx(2000.0)  # 2e9/2e9 + 1e9/1e9 s
+    assert entry["fraction_of_step"] == pytest.approx(0.5) and entry["communication_bound"] is True
+    assert judge(moved, {"all_reduce": 1.0}, "--busbw", step_ms=4001.0)["communication_bound"] is True
+    assert judge(moved, {"all_reduce": 1.0}, "--busbw", step_ms=6001.0)["communication_bound"] is False
+    assert describe(entry) == (">= 2e+03 ms of the 4e+03 ms step (50%): reduce_scatter 2e+03 MB + all_gather "
+                               "1e+03 MB per rank at busbw reduce_scatter 2 GB/s, all_gather 1 GB/s (comm run x); "
+                               "communication-bound")
+    assert judge(moved, {"broadcast": 1.0}, "comm run y", 1.0)["note"].startswith("no busbw for reduce_scatter")
+
+
+def test_the_newest_ok_comm_record_of_the_same_ranks_is_used(tmp_path):
+    from ds_bench.comm.verdict import busbw_from_comm_record, latest_comm_record
+
+    def rec(run_id, busbw, **over):
+        base = {"kind": "comm", "status": "ok", "world_size": 2, "backend": "gloo", "hosts": ["n1", "n1"],
+                "run_id": run_id, "results": [
+                    {"scope": "world", "collective": "all_reduce", "size_bytes": 2**20, "busbw_GBps": busbw / 2, "wrong": []},
+                    {"scope": "world", "collective": "all_reduce", "size_bytes": 2**22, "busbw_GBps": busbw, "wrong": []},
+                    {"scope": "pair", "group": "a<->b", "collective": "send_recv", "size_bytes": 2**23, "busbw_GBps": 9.0,
+                     "wrong": []}]}
+        return json.dumps({**base, **over})
+
+    path = tmp_path / "comm.jsonl"
+    path.write_text("\n".join([rec("old", 1.0), rec("new", 2.0), "not json", rec("failed", 3.0, status="failed"),
+                               rec("wide", 4.0, world_size=4), rec("nccl", 5.0, backend="nccl"),
+                               rec("elsewhere", 6.0, hosts=["n2", "n2"]), json.dumps({"kind": "run"})]) + "\n")
+    found = latest_comm_record(str(path), ["n1"], 2, "gloo")
+    assert found["run_id"] == "new" and busbw_from_comm_record(found) == {"all_reduce": 2.0}
+    assert latest_comm_record(str(tmp_path / "none.jsonl"), ["n1"], 2, "gloo") is None

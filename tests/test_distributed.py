@@ -18,6 +18,8 @@ pytestmark = pytest.mark.dist
 STAGES = (0, 1, 2, 3)
 PRECISIONS = ("fp32", "bf16")
 STEPS, WARMUP = 10, 2
+SLOW_BUSBW = 0.001
+"""GB/s given to the torchrun runs: 1 MB/s, so moving the CNN's gradients takes seconds per step."""
 
 
 def precision_args(precision):
@@ -43,7 +45,7 @@ def torchrun_runs(tmp_path_factory, fashion_mnist):
         proc = run_cmd(["torchrun", "--nproc_per_node", "2", "--master_port", str(29720 + i), "-m", "ds_bench", "run",
                         "--workload", "mnist", "--ds-config", f"ds_configs/zero{stage}.json", "--steps", str(STEPS),
                         "--warmup", str(WARMUP), "--data", str(fashion_mnist), "--results", str(results),
-                        *precision_args(precision)])
+                        "--busbw", str(SLOW_BUSBW), *precision_args(precision)])
         assert proc.returncode == 0, explain(proc)
     return records(results)
 
@@ -71,13 +73,32 @@ def check_record(r, launcher, stage, precision):
 @pytest.mark.parametrize("stage", STAGES)
 def test_deepspeed_launcher(deepspeed_runs, stage, precision):
     recs, _ = deepspeed_runs
-    check_record(find(recs, stage, precision), "deepspeed", stage, precision)
+    r = find(recs, stage, precision)
+    check_record(r, "deepspeed", stage, precision)
+    assert r["comm_bound"]["note"].startswith("no comm record of these 2 gloo ranks in ")  # none measured: no verdict
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("stage", STAGES)
 def test_torchrun(torchrun_runs, stage, precision):
     check_record(find(torchrun_runs, stage, precision), "torchrun", stage, precision)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("stage", STAGES)
+def test_comm_bound_verdict_from_the_stage_bytes_and_busbw(torchrun_runs, stage, precision):
+    """Bus bytes per step from the record's own parameter count (n = 2: (n-1)/n = 1/2), at --busbw:
+    stage 0 all-reduces Psi x B x 2(n-1)/n; stages 1-2 reduce-scatter + all-gather the same total;
+    stage 3 gathers the parameters twice (1.5x). At 1 MB/s that is far more than the step: comm-bound."""
+    r = find(torchrun_runs, stage, precision)
+    entry, psi, width = r["comm_bound"], r["params"], 4 if precision == "fp32" else 2
+    assert sum(entry["bus_bytes_per_step"].values()) == pytest.approx(psi * width * (1.5 if stage == 3 else 1.0))
+    assert set(entry["bus_bytes_per_step"]) == ({"all_reduce"} if stage == 0 else {"reduce_scatter", "all_gather"})
+    assert entry["busbw_source"] == "--busbw" and set(entry["busbw_GBps"].values()) == {SLOW_BUSBW}
+    assert entry["comm_ms_lower_bound"] == pytest.approx(sum(entry["bus_bytes_per_step"].values()) / 1e6 * 1e3)
+    assert entry["step_ms_median"] == r["metrics"]["step_ms_median"]
+    assert entry["fraction_of_step"] == pytest.approx(entry["comm_ms_lower_bound"] / entry["step_ms_median"])
+    assert entry["fraction_of_step"] > 1 and entry["communication_bound"] is True
 
 
 def test_sweep_prints_the_ranked_table(deepspeed_runs):

@@ -16,7 +16,7 @@ import torch
 from ds_bench import slow_ranks
 from ds_bench.summary import one_run
 from ds_bench.trainer import DeviceClock
-from tests.conftest import BIN, REPO, child_env, explain, records
+from tests.conftest import BIN, REPO, child_env, explain, records, run_cmd
 
 # --- the rule --------------------------------------------------------------------------------------
 
@@ -219,10 +219,23 @@ def test_a_rank_under_a_cpu_quota_is_named_slow(tmp_path, fashion_mnist):
 @pytest.mark.dist
 def test_a_normal_run_with_a_high_threshold_names_nobody(tmp_path, fashion_mnist):
     started = time.monotonic()
-    proc, log = start_ranks(tmp_path, 29852, "--data", str(fashion_mnist), "--slow-rank-threshold", "50")
+    comm = run_cmd([str(BIN / "torchrun"), "--nproc_per_node", "2", "--master_port", "29854", "-m", "ds_bench", "comm",
+                    "--collectives", "all_reduce,reduce_scatter,all_gather", "--min-bytes", "1MiB", "--max-bytes",
+                    "4MiB", "--iters", "5", "--results", str(tmp_path / "comm.jsonl")], timeout=TIMEOUT_S)
+    assert comm.returncode == 0, explain(comm)
+    (comm_record,) = records(tmp_path / "comm.jsonl")
+    proc, log = start_ranks(tmp_path, 29852, "--data", str(fashion_mnist), "--slow-rank-threshold", "50",
+                            "--comm-results", str(tmp_path / "comm.jsonl"))
     done, recs = finish(proc, log, tmp_path)
     assert done.returncode == 0, explain(done)
     (r,) = recs
+    # the comm-bound verdict took its busbw from the comm run on the same two ranks
+    entry = r["comm_bound"]
+    assert entry["busbw_source"] == f"comm run {comm_record['run_id']} of {comm_record['time']}"
+    largest = {row["collective"]: row["busbw_GBps"] for row in comm_record["results"] if row["size_bytes"] == 4 * 2**20}
+    assert entry["busbw_GBps"] == {c: largest[c] for c in ("reduce_scatter", "all_gather")}  # ZeRO-1's collectives
+    assert entry["communication_bound"] is False and 0 < entry["fraction_of_step"] < 0.5  # 0.1M params over shm
+    assert "; not communication-bound" in done.stdout
     compute = r["metrics"]["compute_ms_per_rank"]
     print(f"compute ms per rank {compute}, {time.monotonic() - started:.1f} s")
     assert len(compute) == 2 and all(ms > 0 for ms in compute)

@@ -1,0 +1,135 @@
+"""Is a training run communication-bound? The bytes each rank must move per step for its ZeRO stage,
+divided by the busbw ``ds-bench comm`` measured on the same ranks: a lower bound on the step's
+communication time, as a fraction of the measured step (pure apart from ``latest_comm_record``).
+
+Bus bytes, the quantity busbw is defined against (NVIDIA/nccl-tests ``doc/PERFORMANCE.md``): over n
+ranks, an all_reduce of S bytes moves 2(n-1)/n x S through each rank's link, a reduce_scatter (input
+S) or an all_gather (output S) (n-1)/n x S; at busbw B that takes at least bus bytes / B.
+
+Per optimizer step, with Psi parameters, P bytes per parameter in the compute dtype (2 for fp16 and
+bf16, 4 for fp32), G bytes per gradient element as communicated (DeepSpeed's
+``communication_data_type``, else P) and k micro-steps (gradient accumulation); volumes from the
+ZeRO paper (Rajbhandari et al., SC'20, sec. 7 "Communication analysis of ZeRO-DP"), counted where
+DeepSpeed communicates (``runtime/engine.py``, ``zero/stage_1_and_2.py``, ``zero/stage3.py``):
+
+- stage 0 (data parallel): one all_reduce of the gradients per step: 2(n-1)/n x Psi G;
+- stage 1: gradients reduced once per step and the updated parameters all-gathered: reduce_scatter
+  Psi G + all_gather Psi P, (n-1)/n x Psi (G + P): the paper's 2 Psi, the all-reduce volume;
+- stage 2: gradients reduce-scattered in every micro-step (each rank keeps only its partition, so a
+  micro-step's gradients are reduced as they are produced), parameters all-gathered once:
+  (n-1)/n x Psi (k G + P);
+- stage 3: parameters all-gathered in every micro-step's forward and again in its backward,
+  gradients reduce-scattered every micro-step: (n-1)/n x k Psi (2P + G), 1.5x stage 0 (the paper).
+
+The bound takes each collective at the busbw of the comm run's largest message (its best case) and
+counts no latency, no overlap penalty and no offload traffic (PCIe, not the network), so the true
+communication time is at least this. A run is called communication-bound when the bound is at
+least ``BOUND_FRACTION`` of the measured median step: half the step or more must go to moving data
+even at full measured bandwidth, so a faster fabric, fewer bytes (a lower stage, a smaller
+communication dtype) or more compute per byte (a larger micro-batch) would pay.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ds_bench.comm.report import largest
+
+BOUND_FRACTION = 0.5
+BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+COMM_DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "half": 2, "bf16": 2, "bfloat16": 2}
+
+
+def bus_bytes_per_step(stage: int, params: int, param_bytes: int, grad_bytes: int, n: int,
+                       micro_steps: int) -> dict[str, float]:
+    """Collective -> bus bytes through each rank's link per optimizer step (see the module doc)."""
+    split = (n - 1) / n
+    if stage == 0:
+        return {"all_reduce": 2 * split * params * grad_bytes}
+    if stage == 1:
+        return {"reduce_scatter": split * params * grad_bytes, "all_gather": split * params * param_bytes}
+    if stage == 2:
+        return {"reduce_scatter": split * micro_steps * params * grad_bytes,
+                "all_gather": split * params * param_bytes}
+    if stage == 3:
+        return {"reduce_scatter": split * micro_steps * params * grad_bytes,
+                "all_gather": split * micro_steps * 2 * params * param_bytes}
+    raise ValueError(f"unknown ZeRO stage {stage}")
+
+
+def grad_bytes_of(ds_cfg: dict, precision: str) -> int:
+    """Bytes per gradient element as communicated: ``communication_data_type`` when set, else the
+    compute dtype's (DeepSpeed's bf16 stage 0/1 path may reduce fp32 accumulators instead: then the
+    bound is lower than the truth, still a lower bound)."""
+    return COMM_DTYPE_BYTES.get(str(ds_cfg.get("communication_data_type") or "").lower(), BYTES[precision])
+
+
+def busbw_from_comm_record(record: dict) -> dict[str, float]:
+    """Collective -> busbw (GB/s) at its largest message, over all ranks of a ``kind: comm`` record."""
+    world = [r for r in record.get("results", []) if r.get("scope", "world") == "world" and not r.get("wrong")]
+    return {name: row["busbw_GBps"] for name, row in largest(world).items() if row["busbw_GBps"] > 0}
+
+
+def latest_comm_record(path: str, hosts: list[str], world_size: int, backend: str) -> dict | None:
+    """The newest ok ``comm`` record in ``path`` measured on the same hosts, rank count and backend."""
+    if not os.path.isfile(path):
+        return None
+    found = None
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if (isinstance(rec, dict) and rec.get("kind") == "comm" and rec.get("status") == "ok"
+                    and rec.get("world_size") == world_size and rec.get("backend") == backend
+                    and sorted(set(rec.get("hosts") or [])) == sorted(hosts)):
+                found = rec
+    return found
+
+
+def judge(bytes_per_step: dict[str, float], busbw: dict[str, float], source: str, step_ms: float) -> dict:
+    """The record's ``comm_bound`` entry. A collective without its own busbw is timed at
+    all_reduce's (busbw is comparable across collectives by construction); none at all: a note."""
+    fallback = busbw.get("all_reduce")
+    used = {c: busbw.get(c, fallback) for c in bytes_per_step}
+    if any(v is None or v <= 0 for v in used.values()):
+        return {"note": f"no busbw for {', '.join(c for c, v in used.items() if not v)} in {source}",
+                "bus_bytes_per_step": bytes_per_step}
+    comm_ms = sum(bytes_per_step[c] / (used[c] * 1e9) for c in bytes_per_step) * 1e3
+    fraction = comm_ms / step_ms
+    return {"bus_bytes_per_step": bytes_per_step, "busbw_GBps": used, "busbw_source": source,
+            "comm_ms_lower_bound": comm_ms, "step_ms_median": step_ms, "fraction_of_step": fraction,
+            "communication_bound": fraction >= BOUND_FRACTION}
+
+
+def for_run(*, stage: int, precision: str, ds_cfg: dict, params: int, world_size: int, micro_steps: int,
+            step_ms: float, hosts: list[str], backend: str, busbw: float | None, comm_results: str) -> dict:
+    """The ``comm_bound`` entry of a run record: with ``--busbw``, that figure for every collective;
+    else the newest comm record of the same ranks in ``comm_results``; else a note saying how to get one."""
+    if world_size == 1:
+        return {"note": "1 rank: nothing crosses a link"}
+    moved = bus_bytes_per_step(stage, params, BYTES[precision], grad_bytes_of(ds_cfg, precision), world_size,
+                               micro_steps)
+    if busbw is not None:
+        return judge(moved, {"all_reduce": busbw}, "--busbw", step_ms)
+    record = latest_comm_record(comm_results, hosts, world_size, backend)
+    if record is None:
+        return {"note": f"no comm record of these {world_size} {backend} ranks in {comm_results}: run ds-bench comm "
+                        "under the same launcher first, or pass --busbw", "bus_bytes_per_step": moved}
+    return judge(moved, busbw_from_comm_record(record), f"comm run {record['run_id']} of {record['time']}", step_ms)
+
+
+def describe(entry: dict) -> str:
+    """The summary's text for a ``comm_bound`` entry."""
+    if "note" in entry:
+        return entry["note"]
+    moved = " + ".join(f"{c} {v / 1e6:.3g} MB" for c, v in entry["bus_bytes_per_step"].items())
+    rates = entry["busbw_GBps"]
+    bw = (f"{next(iter(rates.values())):.3g} GB/s" if len(set(rates.values())) == 1
+          else ", ".join(f"{c} {v:.3g} GB/s" for c, v in rates.items()))
+    verdict = "communication-bound" if entry["communication_bound"] else "not communication-bound"
+    return (f">= {entry['comm_ms_lower_bound']:.3g} ms of the {entry['step_ms_median']:.3g} ms step "
+            f"({entry['fraction_of_step']:.0%}): {moved} per rank at busbw {bw} ({entry['busbw_source']}); "
+            f"{verdict}")
