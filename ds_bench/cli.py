@@ -1,4 +1,5 @@
-"""Command line: ``ds-bench run | sweep | bench | comm | scaling | doctor | launch | report`` (also ``python -m ds_bench``).
+"""Command line: ``ds-bench run | sweep | bench | comm | scaling | doctor | launch | report``
+(also ``python -m ds_bench``).
 
 Thin by design: parse, build a config, call one function, turn ``UserError`` into a one-line
 message and exit code 2. The deepspeed launcher appends ``--local_rank=N`` to the module's

@@ -141,7 +141,8 @@ def test_a_failed_point_is_a_row_and_the_exit_is_1(tmp_path, monkeypatch, capsys
 
 
 @pytest.mark.dist
-def test_scaling_runs_1_and_2_ranks_and_reports_weak_scaling_efficiency(tmp_path, capsys):
+def test_scaling_runs_1_and_2_ranks_and_reports_weak_scaling_efficiency(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # ds-bench scaling then sets it for every point
     out = tmp_path / "s.jsonl"
     proc = ds_bench("scaling", "--workload", "mnist", "--ds-config", "ds_configs/zero1.json", "--ranks", "1,2",
                     "--results", str(out), "--master-port", "29891", "--timeout", "150s", "--",

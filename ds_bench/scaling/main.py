@@ -158,7 +158,7 @@ def _line(row: dict) -> str:
     if row["status"] == "ok":
         return (f"{head} {row['samples_per_s_per_device']:>10,.1f} {row['unit']} per device, step "
                 f"{row['step_ms_median']:.1f} ms median  ok")
-    return f"{head}  failed: {report._brief(row['reason'])}\n    log: {row['log']}"
+    return f"{head}  failed: {report.brief(row['reason'])}\n    log: {row['log']}"
 
 
 def _machine() -> dict:

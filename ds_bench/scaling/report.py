@@ -24,7 +24,7 @@ def body(rows: list[dict]) -> list[list[str]]:
     return [[str(r["world_size"]), str(r["nodes"]), _num(r["torch_threads"], "d"), _num(r["global_batch"], "d"),
              _num(r["samples_per_s"], ",.1f"), _num(r["samples_per_s_per_device"], ",.1f"),
              _num(r["step_ms_median"], ".1f"), _num(r["step_ms_p90"], ".1f"), _num(r["efficiency"], ".2f"),
-             r["status"] if r["status"] == "ok" else f"failed: {_brief(r['reason'])}"] for r in rows]
+             r["status"] if r["status"] == "ok" else f"failed: {brief(r['reason'])}"] for r in rows]
 
 
 def table(rows: list[dict], base_world: int | None, fmt: str = "simple") -> str:
@@ -34,7 +34,7 @@ def table(rows: list[dict], base_world: int | None, fmt: str = "simple") -> str:
     return tabulate(body(rows), headers=head, tablefmt=fmt, disable_numparse=True) + "\n\n" + legend
 
 
-def _brief(reason: str | None, width: int = 90) -> str:
+def brief(reason: str | None, width: int = 90) -> str:
     text = " ".join((reason or "-").split())
     return text if len(text) <= width else text[:width - 3] + "..."
 
