@@ -1,4 +1,5 @@
-"""Command line: ``ds-bench run | sweep | bench | doctor | launch | report`` (also ``python -m ds_bench``).
+"""Command line: ``ds-bench run | sweep | bench | comm | scaling | doctor | launch | report``
+(also ``python -m ds_bench``).
 
 Thin by design: parse, build a config, call one function, turn ``UserError`` into a one-line
 message and exit code 2. The deepspeed launcher appends ``--local_rank=N`` to the module's
@@ -90,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     comm_spec.add_arguments(sub.add_parser("comm", help="collective bandwidth (nccl-tests busbw) and correctness "
                                            "on the launched ranks"))
+    from ds_bench.scaling import spec as scaling_spec
+
+    scaling_spec.add_arguments(sub.add_parser("scaling", help="one config at 1, 2, 4, ... ranks (or nodes): per-device "
+                                              "throughput and weak-scaling efficiency, table and plot"))
     doctor = sub.add_parser("doctor", help="per-rank network/device/version report and an all_reduce check")
     doctor.add_argument("--iface", default=None, help="network interface for the rendezvous")
     doctor.add_argument("--dist-timeout", dest="dist_timeout_s", type=float, default=60.0)
@@ -120,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         argv = sys.argv[1:] if argv is None else list(argv)
         head, tail = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
         args = build_parser().parse_args(head)
-        args.run_args = tail  # after "--": passed through (bench: to every run; launch: the ds-bench command)
-        if tail and args.command not in ("sweep", "bench", "launch"):
+        args.run_args = tail  # after "--": passed through (bench, scaling: to every run; launch: the ds-bench command)
+        if tail and args.command not in ("sweep", "bench", "launch", "scaling"):
             raise UserError(f"ds-bench {args.command}: arguments after '--' are not used here: {' '.join(tail)}")
         if args.command == "run":
             from ds_bench.run import run_benchmark
@@ -139,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
             from ds_bench.comm.main import main as comm_main
 
             return comm_main(args)
+        if args.command == "scaling":
+            from ds_bench.scaling.main import main as scaling_main
+
+            return scaling_main(args)
         if args.command == "launch":
             from ds_bench import launch
 

@@ -1,7 +1,8 @@
 """``ds-bench report``: the table and plot of a results file.
 
 A file of sweep records (``ds-bench sweep``) gets the sweep's ranked table and recommendation
-(``ds_bench.sweep.main.report``); a file of run records gets one row per run (``summary.table``).
+(``ds_bench.sweep.main.report``); a file of scaling records (``ds-bench scaling``) the latest one's
+table (``ds_bench.scaling.report``); a file of run records gets one row per run (``summary.table``).
 """
 
 from __future__ import annotations
@@ -34,8 +35,16 @@ def report_main(args: argparse.Namespace) -> int:
         from ds_bench.sweep.main import report
 
         return report(args.results, write_config=False)
+    if os.path.isfile(args.results) and _has_kind(args.results, "scaling") and args.tag is None:
+        from ds_bench.scaling.report import show_last
+
+        return show_last(args.results)
     return show(args.results, args.tag, args.plot)
 
 
 def _has_sweep_records(path: str) -> bool:
-    return any(r.get("kind") == "sweep_point" for r in results.read_records(path))
+    return _has_kind(path, "sweep_point")
+
+
+def _has_kind(path: str, kind: str) -> bool:
+    return any(r.get("kind") == kind for r in results.read_records(path))

@@ -343,6 +343,55 @@ CASES["comm slow-link threshold nan"] = Case(comm("--pairs", "--slow-link-thresh
 CASES["comm iface"] = Case(comm("--iface", "nosuch0"), r"interface 'nosuch0' .* does not exist")
 CASES["no subcommand"] = Case(cmd(), r"the following arguments are required: command")
 
+# --- scaling ----------------------------------------------------------------------------------------
+def scaling(*flags: str, hosts: str | None = None, cfg=None):
+    """``ds-bench scaling`` on mnist/zero1 at 1,2 ranks unless ``flags`` say otherwise; ``hosts`` is written
+    as {tmp}/hf, ``cfg`` (a dict) as {tmp}/c.json."""
+    def argv(tmp: Path) -> list[str]:
+        if hosts is not None:
+            (tmp / "hf").write_text(hosts)
+        if cfg is not None:
+            (tmp / "c.json").write_text(json.dumps(cfg))
+        base = {"--workload": "mnist", "--ds-config": "zero1.json", "--ranks": "1,2", "--results": str(tmp / "r.jsonl")}
+        head, tail = (flags[:flags.index("--")], flags[flags.index("--"):]) if "--" in flags else (flags, ())
+        given = set(head)
+        return ["scaling", *[x for k, v in base.items() if k not in given for x in (k, v)],
+                *[f.replace("{tmp}", str(tmp)) for f in (*head, *tail)]]
+    return argv
+
+
+def _no_ranks(tmp: Path) -> list[str]:
+    return [a for a in scaling()(tmp) if a not in ("--ranks", "1,2")]
+
+
+CASES["scaling ranks 0"] = Case(scaling("--ranks", "0"), r"--ranks '0': '0' must be a positive integer")
+CASES["scaling ranks text"] = Case(scaling("--ranks", "2,x"), r"--ranks '2,x': 'x' is not an integer")
+CASES["scaling ranks decreasing"] = Case(scaling("--ranks", "2,1"), r"--ranks '2,1': expected increasing counts without repeats")
+CASES["scaling ranks repeated"] = Case(scaling("--ranks", "1,2,2"), r"--ranks '1,2,2': expected increasing counts")
+CASES["scaling ranks empty item"] = Case(scaling("--ranks", "1,,2"), r"--ranks '1,,2': expected a comma-separated list")
+CASES["scaling ranks missing"] = Case(_no_ranks, r"--ranks is required: world sizes on this node")
+CASES["scaling nodes without hostfile"] = Case(scaling("--nodes", "1,2"), r"--nodes needs --hostfile")
+CASES["scaling hostfile without nodes"] = Case(scaling("--hostfile", "{tmp}/hf", hosts="a slots=2\n"), r"--hostfile needs --nodes")
+CASES["scaling nodes beyond hostfile"] = Case(
+    lambda tmp: [a for a in scaling("--hostfile", "{tmp}/hf", "--nodes", "1,2,4", hosts="a slots=2\nb slots=2\n")(tmp)
+                 if a not in ("--ranks", "1,2")], r"--nodes 1,2,4: the hostfile .*hf has 2 host\(s\) \(a, b\)")
+CASES["scaling ranks with nodes"] = Case(scaling("--hostfile", "{tmp}/hf", "--nodes", "1", hosts="a slots=2\n"),
+                                         r"--ranks with --nodes: each node runs the ranks its hostfile line gives")
+CASES["scaling torchrun hostfile"] = Case(
+    lambda tmp: [a for a in scaling("--hostfile", "{tmp}/hf", "--nodes", "1", "--launcher", "torchrun",
+                                    hosts="a slots=2\n")(tmp) if a not in ("--ranks", "1,2")],
+    r"--launcher torchrun with --hostfile: torchrun needs one command per node")
+CASES["scaling missing config"] = Case(scaling("--ds-config", "nope.json"), r"--ds-config nope\.json: file not found")
+CASES["scaling unknown workload"] = Case(scaling("--workload", "bert"), r"--workload 'bert' is unknown")
+CASES["scaling timeout 0"] = Case(scaling("--timeout", "0"), r"--timeout '0': must be more than 0 seconds")
+CASES["scaling results folder"] = Case(scaling("--results", "{tmp}"), r"--results .*: is a folder")
+CASES["scaling plot folder missing"] = Case(scaling("--plot", "{tmp}/no/p.png"), r"--plot .*p\.png: folder .* does not exist")
+CASES["scaling owned run arg"] = Case(scaling("--", "--tag", "x"), r"run argument --tag after '--': ds-bench scaling sets it per point")
+CASES["scaling bad run args"] = Case(scaling("--", "--stepz", "3"), r"run arguments after '--' \(--stepz 3\): .*unrecognized arguments")
+CASES["scaling strong-scaling config"] = Case(
+    scaling("--ds-config", "{tmp}/c.json", cfg=cfg_with(train_batch_size=64, bf16__enabled=False)),
+    r"micro-batch x accumulation per device changes with the rank count \(64 x 1 at 1, 32 x 1 at 2\)")
+
 
 @pytest.fixture
 def no_side_effects(monkeypatch):

@@ -1,8 +1,10 @@
-"""The one place a sweep starts and stops processes: each point is a fresh job under a launcher.
+"""The one place a sweep (and ``ds-bench scaling``) starts and stops processes: each point is a fresh
+job under a launcher.
 
 ``command`` (pure) builds the job's argv with the builders ``ds-bench launch`` uses: on this node
-``deepspeed --num_gpus N --master_port P --module ds_bench run ...``; with a hostfile, the deepspeed
-launcher or Open MPI's ``mpirun``; inside a Slurm allocation, ``srun``. ``run_job`` starts it in a
+``deepspeed --num_gpus N --master_port P --module ds_bench run ...`` (or ``torchrun
+--nproc_per_node N``); with a hostfile, the deepspeed launcher or Open MPI's ``mpirun``; inside a
+Slurm allocation, ``srun``. ``run_job`` starts it in a
 session of its own (its output to the point's log file, never the terminal), waits at most the
 point's timeout, and on a timeout or an interrupt stops the whole process group: SIGTERM (the ranks
 record why they stop), then SIGKILL after ``GRACE_S``; a second Ctrl-C kills at once. It returns
@@ -41,10 +43,10 @@ def command(spec, run_args: list[str], port: int) -> list[str]:
         nodes = int(os.environ.get("SLURM_JOB_NUM_NODES", "1"))
         return launch.srun_command(run_args, nnodes=nodes, tasks_per_node=spec.nproc, python=sys.executable)
     ns = argparse.Namespace(launcher=spec.launcher, hostfile=spec.hostfile, include="", exclude="", nnodes=None,
-                            nproc_per_node=None, node_rank=0, master_addr=None, master_port=port, iface=None,
+                            nproc_per_node=spec.nproc, node_rank=0, master_addr=None, master_port=port, iface=None,
                             mpi=None, run_args=run_args)
     argv = launch.build(ns)
-    return [deepspeed_launcher(), *argv[1:]] if argv[0] == "deepspeed" else argv
+    return [beside_python(argv[0]), *argv[1:]] if argv[0] in ("deepspeed", "torchrun") else argv
 
 
 def world_of(spec) -> tuple[int, int]:
@@ -60,18 +62,24 @@ def world_of(spec) -> tuple[int, int]:
 
 
 def deepspeed_launcher() -> str:
-    beside = os.path.join(os.path.dirname(sys.executable), "deepspeed")
-    return beside if os.path.exists(beside) else "deepspeed"
+    return beside_python("deepspeed")
 
 
-def run_job(argv: list[str], log_path: str, timeout_s: float) -> JobEnd:
+def beside_python(launcher: str) -> str:
+    """The launcher of this Python's environment (its bin folder need not be on PATH), else by name."""
+    beside = os.path.join(os.path.dirname(sys.executable), launcher)
+    return beside if os.path.exists(beside) else launcher
+
+
+def run_job(argv: list[str], log_path: str, timeout_s: float, env: dict[str, str] | None = None) -> JobEnd:
+    """``env``: the job's whole environment (default: this process's)."""
     os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
     with open(log_path, "ab") as log:
         log.write(("$ " + " ".join(argv) + "\n").encode())
         log.flush()
         started = time.time()
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, env=env)
         try:
             code, timed_out = proc.wait(timeout=timeout_s), False
         except subprocess.TimeoutExpired:

@@ -1,0 +1,183 @@
+"""``ds-bench scaling``: prepare (flags, points, threads per CPU rank), execute (each point a fresh
+job, as a sweep point: ``ds_bench.sweep.jobs``), record (one ``kind: scaling`` line, table, plot).
+
+    ds-bench scaling --workload mnist --ds-config ds_configs/zero1.json --ranks 1,2,4 \\
+        -- --steps 30 --warmup 5 --micro-batch 32 --set bf16.enabled=false
+    ds-bench scaling --workload gpt2 --ds-config ds_configs/zero2.json --hostfile hosts --nodes 1,2,4 \\
+        --launcher mpirun -- --size small --micro-batch 8
+
+Each point runs ``ds-bench run ... --tag scaling:<id>:n<ranks>`` with its output in
+``<results>.logs/``; its run record (in ``<results>.runs.jsonl``) is read back by that tag and
+classified as a sweep point is (``sweep.outcome.classify``). A point that times out, exits non-zero
+or records a failure is a ``failed`` row with its reason; the command then exits 1.
+
+CPU ranks: ``ds-bench run`` gives each rank (its cores) // (ranks on the node) threads, so 1 rank
+would get every core and N ranks one each: not the same device. On one node every point therefore
+runs with ``OMP_NUM_THREADS`` = cores // (ranks of the largest point), unless it is already set;
+with a hostfile each node keeps its slots at every point, so the default is already constant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shlex
+import sys
+import uuid
+
+from tqdm import tqdm
+
+from ds_bench import results
+from ds_bench.rendezvous import free_port
+from ds_bench.scaling import efficiency, points, report
+from ds_bench.scaling.spec import ScalingSpec, from_args
+from ds_bench.sweep import jobs, outcome
+
+
+def main(args: argparse.Namespace) -> int:
+    import torch
+
+    from ds_bench.cpu_features import this_cpu_has_native_bf16
+
+    gpu = torch.cuda.is_available()
+    spec = from_args(args, "cuda" if gpu else "cpu", torch.cuda.device_count() if gpu else 0)
+    env, threads, threads_note = thread_setting(spec, os.environ, _cores())
+    sid = uuid.uuid4().hex[:8]
+    notes = [threads_note] if threads_note else []
+    if spec.device_type == "cpu" and spec.precision == "bf16" and not this_cpu_has_native_bf16():
+        notes.append("this CPU has no native bf16 and the config enables it: every point runs emulated bf16 "
+                     "(~9x slower than fp32); add '-- --set bf16.enabled=false' for fp32")
+    for note in notes:
+        print(f"note: {note}", flush=True)
+    if spec.dry_run:
+        for point in spec.points:
+            print(f"{point.label}: {shlex.join(_command(spec, sid, point))}")
+        return 0
+    print(f"scaling {sid}: {spec.workload}, {', '.join(str(p.world_size) for p in spec.points)} rank(s), "
+          f"micro-batch {spec.micro_batch} x {spec.grad_accum} per device, results {spec.results}", flush=True)
+    from ds_bench.sweep.driver import sigterm_as_interrupt
+
+    sigterm_as_interrupt()
+    try:
+        rows = execute(spec, sid, env)
+    except KeyboardInterrupt:
+        print(f"\nscaling interrupted: no scaling record written; finished points' run records are in "
+              f"{spec.runs_path} (tag scaling:{sid}:...)", flush=True)
+        return 130
+    return record(spec, sid, rows, notes, threads)
+
+
+def thread_setting(spec: ScalingSpec, environ, cores: int) -> tuple[dict[str, str] | None, int | None, str | None]:
+    """(the jobs' environment or None for this one's, threads per rank where known, a note) (pure)."""
+    if spec.device_type != "cpu":
+        return None, None, None
+    if "OMP_NUM_THREADS" in environ:
+        return None, _int(environ["OMP_NUM_THREADS"]), (f"OMP_NUM_THREADS={environ['OMP_NUM_THREADS']} from the "
+                                                         "environment: every rank of every point uses it")
+    if spec.hostfile:
+        return None, None, ("threads per rank: ds-bench run's default on each node (its cores // its slots), the same "
+                            "at every point since each node keeps its hostfile slots")
+    largest = spec.points[-1].per_node
+    threads = points.threads_per_rank(cores, largest)
+    note = (f"CPU ranks: OMP_NUM_THREADS={threads} at every point ({cores} cores // {largest} ranks of the largest "
+            "point), so 1 rank and N ranks each run the same threads per rank")
+    return {**environ, "OMP_NUM_THREADS": str(threads)}, threads, note
+
+
+def execute(spec: ScalingSpec, sid: str, env: dict[str, str] | None) -> list[dict]:
+    rows = []
+    with tqdm(total=len(spec.points), unit="point", desc="scaling", file=sys.stderr, dynamic_ncols=True,
+              disable=None) as bar:
+        for point in spec.points:
+            row = run_point(spec, sid, point, env)
+            rows.append(row)
+            bar.update(1)
+            tqdm.write(_line(row), file=sys.stdout)
+    return rows
+
+
+def run_point(spec: ScalingSpec, sid: str, point: points.Point, env: dict[str, str] | None) -> dict:
+    tag = points.tag(sid, point)
+    log_path = os.path.join(spec.output_path(".logs"), f"{sid}-{point.label}.log")
+    probe = outcome.BusyProbe.start_now()
+    end = jobs.run_job(_command(spec, sid, point), log_path, spec.timeout_s, env=env)
+    busy = probe.finish()
+    runs = [r for r in _read(spec.runs_path) if r.get("tag") == tag]
+    classified, reason = outcome.classify(runs, end.exit_code, end.timed_out, spec.timeout_s)
+    run = next((r for r in runs if r.get("status") == "ok"), None)
+    status, reason = efficiency.point_status(classified, reason, run, point.world_size)
+    return efficiency.row(point, status, reason, run if status == "ok" else None, tag=tag, log=log_path,
+                          wall_s=round(end.ended_at - end.started_at, 2), busy=busy)
+
+
+def _command(spec: ScalingSpec, sid: str, point: points.Point) -> list[str]:
+    hostfile = _write_hostfile(spec, sid, point) if points.needs_hostfile(point, spec.launcher) else None
+    run_args = ["run", "--workload", spec.workload, "--ds-config", spec.ds_config, "--results", spec.runs_path,
+                "--tag", points.tag(sid, point), *spec.run_args]
+    return jobs.command(points.job(point, spec.launcher, hostfile), run_args, free_port(spec.master_port))
+
+
+def _write_hostfile(spec: ScalingSpec, sid: str, point: points.Point) -> str:
+    """The point's hosts (the first k of ``--hostfile``, or this node for mpirun) under the results folder."""
+    path = os.path.join(spec.output_path(".hosts"), f"{sid}-{point.label}")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(points.hostfile_text(point.hosts or points.local_hosts(point.per_node)))
+    return path
+
+
+def record(spec: ScalingSpec, sid: str, rows: list[dict], notes: list[str], threads: int | None) -> int:
+    """Append the scaling record, write the table and the plot, print them; 1 if any point failed."""
+    rows, base = efficiency.with_efficiency(rows)
+    found = efficiency.notes(rows, _cores(), spec.device_type)
+    notes = notes + found
+    failed = [r for r in rows if r["status"] != "ok"]
+    md, png = spec.output_path(".md"), spec.plot_path
+    rec = {**results.base_record(results.new_run_id(), spec.to_dict()), "kind": "scaling", "scaling": sid,
+           "status": "failed" if failed else "ok", "workload": spec.workload, "ds_config": spec.ds_config,
+           "launcher": spec.launcher, "hostfile": spec.hostfile, "device_type": spec.device_type,
+           "machine": _machine(), "threads_per_rank": threads, "micro_batch": spec.micro_batch,
+           "grad_accum": spec.grad_accum, "baseline_world_size": base, "points": rows, "notes": notes,
+           "runs": spec.runs_path, "table": md, "plot": png if base is not None else None}
+    with open(md, "w", encoding="utf-8") as f:
+        f.write(f"{report.title(rec)}\n\n{report.table(rows, base, fmt='github')}\n")
+    if base is not None:
+        report.write_plot(rows, png, report.title(rec))
+    results.append_record(spec.results, rec)
+    print("\n" + report.table(rows, base))
+    for note in found:
+        print(f"note: {note}")
+    print(f"results: {spec.results} (scaling {sid}; runs in {spec.runs_path})\ntable:   {md}"
+          + (f"\nplot:    {png}" if base is not None else ""), flush=True)
+    return 1 if failed else 0
+
+
+def _line(row: dict) -> str:
+    head = f"{row['world_size']:>4} rank(s)"
+    if row["status"] == "ok":
+        return (f"{head} {row['samples_per_s_per_device']:>10,.1f} {row['unit']} per device, step "
+                f"{row['step_ms_median']:.1f} ms median  ok")
+    return f"{head}  failed: {report.brief(row['reason'])}\n    log: {row['log']}"
+
+
+def _machine() -> dict:
+    import torch
+
+    return {"cpu": platform.processor() or platform.machine(), "cores": _cores(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _read(path: str) -> list[dict]:
+    return results.read_records(path) if os.path.isfile(path) else []

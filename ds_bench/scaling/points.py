@@ -1,0 +1,76 @@
+"""The points of a scaling run and how each is launched (pure: no file is written, nothing started).
+
+A point is one world size: ``--ranks 1,2,4`` gives 1, 2 and 4 ranks on this node; ``--hostfile H
+--nodes 1,2`` gives the first 1 and 2 hosts of H, each with the slots its line gives. ``job`` is what
+``ds_bench.sweep.jobs.command`` reads (launcher, ranks per node, hostfile), so a point is launched
+exactly as a sweep point is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Point:
+    world_size: int
+    nodes: int
+    per_node: int
+    """Ranks on the busiest node."""
+    hosts: tuple[tuple[str, int], ...] = ()
+    """(host, slots) of the sub-hostfile; empty: this node, no hostfile."""
+
+    @property
+    def label(self) -> str:
+        return f"n{self.world_size}"
+
+
+@dataclass(frozen=True)
+class Job:
+    """The fields of a sweep spec that ``jobs.command`` reads."""
+    launcher: str
+    nproc: int
+    hostfile: str | None
+
+
+def rank_points(ranks: tuple[int, ...]) -> tuple[Point, ...]:
+    return tuple(Point(world_size=n, nodes=1, per_node=n) for n in ranks)
+
+
+def node_points(hosts: tuple[tuple[str, int], ...], nodes: tuple[int, ...]) -> tuple[Point, ...]:
+    """The first k hosts of the hostfile for each k of ``--nodes``, with their own slots."""
+    out = []
+    for k in nodes:
+        first = hosts[:k]
+        out.append(Point(world_size=sum(s for _, s in first), nodes=k, per_node=max(s for _, s in first),
+                         hosts=tuple(first)))
+    return tuple(out)
+
+
+def hostfile_text(hosts: tuple[tuple[str, int], ...]) -> str:
+    """A DeepSpeed hostfile, one ``host slots=N`` line per host, in order."""
+    return "".join(f"{host} slots={slots}\n" for host, slots in hosts)
+
+
+def local_hosts(n: int) -> tuple[tuple[str, int], ...]:
+    """This node as a hostfile (``mpirun`` on one node starts ranks from a hostfile)."""
+    return (("localhost", n),)
+
+
+def needs_hostfile(point: Point, launcher: str) -> bool:
+    return bool(point.hosts) or launcher == "mpirun"
+
+
+def job(point: Point, launcher: str, hostfile: str | None) -> Job:
+    return Job(launcher=launcher, nproc=point.per_node, hostfile=hostfile)
+
+
+def threads_per_rank(cores: int, ranks_per_node: int) -> int:
+    """Torch threads each CPU rank gets at every point: the cores shared by the largest point's
+    ranks on one node, so 1 rank and N ranks run the same "device" (at least 1)."""
+    return max(1, cores // max(1, ranks_per_node))
+
+
+def tag(scaling_id: str, point: Point) -> str:
+    """The ``--tag`` of a point's run; its run record is found again by it."""
+    return f"scaling:{scaling_id}:{point.label}"

@@ -1,0 +1,194 @@
+"""``ds-bench scaling`` flags into a checked ``ScalingSpec``: every bad value is one line naming the
+flag (exit 2) before any job is launched or any file written.
+
+``run`` options after ``--`` (``--steps``, ``--warmup``, ``--micro-batch``, ``--size``, ``--set``...)
+pass through to every point and are checked by ``run``'s own parser first. The DeepSpeed config is
+resolved at every point's world size here: weak scaling needs the same micro-batch and gradient
+accumulation per device at every point (a config that fixes ``train_batch_size`` would shrink the
+micro-batch as ranks are added: strong scaling), so such a config is refused up front.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+from dataclasses import asdict, dataclass
+
+from ds_bench import argcheck
+from ds_bench.errors import UserError
+from ds_bench.scaling.points import Point, node_points, rank_points
+
+LAUNCHERS = ("deepspeed", "torchrun", "mpirun")
+
+
+@dataclass(frozen=True)
+class ScalingSpec:
+    workload: str
+    ds_config: str
+    points: tuple[Point, ...]
+    """Ascending world sizes; the first is the efficiency baseline."""
+    launcher: str
+    hostfile: str | None
+    run_args: tuple[str, ...]
+    """What came after ``--``: the same for every point."""
+    micro_batch: int
+    """Per device, the same at every point (resolved from the config and ``--micro-batch``)."""
+    grad_accum: int
+    precision: str
+    """fp32, bf16 or fp16, as the config (with ``--set``) resolves."""
+    device_type: str
+    results: str = "results/scaling.jsonl"
+    plot: str | None = None
+    timeout_s: float = 900.0
+    master_port: int = 29700
+    dry_run: bool = False
+
+    @property
+    def runs_path(self) -> str:
+        """Every point's full run records (the scaling record's rows name them by tag and run id)."""
+        return self.output_path(".runs.jsonl")
+
+    @property
+    def plot_path(self) -> str:
+        return self.plot or self.output_path(".png")
+
+    def output_path(self, suffix: str) -> str:
+        return os.path.splitext(self.results)[0] + suffix
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workload", required=True, help="mnist | resnet | gpt2")
+    p.add_argument("--ds-config", required=True, help="DeepSpeed JSON config (ds_configs/), the same at every point")
+    p.add_argument("--ranks", default=None, help="world sizes on this node, increasing, e.g. 1,2,4")
+    p.add_argument("--nodes", default=None, help="with --hostfile: run on its first k hosts for each k, e.g. 1,2,4")
+    p.add_argument("--hostfile", default=None, help="DeepSpeed hostfile ('host slots=N' lines) for --nodes")
+    p.add_argument("--launcher", default="deepspeed", choices=LAUNCHERS,
+                   help="deepspeed (default), torchrun (this node only) or mpirun")
+    p.add_argument("--results", default="results/scaling.jsonl", help="the scaling record (JSON lines, appended)")
+    p.add_argument("--plot", default=None, help="PNG plot (default: beside --results)")
+    p.add_argument("--timeout", default="15m", help="wall-clock limit per point: 90s, 15m, 1h (default 15m)")
+    p.add_argument("--master-port", type=int, default=29700, help="preferred rendezvous port (default 29700)")
+    p.add_argument("--dry-run", action="store_true", help="print each point's command, run nothing")
+
+
+def parse_counts(flag: str, text: str) -> tuple[int, ...]:
+    """``"1,2,4"`` -> ``(1, 2, 4)``: positive integers, strictly increasing (pure)."""
+    items = [t.strip() for t in text.split(",")]
+    if not text.strip() or not all(items):
+        raise UserError(f"{flag} {text!r}: expected a comma-separated list of counts, e.g. 1,2,4")
+    values = []
+    for item in items:
+        try:
+            value = int(item)
+        except ValueError:
+            raise UserError(f"{flag} {text!r}: {item!r} is not an integer") from None
+        if value < 1:
+            raise UserError(f"{flag} {text!r}: {item!r} must be a positive integer")
+        values.append(value)
+    if any(b <= a for a, b in itertools.pairwise(values)):
+        raise UserError(f"{flag} {text!r}: expected increasing counts without repeats, e.g. 1,2,4")
+    return tuple(values)
+
+
+def plan(args: argparse.Namespace, device_type: str, devices: int) -> tuple[Point, ...]:
+    """The points from ``--ranks`` or ``--hostfile`` + ``--nodes``, checked against what exists."""
+    if args.nodes is not None and not args.hostfile:
+        raise UserError("--nodes needs --hostfile: the hosts whose first k each point runs on")
+    if args.hostfile and args.nodes is None:
+        raise UserError("--hostfile needs --nodes, e.g. --nodes 1,2: how many of its hosts each point uses")
+    if args.hostfile:
+        if args.ranks is not None:
+            raise UserError("--ranks with --nodes: each node runs the ranks its hostfile line gives (slots=N); "
+                            "give --ranks (one node) or --hostfile with --nodes")
+        if args.launcher == "torchrun":
+            raise UserError("--launcher torchrun with --hostfile: torchrun needs one command per node; "
+                            "use deepspeed or mpirun")
+        return _node_plan(args.hostfile, parse_counts("--nodes", args.nodes))
+    if args.ranks is None:
+        raise UserError("--ranks is required: world sizes on this node, e.g. --ranks 1,2,4 (or --hostfile with --nodes)")
+    ranks = parse_counts("--ranks", args.ranks)
+    if device_type == "cuda" and ranks[-1] > devices:
+        raise UserError(f"--ranks {args.ranks!r}: {ranks[-1]} ranks but this node has {devices} GPU(s)")
+    return rank_points(ranks)
+
+
+def _node_plan(path: str, nodes: tuple[int, ...]) -> tuple[Point, ...]:
+    from ds_bench.hostfile import load_hostfile
+
+    hosts = tuple(load_hostfile(path).items())
+    if nodes[-1] > len(hosts):
+        raise UserError(f"--nodes {','.join(map(str, nodes))}: the hostfile {path} has {len(hosts)} host(s) "
+                        f"({', '.join(h for h, _ in hosts)})")
+    return node_points(hosts, nodes)
+
+
+def from_args(args: argparse.Namespace, device_type: str, devices: int) -> ScalingSpec:
+    from ds_bench.preflight import check_results_path
+    from ds_bench.sweep.spec import config_path, parse_duration
+    from ds_bench.workloads import REGISTRY
+
+    points = plan(args, device_type, devices)
+    if args.workload not in REGISTRY:
+        raise UserError(f"--workload {args.workload!r} is unknown; known: {', '.join(sorted(REGISTRY))}")
+    path = config_path(args.ds_config)
+    if not os.path.isfile(path):
+        raise UserError(f"--ds-config {args.ds_config}: file not found (as given, or in ds_configs/)")
+    timeout_s = parse_duration("--timeout", args.timeout)
+    argcheck.port("--master-port", args.master_port)
+    check_results_path(args.results)
+    argcheck.output_folder("--plot", args.plot)
+    run = _run_namespace(args.workload, path, list(args.run_args))
+    micro, gas, precision = _batch_per_device(path, run, points, device_type)
+    return ScalingSpec(workload=args.workload, ds_config=path, points=points, launcher=args.launcher,
+                       hostfile=args.hostfile, run_args=tuple(args.run_args), micro_batch=micro, grad_accum=gas,
+                       precision=precision, device_type=device_type, results=args.results, plot=args.plot, timeout_s=timeout_s,
+                       master_port=args.master_port, dry_run=args.dry_run)
+
+
+OWNED = {"results": "--results", "tag": "--tag", "workload": "--workload", "ds_config": "--ds-config"}
+"""Run options the scaling command sets itself (per point, or before '--')."""
+
+
+def _run_namespace(workload: str, path: str, tail: list[str]) -> argparse.Namespace:
+    from ds_bench.cli import build_parser
+
+    parser = build_parser()
+    head = ["run", "--workload", workload, "--ds-config", path]
+    try:
+        ns = parser.parse_args([*head, *tail])
+    except UserError as e:
+        raise UserError(f"run arguments after '--' ({' '.join(tail)}): {e}") from None
+    defaults = parser.parse_args(head)
+    for name, flag in OWNED.items():
+        if getattr(ns, name) != getattr(defaults, name):
+            raise UserError(f"run argument {flag} after '--': ds-bench scaling sets it"
+                            + (" per point" if name in ("results", "tag") else f"; give {flag} before '--'"))
+    return ns
+
+
+def _batch_per_device(path: str, run: argparse.Namespace, points: tuple[Point, ...],
+                      device_type: str) -> tuple[int, int, str]:
+    """(micro-batch, gradient accumulation) per device, the same at every point, and the precision;
+    or a UserError."""
+    from ds_bench import ds_config
+
+    seen = {}
+    for p in points:
+        ctx = ds_config.RunContext(world_size=p.world_size, device_type=device_type, lr=1e-3, steps=run.steps,
+                                   warmup=run.warmup, micro_batch=run.micro_batch)
+        try:
+            cfg = ds_config.prepare(path, tuple(run.overrides), ctx)
+        except UserError as e:
+            raise UserError(f"--ds-config at {p.world_size} rank(s): {e}") from None
+        seen[p.world_size] = (cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"])
+        precision = ds_config.precision_of(cfg)
+    if len(set(seen.values())) > 1:
+        got = ", ".join(f"{m} x {g} at {n}" for n, (m, g) in seen.items())
+        raise UserError(f"--ds-config {path}: micro-batch x accumulation per device changes with the rank count "
+                        f"({got}): its train_batch_size fixes the global batch (strong scaling); weak scaling "
+                        "needs it 'auto' with a micro-batch (train_micro_batch_size_per_gpu or --micro-batch after '--')")
+    return (*next(iter(seen.values())), precision)
