@@ -117,7 +117,7 @@ def rows(everyone: list[list[tuple[str, dict]]]) -> list[dict]:
 def slow_links(pair_rows: list[dict], threshold_pct: float) -> list[dict]:
     """Links whose largest-size busbw is more than ``threshold_pct``% below the best link's, slowest
     first (pure)."""
-    top = _largest_per_link(pair_rows)
+    top = report.largest(pair_rows, by="group")
     if len(top) < 2:
         return []
     best = max(row["busbw_GBps"] for row in top.values())
@@ -131,23 +131,15 @@ def suspect_hosts(pair_rows: list[dict], slow: list[dict]) -> list[str]:
     """Hosts with two or more links, every one of them slow (pure)."""
     slow_set = {s["link"] for s in slow}
     links_of: dict[str, list[str]] = {}
-    for link in _largest_per_link(pair_rows):
+    for link in report.largest(pair_rows, by="group"):
         for host in link.split("<->"):
             links_of.setdefault(host, []).append(link)
     return [h for h, links in links_of.items() if len(links) >= 2 and all(x in slow_set for x in links)]
 
 
-def _largest_per_link(pair_rows: list[dict]) -> dict[str, dict]:
-    top: dict[str, dict] = {}
-    for row in pair_rows:
-        if row["group"] not in top or row["size_bytes"] > top[row["group"]]["size_bytes"]:
-            top[row["group"]] = row
-    return top
-
-
 def describe(pair_rows: list[dict], slow: list[dict], suspects: list[str], threshold_pct: float) -> list[str]:
     """The lines printed after the table: the slowest links, which are slow, the suspect hosts."""
-    top = sorted(_largest_per_link(pair_rows).items(), key=lambda item: item[1]["busbw_GBps"])
+    top = sorted(report.largest(pair_rows, by="group").items(), key=lambda item: item[1]["busbw_GBps"])
     if not top:
         return ["pairs: one host, no host pairs to measure"]
     best_link, best = top[-1][0], top[-1][1]["busbw_GBps"]

@@ -35,12 +35,12 @@ def rows(per_rank: list[list[dict]], n: int) -> list[dict]:
     return out
 
 
-def largest(rows_: list[dict]) -> dict[str, dict]:
-    """Each collective's row at its largest size."""
+def largest(rows_: list[dict], by: str = "collective") -> dict[str, dict]:
+    """Each collective's (or each value of ``by``'s) row at its largest size."""
     out: dict[str, dict] = {}
     for row in rows_:
-        if row["collective"] not in out or row["size_bytes"] > out[row["collective"]]["size_bytes"]:
-            out[row["collective"]] = row
+        if row[by] not in out or row["size_bytes"] > out[row[by]]["size_bytes"]:
+            out[row[by]] = row
     return out
 
 
