@@ -58,6 +58,11 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slow-rank-threshold", type=float, default=10.0, metavar="PCT",
                    help="name ranks whose compute time (forward + backward) is more than PCT%% above the "
                         "median rank's, in the summary and the record (default 10)")
+    p.add_argument("--breakdown", action="store_true",
+                   help="synchronize the device after every phase (data, forward, backward, optimizer) of every "
+                        "micro-step for an exact per-phase breakdown; costs what that serializes (overlapped "
+                        "communication, prefetch, optimizer launches), so steps can be slower than without it. "
+                        "Default: one synchronize per step, phases from non-blocking device events")
     p.add_argument("--busbw", type=float, default=None, metavar="GBPS",
                    help="busbw for the comm-bound verdict (default: the newest ds-bench comm record of the same "
                         "ranks in --comm-results)")

@@ -62,6 +62,8 @@ class RunConfig:
     """Bytes of private writable memory each rank may map (``ds_bench.memory``); None: no cap."""
     slow_rank_threshold: float = 10.0
     """Percent above the median rank's compute time that names a rank slow (``ds_bench.slow_ranks``)."""
+    breakdown: bool = False
+    """Synchronize after every phase (``ds_bench.trainer``'s ``breakdown`` mode) instead of once per step."""
     busbw: float | None = None
     """busbw (GB/s) for the comm-bound verdict (``ds_bench.comm.verdict``); None: a comm record's."""
     comm_results: str | None = None

@@ -11,7 +11,9 @@ Definitions (all over measured steps only, warm-up excluded):
 - the loss of a step is the mean over ranks (equal micro-batches, so the global-batch mean);
 - ``compute_ms_per_rank``: each rank's own median over steps of its compute time (forward +
   autograd backward, ``ds_bench.trainer``), indexed by rank, with ``host_per_rank`` beside it:
-  not reduced over ranks, since telling the ranks apart is the point (``ds_bench.slow_ranks``).
+  not reduced over ranks, since telling the ranks apart is the point (``ds_bench.slow_ranks``);
+- ``window_wall_s``: wall time of the measured window, opening barrier to closing barrier (max over
+  ranks), the outside clock the step times must agree with (``outside_clock``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class RankReport:
     """``rss`` on CPU; ``allocated`` and ``reserved`` on GPU."""
     compute_s: list[float] = field(default_factory=list)
     """Forward + autograd backward per measured step (``ds_bench.trainer``)."""
+    window_s: float = 0.0
+    """Wall time of the measured window on this rank, barrier to barrier (``ds_bench.trainer``)."""
 
 
 def straggler_steps(reports: list[RankReport]) -> np.ndarray:
@@ -64,9 +68,26 @@ def summarize(reports: list[RankReport], train_batch_size: int) -> dict:
         "loss_curve": [round(float(x), 6) for x in losses],
     }
     metrics.update(per_rank_compute(reports))
+    metrics.update(outside_clock(window, reports))
     if peak_key == "allocated":
         metrics["peak_mem_reserved_bytes"] = int(max(r.peak_mem.get("reserved", 0) for r in reports))
     return metrics
+
+
+def outside_clock(steps_sum_s: float, reports: list[RankReport]) -> dict:
+    """Step times against the outside clock, the window's wall time barrier to barrier.
+
+    ``rank_steps_vs_wall_pct``: each rank's own sum of step times against its own window, the rank
+    furthest off (negative: time in the window outside any step, the loop's own bookkeeping); this
+    checks the harness's clock. ``steps_vs_wall_pct``: the sum of straggler step times (what
+    ``samples_per_s`` divides by) against the longest rank's window; it can exceed it slightly, as
+    the slowest rank of one step need not be the slowest of the next."""
+    if not all(r.window_s > 0 for r in reports):
+        return {}
+    wall = max(r.window_s for r in reports)
+    per_rank = [(sum(r.step_s) / r.window_s - 1) * 100 for r in reports]
+    return {"window_wall_s": wall, "steps_sum_s": steps_sum_s, "steps_vs_wall_pct": (steps_sum_s / wall - 1) * 100,
+            "rank_steps_vs_wall_pct": max(per_rank, key=abs)}
 
 
 def phase_medians(reports: list[RankReport]) -> dict[str, float]:

@@ -131,7 +131,7 @@ def _measure(run: Started, workload) -> tuple[dict, dict]:
         run_loop(engine, workload, batches, steps=cfg.steps, warmup=cfg.warmup,
                  grad_accum=ds_cfg["gradient_accumulation_steps"], float_dtype=dtype,
                  sync=accel.synchronize, barrier=torch.distributed.barrier, times=run.times, beat=watchdog.beat,
-                 clock=DeviceClock(state.device),
+                 clock=DeviceClock(state.device), breakdown=cfg.breakdown,
                  on_window_open=lambda: log.info("warm-up done (%d steps): measuring %d steps",
                                                  cfg.warmup, cfg.steps - cfg.warmup))
         reports = runtime.gather(_rank_report(run))
@@ -139,6 +139,8 @@ def _measure(run: Started, workload) -> tuple[dict, dict]:
         return {}, {}
     metrics = summarize(reports, ds_cfg["train_batch_size"])
     metrics["sample_unit"] = workload.sample_unit
+    metrics["timing_mode"] = "breakdown" if cfg.breakdown else "step"
+    metrics["syncs_per_step"] = 4 * ds_cfg["gradient_accumulation_steps"] if cfg.breakdown else 1
     metrics.update(_flops_metrics(cfg, flops_per_sample, metrics["samples_per_s"], state, ds_cfg))
     if hw_flops_per_sample != flops_per_sample:  # recomputation: report hardware FLOPs utilisation too
         hw = _flops_metrics(cfg, hw_flops_per_sample, metrics["samples_per_s"], state, ds_cfg)
@@ -228,7 +230,7 @@ def _flops_metrics(cfg: RunConfig, flops_per_sample: float | None, samples_per_s
 def _rank_report(run: Started) -> RankReport:
     state, times = run.state, run.times
     return RankReport(rank=state.rank, host=socket.gethostname(), step_s=times.step_s, phase_s=times.phase_s,
-                      losses=times.losses(), compute_s=times.compute_s,
+                      losses=times.losses(), compute_s=times.compute_s, window_s=times.window_s,
                       peak_mem={**memory.peak_bytes(state.device), "baseline": run.baseline_bytes})
 
 

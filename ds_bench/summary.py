@@ -81,6 +81,10 @@ def one_run(record: dict, results_path: str) -> str:
     threshold = (record.get("config") or {}).get("slow_rank_threshold", slow_ranks.DEFAULT_THRESHOLD_PCT)
     for slow in record.get("slow_ranks") or []:
         lines.append(f"  slow rank    {slow_ranks.describe(slow)} (threshold {threshold:g}%)")
+    if m.get("window_wall_s"):
+        lines.append(f"  timing       {m.get('timing_mode', 'step')} mode, {m.get('syncs_per_step')} synchronize(s) "
+                     f"per step; outside clock: window {m['window_wall_s']:.3f} s wall, each rank's steps within "
+                     f"{m['rank_steps_vs_wall_pct']:+.2f}%, straggler steps {m['steps_vs_wall_pct']:+.2f}%")
     if record.get("comm_bound"):
         lines.append(f"  comm         {verdict.describe(record['comm_bound'])}")
     lines.append(f"  results      {results_path} (run {record['run_id']})")

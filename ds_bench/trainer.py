@@ -1,9 +1,20 @@
 """The timed training loop: warm-up, then measured steps with a per-phase breakdown.
 
 A step is one global batch: ``gradient_accumulation_steps`` micro-steps of forward, backward
-and ``engine.step()``. Clocks are read only after ``accelerator.synchronize()`` (a no-op on CPU),
-so GPU time is attributed to the phase that queued it, and a barrier opens the measured window so
-every rank's clock starts together. Warm-up steps run the same code but are not kept.
+and ``engine.step()``. A barrier opens the measured window so every rank's clock starts together;
+warm-up steps run the same code but are not kept. Two timing modes (``TIMING_MODES``):
+
+- ``step`` (default): one ``accelerator.synchronize()`` per step, at its end, before the clock is
+  read; nothing inside the step waits for the device, so what DeepSpeed overlaps (gradient buckets,
+  ZeRO-3 prefetch, optimizer launches) stays overlapped. Phases are stamped with ``DeviceClock``
+  marks that do not block the host (CUDA events on the stream; wall clock on CPU, where every op
+  has finished when it returns) and read after that one synchronize.
+- ``breakdown`` (``--breakdown``): a synchronize after each phase of each micro-step (4 per
+  micro-step), so each phase's host+device time is its own; it serializes overlapped work, so the
+  step it measures can be slower than the real one (Megatron-LM says the same of its synced timers).
+
+Outside clock: the window closes with a synchronize and a barrier; ``LoopTimes.window_s`` is the
+wall time from the opening barrier to the closing one, which the sum of step times must match.
 
 Compute time (``LoopTimes.compute_s``, what slow-rank detection compares) is forward plus the
 autograd backward of each micro-step: from the start of forward to the moment autograd finishes
@@ -12,7 +23,7 @@ DeepSpeed runs after autograd (``engine.backward``'s epilogue), which is where a
 for a slow one, so a slow rank's compute time is longer than its peers' even though their step
 times are equal. The backward phase of the breakdown cannot serve: it contains that wait. The mark
 costs no synchronisation: on CPU it is a wall-clock read; on CUDA it is an event recorded on the
-stream, read after the synchronize the loop already does after backward (``DeviceClock``).
+stream, read after the step's synchronize (``DeviceClock``).
 Limits: reductions DeepSpeed starts inside autograd (ZeRO-2 with ``overlap_comm`` or a full
 reduce bucket) and ZeRO-3's parameter all-gathers in forward are waits counted as compute.
 """
@@ -28,6 +39,7 @@ import torch
 from ds_bench.workloads.base import Batch, Workload
 
 PHASES = ("data", "forward", "backward", "optimizer")
+TIMING_MODES = ("step", "breakdown")
 
 
 @dataclass
@@ -43,6 +55,8 @@ class LoopTimes:
     step_losses: list[torch.Tensor] = field(default_factory=list)
     compute_s: list[float] = field(default_factory=list)
     """Forward + autograd backward per measured step (module docstring), seconds."""
+    window_s: float = 0.0
+    """Wall time of the measured window, opening barrier to closing barrier (the outside clock)."""
 
     @property
     def steps_done(self) -> int:
@@ -61,62 +75,71 @@ def to_device(batch: Batch, device: torch.device, float_dtype: torch.dtype) -> B
 def run_loop(engine, workload: Workload, batches: Iterator[Batch], *, steps: int, warmup: int,
              grad_accum: int, float_dtype: torch.dtype, sync: Callable[[], None],
              barrier: Callable[[], None], times: LoopTimes, beat: Callable[[int], None] = lambda done: None,
-             on_window_open: Callable[[], None] = lambda: None, clock: DeviceClock | None = None) -> LoopTimes:
+             on_window_open: Callable[[], None] = lambda: None, clock: DeviceClock | None = None,
+             breakdown: bool = False) -> LoopTimes:
     """Run ``steps`` steps into ``times``; ``beat(steps_done)`` after each (the step watchdog)."""
     clock = clock or DeviceClock(torch.device("cpu"))
+    phase_sync = sync if breakdown else None
+    window_start = None
     for step in range(steps):
         if step == warmup:
             sync()
             barrier()
+            window_start = time.perf_counter()
             on_window_open()
-        phase = dict.fromkeys(PHASES, 0.0)
-        phase["compute"] = 0.0
         start = time.perf_counter()
-        losses = [_micro_step(engine, workload, batches, float_dtype, sync, phase, clock) for _ in range(grad_accum)]
+        stamps = [_micro_step(engine, workload, batches, float_dtype, phase_sync, clock) for _ in range(grad_accum)]
+        if not breakdown:  # breakdown mode has just synchronized after the optimizer phase
+            sync()
         elapsed = time.perf_counter() - start
         if step >= warmup:
             times.step_s.append(elapsed)
             for name in PHASES:
-                times.phase_s[name].append(phase[name])
-            times.compute_s.append(phase["compute"])
-        times.step_losses.append(torch.stack(losses).float().mean())
+                times.phase_s[name].append(sum(clock.seconds(m[name], m[f"{name}_end"]) for m in stamps))
+            times.compute_s.append(sum(clock.seconds(m["forward"], m["autograd_end"]) for m in stamps))
+        times.step_losses.append(torch.stack([m["loss"] for m in stamps]).float().mean())
         beat(times.steps_done)
+    if window_start is not None:
+        barrier()
+        times.window_s = time.perf_counter() - window_start
     return times
 
 
-def _micro_step(engine, workload, batches, float_dtype, sync, phase, clock) -> torch.Tensor:
-    t0 = time.perf_counter()
+def _micro_step(engine, workload, batches, float_dtype, phase_sync, clock) -> dict:
+    """One micro-step; returns its clock marks (read once the device has finished) and its loss.
+    ``phase_sync`` (the ``breakdown`` mode) waits for the device after each phase."""
+    marks = {"data": clock.mark()}
     batch = to_device(next(batches), engine.device, float_dtype)
-    sync()
-    t1 = time.perf_counter()
-    compute_start = clock.mark()
+    marks["data_end"] = marks["forward"] = _mark(clock, phase_sync)
     loss = workload.loss(engine, batch)
-    autograd_end = clock.mark_autograd_end(loss)
-    sync()
-    t2 = time.perf_counter()
+    marks["autograd_end"] = clock.mark_autograd_end(loss)
+    marks["forward_end"] = marks["backward"] = _mark(clock, phase_sync)
     engine.backward(loss)
-    sync()
-    t3 = time.perf_counter()
-    phase["compute"] += clock.seconds(compute_start, autograd_end)
+    marks["backward_end"] = marks["optimizer"] = _mark(clock, phase_sync)
     engine.step()
-    sync()
-    t4 = time.perf_counter()
-    for name, seconds in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
-        phase[name] += seconds
-    return loss.detach()
+    marks["optimizer_end"] = _mark(clock, phase_sync)
+    marks["loss"] = loss.detach()
+    return marks
+
+
+def _mark(clock: DeviceClock, phase_sync: Callable[[], None] | None) -> list:
+    if phase_sync is not None:
+        phase_sync()
+    return clock.mark()
 
 
 class DeviceClock:
     """Time stamps that need no synchronisation: wall clock on CPU, timing events on CUDA.
 
     ``seconds`` may only be called once the device has finished the marked work (on CUDA: after a
-    synchronize, which the loop does after backward anyway).
+    synchronize, which the loop does at the end of every step).
     """
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
 
     def mark(self):
+        """A stamp of now on the device's timeline (on CPU, the host's: CPU ops finish as they return)."""
         if not self.cuda:
             return [time.perf_counter()]
         event = torch.cuda.Event(enable_timing=True)

@@ -45,7 +45,8 @@ def torchrun_runs(tmp_path_factory, fashion_mnist):
         proc = run_cmd(["torchrun", "--nproc_per_node", "2", "--master_port", str(29720 + i), "-m", "ds_bench", "run",
                         "--workload", "mnist", "--ds-config", f"ds_configs/zero{stage}.json", "--steps", str(STEPS),
                         "--warmup", str(WARMUP), "--data", str(fashion_mnist), "--results", str(results),
-                        "--busbw", str(SLOW_BUSBW), *precision_args(precision)])
+                        "--busbw", str(SLOW_BUSBW), *precision_args(precision),
+                        *(["--breakdown"] if (stage, precision) == (2, "fp32") else [])])
         assert proc.returncode == 0, explain(proc)
     return records(results)
 
@@ -67,6 +68,10 @@ def check_record(r, launcher, stage, precision):
     assert m["peak_mem_bytes"] > 50 * 2**20
     assert all(math.isfinite(x) for x in m["loss_curve"])
     assert r["versions"]["deepspeed"] and r["run_id"] and r["time"]
+    breakdown = r["config"]["breakdown"]  # the torchrun ZeRO-2 fp32 run synchronizes after every phase
+    assert (m["timing_mode"], m["syncs_per_step"]) == (("breakdown", 4) if breakdown else ("step", 1))
+    assert abs(m["rank_steps_vs_wall_pct"]) < 2, m  # the harness's clock against the window's wall time
+    assert m["steps_sum_s"] == pytest.approx(m["step_ms_mean"] * m["steps_measured"] / 1e3)
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)

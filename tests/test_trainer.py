@@ -1,0 +1,71 @@
+"""The training loop's timing modes on a counting stub: how often it waits for the device, and that
+the phase breakdown, compute time and outside clock come out of either mode."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from ds_bench.trainer import PHASES, DeviceClock, LoopTimes, run_loop
+
+
+class Engine:
+    device = torch.device("cpu")
+
+    def __init__(self):
+        self.w = torch.ones(512, 512, requires_grad=True)
+        self.steps = 0
+
+    def backward(self, loss):
+        loss.backward()
+
+    def step(self):
+        self.steps += 1
+
+
+class Workload:
+    def loss(self, engine, batch):
+        return (batch["x"] @ engine.w).square().mean()
+
+
+def batches():
+    return ({"x": torch.randn(512, 512)} for _ in itertools.count())  # ~ms steps: bookkeeping is small beside them
+
+
+def loop(breakdown: bool, steps=6, warmup=2, grad_accum=3):
+    calls = {"sync": 0, "barrier": 0}
+    times = LoopTimes()
+    engine = Engine()
+    run_loop(engine, Workload(), batches(), steps=steps, warmup=warmup, grad_accum=grad_accum,
+             float_dtype=torch.float32, sync=lambda: calls.__setitem__("sync", calls["sync"] + 1),
+             barrier=lambda: calls.__setitem__("barrier", calls["barrier"] + 1), times=times,
+             clock=DeviceClock(torch.device("cpu")), breakdown=breakdown)
+    return calls, times, engine
+
+
+def test_default_mode_synchronizes_once_per_step():
+    calls, times, engine = loop(breakdown=False)
+    assert calls == {"sync": 6 + 1, "barrier": 2}  # one per step, one before the opening barrier; open + close
+    assert engine.steps == 6 * 3 and len(times.step_s) == 4 and times.steps_done == 6
+
+
+def test_breakdown_mode_synchronizes_after_every_phase():
+    calls, times, _ = loop(breakdown=True)
+    assert calls == {"sync": 6 * 3 * 4 + 1, "barrier": 2}  # 4 phases x 3 micro-steps per step
+
+
+@pytest.mark.parametrize("breakdown", [False, True])
+def test_phases_compute_and_window_are_measured_in_both_modes(breakdown):
+    _, times, _ = loop(breakdown=breakdown)
+    for i, step in enumerate(times.step_s):
+        phases = sum(times.phase_s[name][i] for name in PHASES)
+        assert 0 < phases <= step and phases == pytest.approx(step, rel=0.2)  # the phases tile the step
+        assert 0 < times.compute_s[i] < step
+    assert sum(times.step_s) <= times.window_s and sum(times.step_s) == pytest.approx(times.window_s, rel=0.05)
+
+
+def test_no_measured_step_leaves_the_window_unmeasured():
+    calls, times, _ = loop(breakdown=False, steps=2, warmup=2)
+    assert times.window_s == 0.0 and calls == {"sync": 2, "barrier": 0}
