@@ -77,18 +77,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def parse_counts(flag: str, text: str) -> tuple[int, ...]:
     """``"1,2,4"`` -> ``(1, 2, 4)``: positive integers, strictly increasing (pure)."""
-    items = [t.strip() for t in text.split(",")]
-    if not text.strip() or not all(items):
-        raise UserError(f"{flag} {text!r}: expected a comma-separated list of counts, e.g. 1,2,4")
-    values = []
-    for item in items:
-        try:
-            value = int(item)
-        except ValueError:
-            raise UserError(f"{flag} {text!r}: {item!r} is not an integer") from None
-        if value < 1:
-            raise UserError(f"{flag} {text!r}: {item!r} must be a positive integer")
-        values.append(value)
+    from ds_bench.sweep.spec import parse_items
+
+    values = parse_items(flag, text, kind=int)
     if any(b <= a for a, b in itertools.pairwise(values)):
         raise UserError(f"{flag} {text!r}: expected increasing counts without repeats, e.g. 1,2,4")
     return tuple(values)

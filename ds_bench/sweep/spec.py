@@ -106,6 +106,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def parse_list(flag: str, text: str, allowed=None, kind=str) -> tuple:
+    """``"a,b,a"`` -> ``(a, b)``: checked items, repeats dropped (pure)."""
+    return tuple(dict.fromkeys(parse_items(flag, text, allowed, kind)))
+
+
+def parse_items(flag: str, text: str, allowed=None, kind=str) -> list:
+    """Every item of a comma-separated flag value, in order, each converted by ``kind`` and checked
+    (an ``int`` without ``allowed`` must be >= 1); a one-line ``UserError`` naming the flag otherwise."""
     items = [t.strip() for t in text.split(",")]
     if not text.strip() or not all(items):
         raise UserError(f"{flag} {text!r}: expected a comma-separated list, e.g. {_example(flag)}")
@@ -120,12 +127,13 @@ def parse_list(flag: str, text: str, allowed=None, kind=str) -> tuple:
         if kind is int and allowed is None and value < 1:
             raise UserError(f"{flag} {text!r}: {item!r} must be a positive integer")
         out.append(value)
-    return tuple(dict.fromkeys(out))
+    return out
 
 
 def _example(flag: str) -> str:
     return {"--stages": "0,1,2,3", "--offload": "none,optimizer", "--precision": "fp32,bf16",
-            "--micro-batch": "1,2,4 or auto", "--grad-accum": "1,4"}.get(flag, "a,b")
+            "--micro-batch": "1,2,4 or auto", "--grad-accum": "1,4", "--ranks": "1,2,4", "--nodes": "1,2,4"
+            }.get(flag, "a,b")
 
 
 def parse_duration(flag: str, text: str) -> float:
