@@ -30,7 +30,7 @@ from ds_bench.ds_config import RunContext
 from ds_bench.errors import UserError
 from ds_bench.logs import quiet_deepspeed
 from ds_bench.metrics import RankReport, summarize
-from ds_bench.trainer import DeviceClock, LoopTimes, run_loop
+from ds_bench.trainer import DeviceClock, LoopTimes, run_loop, timing
 from ds_bench.workloads import build_workload
 
 log = logging.getLogger("ds_bench")
@@ -139,8 +139,7 @@ def _measure(run: Started, workload) -> tuple[dict, dict]:
         return {}, {}
     metrics = summarize(reports, ds_cfg["train_batch_size"])
     metrics["sample_unit"] = workload.sample_unit
-    metrics["timing_mode"] = "breakdown" if cfg.breakdown else "step"
-    metrics["syncs_per_step"] = 4 * ds_cfg["gradient_accumulation_steps"] if cfg.breakdown else 1
+    metrics.update(timing(cfg.breakdown, ds_cfg["gradient_accumulation_steps"]))
     metrics.update(_flops_metrics(cfg, flops_per_sample, metrics["samples_per_s"], state, ds_cfg))
     if hw_flops_per_sample != flops_per_sample:  # recomputation: report hardware FLOPs utilisation too
         hw = _flops_metrics(cfg, hw_flops_per_sample, metrics["samples_per_s"], state, ds_cfg)

@@ -2,7 +2,7 @@
 
 A step is one global batch: ``gradient_accumulation_steps`` micro-steps of forward, backward
 and ``engine.step()``. A barrier opens the measured window so every rank's clock starts together;
-warm-up steps run the same code but are not kept. Two timing modes (``TIMING_MODES``):
+warm-up steps run the same code but are not kept. Two timing modes (``timing``):
 
 - ``step`` (default): one ``accelerator.synchronize()`` per step, at its end, before the clock is
   read; nothing inside the step waits for the device, so what DeepSpeed overlaps (gradient buckets,
@@ -39,7 +39,6 @@ import torch
 from ds_bench.workloads.base import Batch, Workload
 
 PHASES = ("data", "forward", "backward", "optimizer")
-TIMING_MODES = ("step", "breakdown")
 
 
 @dataclass
@@ -94,10 +93,10 @@ def run_loop(engine, workload: Workload, batches: Iterator[Batch], *, steps: int
         elapsed = time.perf_counter() - start
         if step >= warmup:
             times.step_s.append(elapsed)
-            for name in PHASES:
-                times.phase_s[name].append(sum(clock.seconds(m[name], m[f"{name}_end"]) for m in stamps))
-            times.compute_s.append(sum(clock.seconds(m["forward"], m["autograd_end"]) for m in stamps))
-        times.step_losses.append(torch.stack([m["loss"] for m in stamps]).float().mean())
+            for i, name in enumerate(PHASES):
+                times.phase_s[name].append(sum(clock.seconds(m.bounds[i], m.bounds[i + 1]) for m in stamps))
+            times.compute_s.append(sum(clock.seconds(m.bounds[1], m.autograd_end) for m in stamps))
+        times.step_losses.append(torch.stack([m.loss for m in stamps]).float().mean())
         beat(times.steps_done)
     if window_start is not None:
         barrier()
@@ -105,21 +104,35 @@ def run_loop(engine, workload: Workload, batches: Iterator[Batch], *, steps: int
     return times
 
 
-def _micro_step(engine, workload, batches, float_dtype, phase_sync, clock) -> dict:
-    """One micro-step; returns its clock marks (read once the device has finished) and its loss.
-    ``phase_sync`` (the ``breakdown`` mode) waits for the device after each phase."""
-    marks = {"data": clock.mark()}
+@dataclass(frozen=True)
+class MicroStep:
+    bounds: list
+    """Clock marks at the start and after each of ``PHASES``: phase i runs from bounds[i] to bounds[i+1]."""
+    autograd_end: list
+    loss: torch.Tensor
+
+
+def _micro_step(engine, workload, batches, float_dtype, phase_sync, clock) -> MicroStep:
+    """One micro-step and its clock marks (read once the device has finished). ``phase_sync`` (the
+    ``breakdown`` mode) waits for the device after each phase."""
+    bounds = [clock.mark()]
     batch = to_device(next(batches), engine.device, float_dtype)
-    marks["data_end"] = marks["forward"] = _mark(clock, phase_sync)
+    bounds.append(_mark(clock, phase_sync))
     loss = workload.loss(engine, batch)
-    marks["autograd_end"] = clock.mark_autograd_end(loss)
-    marks["forward_end"] = marks["backward"] = _mark(clock, phase_sync)
+    autograd_end = clock.mark_autograd_end(loss)
+    bounds.append(_mark(clock, phase_sync))
     engine.backward(loss)
-    marks["backward_end"] = marks["optimizer"] = _mark(clock, phase_sync)
+    bounds.append(_mark(clock, phase_sync))
     engine.step()
-    marks["optimizer_end"] = _mark(clock, phase_sync)
-    marks["loss"] = loss.detach()
-    return marks
+    bounds.append(_mark(clock, phase_sync))
+    return MicroStep(bounds, autograd_end, loss.detach())
+
+
+def timing(breakdown: bool, grad_accum: int) -> dict:
+    """The record's description of the timing mode ``run_loop`` used."""
+    if breakdown:
+        return {"timing_mode": "breakdown", "syncs_per_step": len(PHASES) * grad_accum}
+    return {"timing_mode": "step", "syncs_per_step": 1}
 
 
 def _mark(clock: DeviceClock, phase_sync: Callable[[], None] | None) -> list:

@@ -8,7 +8,7 @@ import itertools
 import pytest
 import torch
 
-from ds_bench.trainer import PHASES, DeviceClock, LoopTimes, run_loop
+from ds_bench.trainer import PHASES, DeviceClock, LoopTimes, run_loop, timing
 
 
 class Engine:
@@ -48,12 +48,14 @@ def loop(breakdown: bool, steps=6, warmup=2, grad_accum=3):
 def test_default_mode_synchronizes_once_per_step():
     calls, times, engine = loop(breakdown=False)
     assert calls == {"sync": 6 + 1, "barrier": 2}  # one per step, one before the opening barrier; open + close
+    assert timing(False, 3) == {"timing_mode": "step", "syncs_per_step": 1}  # what the record says
     assert engine.steps == 6 * 3 and len(times.step_s) == 4 and times.steps_done == 6
 
 
 def test_breakdown_mode_synchronizes_after_every_phase():
     calls, times, _ = loop(breakdown=True)
     assert calls == {"sync": 6 * 3 * 4 + 1, "barrier": 2}  # 4 phases x 3 micro-steps per step
+    assert timing(True, 3) == {"timing_mode": "breakdown", "syncs_per_step": 4 * 3}
 
 
 @pytest.mark.parametrize("breakdown", [False, True])
