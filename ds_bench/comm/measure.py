@@ -46,15 +46,18 @@ def operation(collective: str, send: torch.Tensor, recv: torch.Tensor, rank: int
         return lambda: dist.broadcast(recv, src=_global(group, 0), group=group)
     if collective == "all_to_all":
         return lambda: dist.all_to_all_single(recv, send, group=group)
-    if collective == "send_recv":
-        peer_to, peer_from = _global(group, (rank + 1) % n), _global(group, (rank - 1) % n)
-
-        def ring() -> None:
-            for request in dist.batch_isend_irecv([dist.P2POp(dist.isend, send, peer_to, group),
-                                                   dist.P2POp(dist.irecv, recv, peer_from, group)]):
-                request.wait()
-        return ring
+    if collective == "send_recv":  # a ring: to the next rank, from the previous one
+        return exchange(send, recv, _global(group, (rank + 1) % n), _global(group, (rank - 1) % n), group)
     raise ValueError(f"unknown collective {collective!r}")
+
+
+def exchange(send: torch.Tensor, recv: torch.Tensor, to: int, source: int, group=None) -> Callable[[], None]:
+    """Send ``send`` to global rank ``to`` while receiving ``recv`` from ``source``, both at once."""
+    def run() -> None:
+        for request in dist.batch_isend_irecv([dist.P2POp(dist.isend, send, to, group),
+                                               dist.P2POp(dist.irecv, recv, source, group)]):
+            request.wait()
+    return run
 
 
 def _global(group, group_rank: int) -> int:

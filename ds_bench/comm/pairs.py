@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from ds_bench.comm import patterns, report
 from ds_bench.comm.bandwidth import element_count
-from ds_bench.comm.measure import RankSample, clock
+from ds_bench.comm.measure import RankSample, clock, exchange
 
 DEFAULT_SLOW_LINK_PCT = 25.0
 
@@ -85,11 +85,7 @@ def _prepare(size_bytes: int, dtype: torch.dtype, device: torch.device, rank: in
     count = element_count("send_recv", size_bytes, 2, torch.empty(0, dtype=dtype).element_size())
     send = patterns.make_input("send_recv", rank, 2, count, dtype, device)
     recv = torch.empty_like(send)
-
-    def run() -> None:
-        for request in dist.batch_isend_irecv([dist.P2POp(dist.isend, send, peer), dist.P2POp(dist.irecv, recv, peer)]):
-            request.wait()
-
+    run = exchange(send, recv, peer, peer)
     run()
     want = patterns.values(peer, torch.arange(count)).double()
     index = patterns.first_mismatch(recv, want, dtype)
