@@ -63,6 +63,10 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                         "micro-step for an exact per-phase breakdown; costs what that serializes (overlapped "
                         "communication, prefetch, optimizer launches), so steps can be slower than without it. "
                         "Default: one synchronize per step, phases from non-blocking device events")
+    p.add_argument("--engine", default="deepspeed", metavar="{deepspeed,ddp,fsdp}",
+                   help="what trains the model, from the same DeepSpeed config (default deepspeed): ddp = torch "
+                        "DistributedDataParallel, fsdp = torch FSDP2 (fully_shard; ZeRO stage 3 -> reshard after "
+                        "forward, 2 -> keep gathered); the README's Engines table gives the whole mapping")
     p.add_argument("--busbw", type=float, default=None, metavar="GBPS",
                    help="busbw for the comm-bound verdict (default: the newest ds-bench comm record of the same "
                         "ranks in --comm-results)")

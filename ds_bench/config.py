@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 
 from ds_bench import argcheck
+from ds_bench.engines.plan import ENGINES
 from ds_bench.errors import UserError
 
 
@@ -64,6 +65,8 @@ class RunConfig:
     """Percent above the median rank's compute time that names a rank slow (``ds_bench.slow_ranks``)."""
     breakdown: bool = False
     """Synchronize after every phase (``ds_bench.trainer``'s ``breakdown`` mode) instead of once per step."""
+    engine: str = "deepspeed"
+    """``deepspeed``, ``ddp`` or ``fsdp`` (``ds_bench.engines``): what trains the model, from the same config."""
     busbw: float | None = None
     """busbw (GB/s) for the comm-bound verdict (``ds_bench.comm.verdict``); None: a comm record's."""
     comm_results: str | None = None
@@ -78,6 +81,8 @@ class RunConfig:
             value = getattr(self, name)
             _require(value is None or (math.isfinite(value) and value > 0),
                      f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
+        if self.engine not in ENGINES:
+            raise UserError(f"--engine {self.engine!r} is unknown; known: {', '.join(ENGINES)}")
         check_timeout("--dist-timeout", self.dist_timeout_s)
         check_timeout("--connect-timeout", self.connect_timeout_s)
         check_timeout("--step-timeout", self.step_timeout_s)

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ds_bench import (ds_config, faults, memory, ops, optim, peaks, preflight, rendezvous, results, runtime, slow_ranks,
-                      summary)
+from ds_bench import (ds_config, engines, faults, memory, ops, optim, peaks, preflight, rendezvous, results, runtime,
+                      slow_ranks, summary)
 from ds_bench.comm import verdict
 from ds_bench.config import RunConfig
 from ds_bench.ds_config import RunContext
@@ -42,6 +42,7 @@ class Started:
 
     cfg: RunConfig
     ds_cfg: dict
+    engine: engines.EngineChoice
     state: runtime.DistState
     size: str | None
     run_id: str
@@ -53,11 +54,11 @@ class Started:
 
 
 def run_benchmark(cfg: RunConfig) -> int:
-    workload, ds_cfg, rdzv = _prepare(cfg)
+    workload, ds_cfg, choice, rdzv = _prepare(cfg)
     faults.install_signal_handlers()  # after the checks: a rejected run leaves the caller's handlers alone
     state = runtime.init_distributed(rdzv, cfg.dist_timeout_s, cfg.connect_timeout_s)
     whoami = {"rank": state.rank, "host": socket.gethostname(), "pid": os.getpid()}
-    run = Started(cfg, ds_cfg, state, workload.size, _shared_run_id(), runtime.gather(whoami))
+    run = Started(cfg, ds_cfg, choice, state, workload.size, _shared_run_id(), runtime.gather(whoami))
     try:
         metrics, extra = _measure(run, workload)
     except UserError:
@@ -87,13 +88,14 @@ def _prepare(cfg: RunConfig):
                      hidden_size=workload.hidden_size)
     ds_cfg = ds_config.prepare(cfg.ds_config, cfg.overrides, ctx)
     preflight.check(cfg, workload, rdzv.info.world_size, ds_cfg["train_micro_batch_size_per_gpu"])  # results, data
-    optimizer_op = ops.optimizer_op(ds_cfg)
+    choice = engines.choose(cfg.engine, ds_cfg, cfg.lr or workload.default_lr, cfg.ds_config)
+    optimizer_op = ops.optimizer_op(ds_cfg) if choice.name == "deepspeed" else None  # DDP/FSDP: torch.optim
     ops.announce_cpu_builds(device_type, optimizer_op)
     ops.ensure_loaded(ops.ops_for_run(device_type, optimizer_op))
     if cfg.cpu_mem_limit:  # after the op builds: the compilers are not the run
         memory.cap_process_memory(cfg.cpu_mem_limit)
     quiet_deepspeed()
-    return workload, ds_cfg, rdzv
+    return workload, ds_cfg, choice, rdzv
 
 
 def _shared_run_id() -> str:
@@ -103,7 +105,6 @@ def _shared_run_id() -> str:
 
 
 def _measure(run: Started, workload) -> tuple[dict, dict]:
-    import deepspeed
     from deepspeed.accelerator import get_accelerator
 
     cfg, ds_cfg, state = run.cfg, run.ds_cfg, run.state
@@ -113,23 +114,20 @@ def _measure(run: Started, workload) -> tuple[dict, dict]:
     torch.manual_seed(cfg.seed)
     _preload_libraries()
     run.baseline_bytes = memory.current_bytes(state.device)
-    model = workload.build_model()
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(ds_config.precision_of(ds_cfg), torch.float32)
-    model = model.to(dtype)  # before initialize: BatchNorm et al. must already be in the compute dtype
+    # DeepSpeed: cast before initialize (BatchNorm et al. must already be in the compute dtype); DDP/FSDP: fp32
+    model = workload.build_model().to(run.engine.model_dtype)
     params = sum(p.numel() for p in model.parameters())
     largest_layer = max((sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules()), default=0)
     flops_per_sample = workload.model_flops_per_sample(model)  # before ZeRO-3 partitions the weights
     hw_flops_per_sample = workload.hardware_flops_per_sample(model)
-    client_optimizer = optim.default_optimizer(ds_cfg, model.parameters(), cfg.lr or workload.default_lr)
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_cfg,
-                                           optimizer=client_optimizer)
+    engine = engines.build(run.engine, model, ds_cfg, state.device, cfg.lr or workload.default_lr)
     accel = get_accelerator()
     with faults.StepWatchdog(cfg.step_timeout_s, lambda done: _stalled(run)) as watchdog:
         batches = workload.batches(state.rank, state.world_size, ds_cfg["train_micro_batch_size_per_gpu"])
         batches = itertools.chain([next(batches)], batches)  # one-time loading (files, tokenizing) stays untimed
         loop_started_at = time.time()  # wall clock, for a sweep's per-point overhead (launch to first step)
         run_loop(engine, workload, batches, steps=cfg.steps, warmup=cfg.warmup,
-                 grad_accum=ds_cfg["gradient_accumulation_steps"], float_dtype=dtype,
+                 grad_accum=ds_cfg["gradient_accumulation_steps"], float_dtype=run.engine.input_dtype,
                  sync=accel.synchronize, barrier=torch.distributed.barrier, times=run.times, beat=watchdog.beat,
                  clock=DeviceClock(state.device), breakdown=cfg.breakdown,
                  on_window_open=lambda: log.info("warm-up done (%d steps): measuring %d steps",
@@ -150,7 +148,7 @@ def _measure(run: Started, workload) -> tuple[dict, dict]:
     extra = {"loop_started_at": loop_started_at, "params": params, "largest_layer_params": largest_layer, "hosts": hosts,
              "slow_ranks": slow_ranks.from_metrics(metrics, cfg.slow_rank_threshold),
              "comm_bound": verdict.for_run(
-                 stage=ds_config.zero_stage(ds_cfg), precision=ds_config.precision_of(ds_cfg), ds_cfg=ds_cfg,
+                 stage=run.engine.zero_stage, precision=ds_config.precision_of(ds_cfg), ds_cfg=ds_cfg,
                  params=params, world_size=state.world_size, micro_steps=ds_cfg["gradient_accumulation_steps"],
                  step_ms=metrics["step_ms_median"], hosts=hosts, backend=state.backend, busbw=cfg.busbw,
                  comm_results=cfg.comm_results_path())}
@@ -240,9 +238,16 @@ def _record(run: Started, status: str, metrics: dict | None = None, error: str |
         status=status, error=error, workload=cfg.workload, size=run.size, tag=cfg.tag,
         world_size=state.world_size, launcher=state.launcher, master_addr=state.master_addr,
         rendezvous=state.rendezvous,
-        backend=state.backend, ds_config=ds_cfg, zero_stage=ds_config.zero_stage(ds_cfg),
-        precision=ds_config.precision_of(ds_cfg), optimizer=optim.describe(ds_cfg),
+        backend=state.backend, engine=run.engine.name, engine_plan=run.engine.describe(), ds_config=ds_cfg,
+        zero_stage=run.engine.zero_stage, precision=ds_config.precision_of(ds_cfg), optimizer=_optimizer(run),
         micro_batch=ds_cfg["train_micro_batch_size_per_gpu"],
         grad_accum=ds_cfg["gradient_accumulation_steps"], train_batch_size=ds_cfg["train_batch_size"],
         hardware=results.hardware(state.device), metrics=metrics or {}, **extra)
     return record
+
+
+def _optimizer(run: Started) -> dict:
+    if run.engine.torch_plan is None:
+        return optim.describe(run.ds_cfg)
+    source = "ds_config" if "optimizer" in run.ds_cfg else optim.DEFAULT_SOURCE
+    return {"source": source, "type": f"torch.optim.{run.engine.torch_plan.optimizer}"}

@@ -21,6 +21,7 @@ def config_name(record: dict) -> str:
 COLUMNS = [
     ("workload", lambda r: r["workload"] + (f"/{r['size']}" if r.get("size") else "")),
     ("config", config_name),
+    ("engine", lambda r: r.get("engine", "deepspeed")),
     ("zero", lambda r: r.get("zero_stage")),
     ("prec", lambda r: r.get("precision")),
     ("world", lambda r: r.get("world_size")),
@@ -57,12 +58,20 @@ def table(records: list[dict], fmt: str = "github") -> str:
     return tabulate(rows, headers=[name for name, _ in COLUMNS], tablefmt=fmt, disable_numparse=True)
 
 
+def _engine(record: dict) -> str:
+    """``ZeRO-2`` (DeepSpeed), ``DDP``, ``FSDP (ZeRO-3 equivalent)``."""
+    engine = record.get("engine", "deepspeed")
+    if engine == "deepspeed":
+        return f"ZeRO-{record['zero_stage']}"
+    return "DDP" if engine == "ddp" else f"FSDP (ZeRO-{record['zero_stage']} equivalent)"
+
+
 def one_run(record: dict, results_path: str) -> str:
     m = record["metrics"]
     unit = m.get("sample_unit", "samples")
     phases = " | ".join(f"{k} {v:.1f}" for k, v in m["breakdown_ms_median"].items())
     lines = [
-        f"ds_bench {record['workload']}: ZeRO-{record['zero_stage']} {record['precision']}, "
+        f"ds_bench {record['workload']}: {_engine(record)} {record['precision']}, "
         f"{record['world_size']} x {record['hardware']['device_type']} rank(s) via {record['launcher']}, "
         f"batch {record['micro_batch']} x {record['grad_accum']} accum x {record['world_size']} = "
         f"{record['train_batch_size']}",

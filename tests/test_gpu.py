@@ -1,5 +1,7 @@
 """GPU smoke tests: a real run on CUDA, skipped cleanly where there is none."""
 
+import math
+
 import pytest
 import torch
 
@@ -56,3 +58,19 @@ def _check_mfu(r):
         assert 0 < m["mfu"] < 1 and m["mfu"] == pytest.approx(m["tflops_per_device"] / m["peak_tflops"])
     else:
         assert m["mfu"] is None and "--peak-tflops" in m["mfu_note"]
+
+
+@pytest.mark.parametrize("engine, config", [("ddp", "zero2_fp16.json"), ("fsdp", "zero3_fp16.json"),
+                                            ("fsdp", "zero3.json"), ("ddp", "zero2.json")])
+def test_ddp_and_fsdp_on_one_gpu(tmp_path, engine, config):
+    """The torch engines on CUDA with the precisions CPU ranks cannot run (fp16: GradScaler /
+    ShardedGradScaler) and the bf16 autocast / MixedPrecisionPolicy paths, through nccl."""
+    results = tmp_path / "r.jsonl"
+    proc = ds_bench("run", "--workload", "mnist", "--ds-config", f"ds_configs/{config}", "--engine", engine,
+                    "--steps", "20", "--warmup", "5", "--results", str(results))
+    assert proc.returncode == 0, explain(proc)
+    r = records(results)[0]
+    assert (r["engine"], r["backend"], r["hardware"]["device_type"]) == (engine, "nccl", "cuda")
+    assert r["engine_plan"]["precision"] == ("fp16" if "fp16" in config else "bf16")
+    m = r["metrics"]
+    assert m["samples_per_s"] > 0 and m["peak_mem_bytes"] > 0 and all(math.isfinite(x) for x in m["loss_curve"])

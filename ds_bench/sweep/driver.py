@@ -50,7 +50,7 @@ class Sweep:
     # --- the plan -------------------------------------------------------------------------------
     def run(self) -> None:
         s = self.spec
-        fams = families(s.stages, s.offloads, s.precisions, s.grad_accums)
+        fams = families(s.stages, s.offloads, s.precisions, s.grad_accums, s.engines)
         planned = (len(fams) * (len(s.micro_batches) if s.micro_batches else 4) + len(s.extra_points)) * s.repeats
         with tqdm(total=planned, unit="point", desc="sweep", file=sys.stderr, dynamic_ncols=True,
                   disable=None) as self.bar:
@@ -113,12 +113,13 @@ class Sweep:
         return reason
 
     def _config_rejected(self, point: Point) -> str | None:
-        from ds_bench import ds_config
+        from ds_bench import ds_config, engines
 
         ctx = ds_config.RunContext(world_size=self.world, device_type=self.spec.device_type, lr=1e-3,
                                    steps=self.spec.steps, warmup=self.spec.warmup, micro_batch=None)
         try:
-            ds_config.prepare(self._write_config(point), (), ctx)
+            path = self._write_config(point)
+            engines.choose(point.engine, ds_config.prepare(path, (), ctx), 1e-3, path)
         except UserError as e:
             return f"config rejected: {e}"
         return None
@@ -130,7 +131,7 @@ class Sweep:
         tag = f"sweep-{self.sweep_id}-{_slug(point.key)}-r{repeat}-{uuid.uuid4().hex[:6]}"
         run_args = ["run", "--workload", s.workload, "--ds-config", self._config_file(point),  # written by the check
                     "--steps", str(s.steps), "--warmup", str(s.warmup), "--results", s.runs_path, "--tag", tag,
-                    "--step-timeout", str(s.timeout_s), *(["--cpu-mem-limit", str(s.cpu_mem_limit)] if s.cpu_mem_limit else []),
+                    "--step-timeout", str(s.timeout_s), "--engine", point.engine, *(["--cpu-mem-limit", str(s.cpu_mem_limit)] if s.cpu_mem_limit else []),
                     *s.run_args]
         log_path = os.path.join(s.output_path(".logs"), f"{_slug(point.key)}-r{repeat}-{tag[-6:]}.log")
         argv = jobs.command(s, run_args, free_port(s.master_port))
@@ -154,8 +155,8 @@ class Sweep:
         again once a second micro-batch of that point's family ran ok: two peaks separate the
         fixed per-step cost from the per-sample one (``predict.calibrate``)."""
         for r in records:
-            if not r.get("params") or r.get("peak_mem_bytes") is None:
-                continue
+            if not r.get("params") or r.get("peak_mem_bytes") is None or r["point"].get("engine", "deepspeed") != "deepspeed":
+                continue  # DDP/FSDP memory follows other rules than the DeepSpeed model predict.py calibrates
             self.ok_points.append(r)
             first = self.ok_points[0]
             same_family = [x for x in self.ok_points[1:] if x["point"] | {"micro_batch": 0} == first["point"] | {"micro_batch": 0}
@@ -168,7 +169,7 @@ class Sweep:
                 self.two_point = second is not None
 
     def _predict(self, point: Point) -> int | None:
-        if self.shape is None or self.calibration is None:
+        if self.shape is None or self.calibration is None or point.engine != "deepspeed":
             return None
         return predict.predict_peak_bytes(self.shape, point, self.world, self.per_node, self.spec.device_type,
                                           self.calibration)

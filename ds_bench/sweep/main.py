@@ -56,7 +56,8 @@ def _check_baseline(spec) -> None:
 
     if spec.baseline is None or spec.micro_batches is None:
         return
-    keys = [p.key for p in grid(spec.stages, spec.offloads, spec.precisions, spec.micro_batches, spec.grad_accums)]
+    keys = [p.key for p in grid(spec.stages, spec.offloads, spec.precisions, spec.micro_batches, spec.grad_accums,
+                                spec.engines)]
     keys += [p.key for p in spec.extra_points]
     if spec.baseline not in keys:
         raise UserError(f"--baseline {spec.baseline!r}: not a point of this sweep; points: {', '.join(keys)}")
@@ -68,7 +69,7 @@ def plan_text(sweep) -> str:
     s = sweep.spec
     lines = [f"families (micro-batch {'auto' if s.micro_batches is None else ','.join(map(str, s.micro_batches))}, "
              f"{s.repeats} repeat(s) each):"]
-    for f in families(s.stages, s.offloads, s.precisions, s.grad_accums):
+    for f in families(s.stages, s.offloads, s.precisions, s.grad_accums, s.engines):
         why = invalid_reason(f.with_micro_batch(1), s.device_type)
         lines.append(f"  {f.family_label()}" + (f"  skipped: {why}" if why else ""))
     lines += [f"  point {p.key}" + (f"  skipped: {w}" if (w := invalid_reason(p, s.device_type)) else "")

@@ -1,10 +1,16 @@
-"""The sweep's points: one configuration each (ZeRO stage, offload, precision, micro-batch,
+"""The sweep's points: one configuration each (engine, ZeRO stage, offload, precision, micro-batch,
 gradient accumulation), as pure values with a stable text key. The key names a point in records,
 log files and tables, and is what a resumed sweep matches finished points on.
+
+Engines (``ds_bench.engines``): DeepSpeed points span every stage and offload; DDP is one family
+per precision and accumulation (stage 0, no offload: it replicates); FSDP takes the sweep's stages
+2 and 3 (3 when it has neither) and offload none or all (``ds_bench.engines.plan``). A DeepSpeed
+point's key has no engine word, so ledgers written before the engine axis still match.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import asdict, dataclass
 
@@ -12,6 +18,7 @@ OFFLOADS = ("none", "optimizer", "all")
 """``optimizer``: ``offload_optimizer`` to CPU (ZeRO-Offload); ``all``: optimizer and parameters
 (ZeRO-Infinity to CPU memory, stage 3 only)."""
 PRECISIONS = ("fp32", "bf16", "fp16")
+ENGINES = ("deepspeed", "ddp", "fsdp")
 
 
 @dataclass(frozen=True, order=True)
@@ -21,20 +28,24 @@ class Point:
     precision: str
     micro_batch: int
     grad_accum: int = 1
+    engine: str = "deepspeed"
 
     @property
     def key(self) -> str:
-        return (f"z{self.stage} off={self.offload} {self.precision} mbs={self.micro_batch}"
-                + (f" ga={self.grad_accum}" if self.grad_accum != 1 else ""))
+        return self._label(f" mbs={self.micro_batch}")
 
     @property
-    def family(self) -> tuple[int, str, str, int]:
+    def family(self) -> tuple[int, str, str, int, str]:
         """Every point that differs only in micro-batch: one line of the throughput plot and one
         ``--micro-batch auto`` search."""
-        return (self.stage, self.offload, self.precision, self.grad_accum)
+        return (self.stage, self.offload, self.precision, self.grad_accum, self.engine)
 
     def family_label(self) -> str:
-        return f"z{self.stage} off={self.offload} {self.precision}" + (
+        return self._label("")
+
+    def _label(self, micro_batch: str) -> str:
+        engine = "" if self.engine == "deepspeed" else f"{self.engine} "
+        return f"{engine}z{self.stage} off={self.offload} {self.precision}{micro_batch}" + (
             f" ga={self.grad_accum}" if self.grad_accum != 1 else "")
 
     def to_dict(self) -> dict:
@@ -43,19 +54,21 @@ class Point:
     @classmethod
     def from_dict(cls, d: dict) -> Point:
         return cls(int(d["stage"]), str(d["offload"]), str(d["precision"]), int(d["micro_batch"]),
-                   int(d.get("grad_accum", 1)))
+                   int(d.get("grad_accum", 1)), str(d.get("engine", "deepspeed")))
 
     def with_micro_batch(self, micro_batch: int) -> Point:
-        return Point(self.stage, self.offload, self.precision, micro_batch, self.grad_accum)
+        return dataclasses.replace(self, micro_batch=micro_batch)
 
 
 def parse_key(text: str, defaults: Point) -> Point:
-    """``z2 off=optimizer fp32 mbs=128 ga=4`` (any part left out: ``defaults``'s) -> Point (pure).
-    Raises ValueError naming the part it does not understand."""
-    fields = defaults.to_dict()
+    """``[ddp|fsdp] z2 off=optimizer fp32 mbs=128 ga=4`` (any part left out: ``defaults``'s; no engine
+    word: DeepSpeed) -> Point (pure). Raises ValueError naming the part it does not understand."""
+    fields = defaults.to_dict() | {"engine": "deepspeed"}
     for part in text.split():
         name, _, value = part.partition("=")
-        if not value and part[:1] == "z" and part[1:].isdigit() and int(part[1:]) in range(4):
+        if not value and part in ENGINES:
+            fields["engine"] = part
+        elif not value and part[:1] == "z" and part[1:].isdigit() and int(part[1:]) in range(4):
             fields["stage"] = int(part[1:])
         elif not value and part in PRECISIONS:
             fields["precision"] = part
@@ -64,27 +77,47 @@ def parse_key(text: str, defaults: Point) -> Point:
         elif name in ("mbs", "ga") and value.isdigit() and int(value) > 0:
             fields["micro_batch" if name == "mbs" else "grad_accum"] = int(value)
         else:
-            raise ValueError(f"{part!r} is not z0..z3, off={'|'.join(OFFLOADS)}, {'|'.join(PRECISIONS)}, "
-                             "mbs=N or ga=N")
+            raise ValueError(f"{part!r} is not {'|'.join(ENGINES[1:])}, z0..z3, off={'|'.join(OFFLOADS)}, "
+                             f"{'|'.join(PRECISIONS)}, mbs=N or ga=N")
     if fields["micro_batch"] < 1:
         raise ValueError("a point needs a micro-batch: mbs=N")
     return Point.from_dict(fields)
 
 
-def families(stages, offloads, precisions, grad_accums) -> list[Point]:
-    """One point per family (micro-batch 0, a placeholder), in axis order."""
-    return [Point(s, o, p, 0, g) for s, o, p, g in itertools.product(stages, offloads, precisions, grad_accums)]
+def families(stages, offloads, precisions, grad_accums, engines=("deepspeed",)) -> list[Point]:
+    """One point per family (micro-batch 0, a placeholder), engine by engine, in axis order."""
+    out: list[Point] = []
+    for engine in engines:
+        e_stages, e_offloads = engine_axes(engine, stages, offloads)
+        out += [Point(s, o, p, 0, g, engine)
+                for s, o, p, g in itertools.product(e_stages, e_offloads, precisions, grad_accums)]
+    return out
 
 
-def grid(stages, offloads, precisions, micro_batches, grad_accums) -> list[Point]:
+def engine_axes(engine: str, stages, offloads) -> tuple[tuple, tuple]:
+    """The stages and offloads an engine has of the sweep's (module docstring)."""
+    if engine == "ddp":
+        return (0,), ("none",)
+    if engine == "fsdp":
+        return (tuple(s for s in stages if s in (2, 3)) or (3,)), (tuple(o for o in offloads if o != "optimizer") or ("none",))
+    return tuple(stages), tuple(offloads)
+
+
+def grid(stages, offloads, precisions, micro_batches, grad_accums, engines=("deepspeed",)) -> list[Point]:
     """The full grid for explicit micro-batches, family by family, micro-batches ascending."""
-    return [f.with_micro_batch(m) for f in families(stages, offloads, precisions, grad_accums)
+    return [f.with_micro_batch(m) for f in families(stages, offloads, precisions, grad_accums, engines)
             for m in sorted(micro_batches)]
 
 
 def invalid_reason(point: Point, device_type: str) -> str | None:
     """Why DeepSpeed cannot run this combination, or None. ``ds_config.prepare`` is the full check;
     these are the combinations a grid produces by construction, named in the sweep's own terms."""
+    if point.engine == "ddp" and (point.stage, point.offload) != (0, "none"):
+        return "DDP replicates everything: one point per precision, z0 off=none"
+    if point.engine == "fsdp" and point.stage < 2:
+        return "FSDP always shards parameters and gradients: stage 2 or 3"
+    if point.engine == "fsdp" and point.offload == "optimizer":
+        return "FSDP offloads parameters and optimizer together: off=all (stage 3)"
     if point.offload != "none" and point.stage == 0:
         return "offload needs ZeRO stage 1, 2 or 3"
     if point.offload == "all" and point.stage != 3:

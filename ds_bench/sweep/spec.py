@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ds_bench import argcheck
 from ds_bench.errors import UserError
-from ds_bench.sweep.points import OFFLOADS, PRECISIONS, Point, parse_key
+from ds_bench.sweep.points import ENGINES, OFFLOADS, PRECISIONS, Point, parse_key
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "ds_configs")
 
@@ -54,6 +54,7 @@ class SweepSpec:
     notes: tuple[str, ...] = field(default=())
     extra_points: tuple[Point, ...] = ()
     """``--point``: single points beyond the grid (e.g. one offload point)."""
+    engines: tuple[str, ...] = ("deepspeed",)
 
     @property
     def runs_path(self) -> str:
@@ -82,6 +83,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", default=None, help="fp32,bf16,fp16 (default: the base config's)")
     p.add_argument("--micro-batch", default=None, help="e.g. 1,2,4,8 or auto (default: the base config's, else auto)")
     p.add_argument("--grad-accum", default=None, help="gradient accumulation steps, e.g. 1,4")
+    p.add_argument("--engines", default=None,
+                   help="deepspeed,ddp,fsdp: DDP and FSDP baselines beside ZeRO from the same config (default "
+                        "deepspeed; the preset: all three). DDP: one point per precision; FSDP: stages 2 and 3")
     p.add_argument("--point", dest="points", action="append", default=None, metavar="KEY",
                    help="one more point beyond the grid, e.g. 'z2 off=optimizer mbs=128' (repeatable)")
     p.add_argument("--repeats", type=int, default=1, help="runs per point, each in fresh processes (default 1)")
@@ -132,7 +136,7 @@ def parse_items(flag: str, text: str, allowed=None, kind=str) -> list:
 
 def _example(flag: str) -> str:
     return {"--stages": "0,1,2,3", "--offload": "none,optimizer", "--precision": "fp32,bf16",
-            "--micro-batch": "1,2,4 or auto", "--grad-accum": "1,4", "--ranks": "1,2,4", "--nodes": "1,2,4"
+            "--micro-batch": "1,2,4 or auto", "--grad-accum": "1,4", "--engines": "deepspeed,ddp,fsdp", "--ranks": "1,2,4", "--nodes": "1,2,4"
             }.get(flag, "a,b")
 
 
@@ -217,6 +221,7 @@ def from_args(args: argparse.Namespace, run_tail: list[str], gpu: bool, native_b
         precisions=parse_list("--precision", precision_text, allowed=PRECISIONS) if precision_text else (axes["precision"],),
         micro_batches=parse_micro_batches(args.micro_batch, axes["micro_batch"]),
         grad_accums=parse_list("--grad-accum", args.grad_accum, kind=int) if args.grad_accum else (axes["grad_accum"],),
+        engines=parse_list("--engines", args.engines, allowed=ENGINES) if args.engines else ("deepspeed",),
         run_args=_run_args(args, run_tail), nproc=args.nproc or default_nproc(gpu), steps=args.steps,
         warmup=args.warmup, repeats=args.repeats, timeout_s=parse_duration("--timeout", args.timeout),
         results=args.results, headroom_pct=args.headroom, baseline=args.baseline, prune=args.prune,
@@ -252,7 +257,7 @@ def _run_args(args: argparse.Namespace, tail: list[str]) -> tuple[str, ...]:
     except UserError as e:
         raise UserError(f"run arguments ({' '.join(out)}): {e}") from None
     owned = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
-             "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit"}
+             "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit", "engine": "--engine"}
     defaults = parser.parse_args(["run", "--workload", args.workload, "--ds-config", "-"])
     for name, flag in owned.items():
         if getattr(ns, name) != getattr(defaults, name):

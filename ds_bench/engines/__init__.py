@@ -1,0 +1,59 @@
+"""Training engines behind one surface: DeepSpeed (``deepspeed.initialize``), PyTorch DDP and FSDP2.
+
+``choose`` resolves ``--engine`` against a prepared DeepSpeed config before the process group is
+joined (bad combinations are ``UserError``s, exit 2); ``build`` wraps the model once ranks have
+joined. Every engine returns an object with DeepSpeed's engine surface (``ds_bench.trainer`` calls
+``engine(...)``, ``backward``, ``step``, ``device``; ``save_checkpoint`` / ``load_checkpoint``),
+so the loop, timing and records are the same for all three.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ds_bench import ds_config
+from ds_bench.engines.plan import ENGINES, TorchPlan, plan
+from ds_bench.engines.torch_engine import DTYPES, TorchEngine, wrap_ddp, wrap_fsdp
+from ds_bench.errors import UserError
+
+__all__ = ["ENGINES", "EngineChoice", "choose", "build"]
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """An engine resolved against one config: what the record says and how to build it."""
+
+    name: str
+    zero_stage: int
+    """The ZeRO stage the run is equivalent to (DDP: 0)."""
+    model_dtype: torch.dtype
+    """The dtype the model is cast to before wrapping: DeepSpeed trains in the compute dtype (fp32
+    master weights in its optimizer); DDP and FSDP keep fp32 weights and cast per op/unit."""
+    input_dtype: torch.dtype
+    torch_plan: TorchPlan | None = None
+
+    def describe(self) -> dict:
+        """The record's ``engine_plan``: how the config was mapped (None for DeepSpeed: it reads it itself)."""
+        return self.torch_plan.describe() if self.torch_plan else None
+
+
+def choose(name: str, ds_cfg: dict, default_lr: float, where: str) -> EngineChoice:
+    if name not in ENGINES:
+        raise UserError(f"--engine {name!r} is unknown; known: {', '.join(ENGINES)}")
+    compute = DTYPES[ds_config.precision_of(ds_cfg)]
+    if name == "deepspeed":
+        return EngineChoice(name, ds_config.zero_stage(ds_cfg), compute, compute)
+    torch_plan = plan(name, ds_cfg, default_lr, where)
+    return EngineChoice(name, torch_plan.zero_stage, torch.float32, torch.float32, torch_plan)
+
+
+def build(choice: EngineChoice, model: torch.nn.Module, ds_cfg: dict, device: torch.device, lr: float):
+    """The engine for ``model`` (already cast to ``choice.model_dtype``), after the process group is joined."""
+    if choice.name == "deepspeed":
+        from ds_bench.engines.deepspeed_engine import initialize
+
+        return initialize(model, ds_cfg, lr)
+    wrapped = wrap_ddp(model, device) if choice.name == "ddp" else wrap_fsdp(model, choice.torch_plan, device)
+    return TorchEngine(wrapped, choice.torch_plan, device)

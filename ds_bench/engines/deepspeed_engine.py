@@ -1,0 +1,17 @@
+"""The DeepSpeed engine: ``deepspeed.initialize`` with the config as resolved by ``ds_bench.ds_config``
+and, when the config names no optimizer, ds_bench's default client optimizer (``ds_bench.optim``)."""
+
+from __future__ import annotations
+
+import torch
+
+from ds_bench import optim
+
+
+def initialize(model: torch.nn.Module, ds_cfg: dict, lr: float):
+    import deepspeed
+
+    client_optimizer = optim.default_optimizer(ds_cfg, model.parameters(), lr)
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_cfg,
+                                           optimizer=client_optimizer)
+    return engine

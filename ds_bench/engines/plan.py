@@ -1,0 +1,135 @@
+"""How one DeepSpeed JSON config maps onto PyTorch DDP and FSDP2 (pure: a config in, a plan out).
+
+One config file describes the run for every engine (the README's "Engines" table is this module
+in prose):
+
+- optimizer: the config's ``optimizer`` section as torch builds it (Adam/AdamW, whatever
+  ``torch_adam`` says, become ``torch.optim.AdamW``, or ``Adam`` with ``adam_w_mode: false``; any
+  ``torch.optim`` name as is); DeepSpeed-only optimizers (Lamb, Lion, 1-bit ...) are rejected. No
+  section: ``torch.optim.AdamW(lr)``, ds_bench's default for DeepSpeed too.
+- scheduler: the same class DeepSpeed builds (``deepspeed.runtime.lr_schedules`` or torch's), stepped
+  after every optimizer step; ``gradient_clipping`` -> ``clip_grad_norm_`` at the boundary;
+  ``gradient_accumulation_steps`` -> gradient sync only on the last micro-step, loss / gas.
+- precision: DDP uses ``torch.autocast`` (fp32 weights; fp16 adds a ``GradScaler`` from the
+  config's ``initial_scale_power`` / ``loss_scale_window``); FSDP a ``MixedPrecisionPolicy`` with
+  ``param_dtype`` the compute dtype and ``reduce_dtype`` the config's ``communication_data_type``
+  (unset: the compute dtype, as DeepSpeed communicates).
+- ZeRO stage: DDP replicates (every stage runs as ZeRO-0 would; recorded as stage 0). FSDP: stage 3
+  -> ``reshard_after_forward=True``; stage 2 -> ``False`` (parameters stay gathered from forward
+  to backward, FSDP1's SHARD_GRAD_OP); stages 0 and 1 are rejected (FSDP always shards parameters
+  and gradients). Parameter offload -> ``CPUOffloadPolicy``; optimizer-only offload is rejected
+  (FSDP2 offloads parameters, gradients and the optimizer step together).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from ds_bench.ds_config import precision_of, zero_stage
+from ds_bench.ds_sections import offload_device
+from ds_bench.errors import UserError
+from ds_bench.optim import ADAM_POPPED, torch_optimizers
+
+ENGINES = ("deepspeed", "ddp", "fsdp")
+
+
+@dataclass(frozen=True)
+class TorchPlan:
+    """What a DDP or FSDP run does with a resolved DeepSpeed config."""
+
+    engine: str
+    precision: str
+    """fp32 | bf16 | fp16: the compute dtype (autocast for DDP, param_dtype for FSDP)."""
+    reduce_precision: str
+    """dtype gradients are reduced in."""
+    zero_stage: int
+    """The ZeRO stage this run is equivalent to: 0 for DDP, the config's (2 or 3) for FSDP."""
+    grad_accum: int
+    gradient_clipping: float
+    optimizer: str
+    """``torch.optim`` class name."""
+    optimizer_params: dict = field(default_factory=dict)
+    scheduler: str | None = None
+    scheduler_params: dict = field(default_factory=dict)
+    reshard_after_forward: bool | None = None
+    """FSDP only."""
+    cpu_offload: bool = False
+    """FSDP only: ``CPUOffloadPolicy``."""
+    loss_scale: dict | None = None
+    """fp16 only: ``GradScaler`` init_scale and growth_interval."""
+
+    def describe(self) -> dict:
+        return asdict(self)
+
+
+def plan(engine: str, ds_cfg: dict, default_lr: float, where: str) -> TorchPlan:
+    """The DDP/FSDP plan for a resolved config; ``UserError`` (naming ``where`` and the key) when the
+    config asks for something the engine has no equivalent of."""
+    if engine not in ("ddp", "fsdp"):
+        raise ValueError(f"no torch plan for engine {engine!r}")
+    precision = precision_of(ds_cfg)
+    optimizer, optimizer_params = torch_optimizer(ds_cfg, default_lr, f"--engine {engine}: {where}")
+    scheduler = ds_cfg.get("scheduler") or {}
+    return TorchPlan(
+        engine=engine, precision=precision, reduce_precision=_reduce_precision(engine, ds_cfg, precision),
+        zero_stage=_stage(engine, ds_cfg, where), grad_accum=int(ds_cfg.get("gradient_accumulation_steps", 1)),
+        gradient_clipping=float(ds_cfg.get("gradient_clipping") or 0.0),
+        optimizer=optimizer, optimizer_params=optimizer_params,
+        scheduler=scheduler.get("type"), scheduler_params=dict(scheduler.get("params") or {}),
+        reshard_after_forward=(zero_stage(ds_cfg) == 3) if engine == "fsdp" else None,
+        cpu_offload=engine == "fsdp" and offload_device(ds_cfg, "offload_param") == "cpu",
+        loss_scale=_loss_scale(ds_cfg) if precision == "fp16" else None)
+
+
+def _stage(engine: str, ds_cfg: dict, where: str) -> int:
+    stage = zero_stage(ds_cfg)
+    offload_opt, offload_param = offload_device(ds_cfg, "offload_optimizer"), offload_device(ds_cfg, "offload_param")
+    if engine == "ddp":
+        if offload_opt != "none" or offload_param != "none":
+            raise UserError(f"--engine ddp: {where}: zero_optimization.offload_* is set; DDP keeps parameters, "
+                            "gradients and optimizer state on the device: remove the offload, or use "
+                            "--engine deepspeed or fsdp")
+        return 0
+    if stage in (0, 1):
+        what = "replicates everything" if stage == 0 else "shards only the optimizer state"
+        raise UserError(f"--engine fsdp: {where}: zero_optimization.stage {stage} {what}, and FSDP always shards "
+                        "parameters and gradients: use stage 2 (reshard_after_forward=False) or 3 "
+                        "(reshard_after_forward=True), or --engine ddp")
+    if offload_opt != "none" and offload_param == "none":
+        raise UserError(f"--engine fsdp: {where}: zero_optimization.offload_optimizer alone has no FSDP "
+                        "equivalent (FSDP2's CPUOffloadPolicy moves parameters, gradients and the optimizer "
+                        "step together): set zero_optimization.offload_param.device cpu at stage 3, or remove it")
+    if "nvme" in (offload_opt, offload_param):
+        raise UserError(f"--engine fsdp: {where}: offload to nvme has no FSDP equivalent; use device cpu")
+    return stage
+
+
+def torch_optimizer(ds_cfg: dict, default_lr: float, where: str) -> tuple[str, dict]:
+    """(torch.optim class name, its keyword arguments) for the config's optimizer section."""
+    section = ds_cfg.get("optimizer")
+    if not section:
+        return "AdamW", {"lr": default_lr}
+    name, params = section.get("type", ""), dict(section.get("params") or {})
+    if name.lower() in ("adam", "adamw"):
+        adam_w = name.lower() == "adamw" or params.get("adam_w_mode", True)
+        return ("AdamW" if adam_w else "Adam"), {k: v for k, v in params.items() if k not in ADAM_POPPED}
+    if name in torch_optimizers():
+        return name, params
+    raise UserError(f"{where}: optimizer.type {name!r} is DeepSpeed's own; DDP and FSDP take Adam, AdamW or a "
+                    "torch.optim class (SGD, Adagrad, ...)")
+
+
+def _reduce_precision(engine: str, ds_cfg: dict, precision: str) -> str:
+    if engine == "ddp":
+        return "fp32"  # autocast keeps fp32 weights, so gradients and their all-reduce are fp32
+    named = str(ds_cfg.get("communication_data_type") or "").lower()
+    return {"fp32": "fp32", "float32": "fp32", "fp16": "fp16", "float16": "fp16", "bf16": "bf16",
+            "bfloat16": "bf16"}.get(named, precision)
+
+
+def _loss_scale(ds_cfg: dict) -> dict:
+    fp16 = ds_cfg.get("fp16") or {}
+    static = fp16.get("loss_scale") or 0
+    if static:
+        return {"init_scale": float(static), "growth_interval": 2**31 - 1}  # never grows: DeepSpeed's static scale
+    return {"init_scale": 2.0 ** fp16.get("initial_scale_power", 16), "growth_interval": fp16.get("loss_scale_window", 1000)}
