@@ -181,6 +181,7 @@ class Checkpointer:
                      "bytes_per_rank": per_rank}
             if io.rank == 0:
                 write_marker(os.path.join(self.dir, tag), {**meta, **entry, "api": api_of(io.engine)})
+            io.barrier()  # every rank starts the next step together: no rank's step holds rank 0's marker write
         except BaseException as e:
             free = free_bytes(self.dir)  # before the partial files go: what the save left free
             with faults.deferred():
