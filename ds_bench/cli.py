@@ -72,6 +72,19 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                         "ranks in --comm-results)")
     p.add_argument("--comm-results", default=None, metavar="PATH",
                    help="ds-bench comm records to take busbw from (default: comm.jsonl beside --results)")
+    p.add_argument("--checkpoint", default=None, metavar="DIR",
+                   help="save a checkpoint into DIR/global_step<k> once after the last step (or see "
+                        "--checkpoint-every), timed barrier to barrier and left out of step times; then load "
+                        "the last one back, timed. The record and summary give seconds, bytes per rank and "
+                        "GB/s (1e9 bytes/s). Checkpoints made are kept, none is overwritten (a tag already in DIR "
+                        "is an error); a save that fails is removed")
+    p.add_argument("--checkpoint-every", type=int, default=None, metavar="K",
+                   help="with --checkpoint: save after every global step that is a multiple of K instead")
+    p.add_argument("--resume", default=None, metavar="DIR",
+                   help="before the first step, load the newest complete checkpoint in DIR (saved by "
+                        "--checkpoint DIR) and continue from its step k: this run's --steps are steps k+1.., "
+                        "each rank skips the k x accumulation micro-batches already used. Same --seed, "
+                        "world size, micro-batch and accumulation required")
 
 
 def _size(text: str) -> int:

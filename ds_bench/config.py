@@ -71,6 +71,12 @@ class RunConfig:
     """busbw (GB/s) for the comm-bound verdict (``ds_bench.comm.verdict``); None: a comm record's."""
     comm_results: str | None = None
     """Where to find ``ds-bench comm`` records; None: ``comm.jsonl`` beside ``results``."""
+    checkpoint: str | None = None
+    """Folder to save timed checkpoints in (``ds_bench.checkpoint``); None: no checkpoint I/O."""
+    checkpoint_every: int | None = None
+    """Save after every global step that is a multiple of this; None: once, after the last step."""
+    resume: str | None = None
+    """Folder whose newest complete ds_bench checkpoint is loaded before the first step."""
 
     def __post_init__(self) -> None:
         argcheck.steps("--steps", self.steps, self.warmup)
@@ -86,6 +92,9 @@ class RunConfig:
         check_timeout("--dist-timeout", self.dist_timeout_s)
         check_timeout("--connect-timeout", self.connect_timeout_s)
         check_timeout("--step-timeout", self.step_timeout_s)
+        if self.checkpoint_every is not None:
+            _require(self.checkpoint is not None, "--checkpoint-every needs --checkpoint DIR (where to save)")
+            _require(self.checkpoint_every > 0, f"--checkpoint-every must be a positive integer, got {self.checkpoint_every}")
         if self.data != "synthetic" and not os.path.exists(self.data):
             raise UserError(f"--data {self.data}: no such file or folder (or use --data synthetic)")
         if self.comm_results is not None and not os.path.isfile(self.comm_results):

@@ -38,7 +38,13 @@ def check_results_path(path: str) -> None:
     if os.path.lexists(path):
         _check_appendable(path, flag)
         return
-    folder = os.path.dirname(os.path.abspath(path))
+    check_folder_writable(os.path.dirname(os.path.abspath(path)), flag)
+
+
+def check_folder_writable(folder: str, flag: str) -> None:
+    """A UserError naming ``flag`` unless files can be created in ``folder``, or, where it does not
+    exist yet, in its nearest existing ancestor (to create it in); nothing is created here."""
+    folder = os.path.abspath(folder)
     ancestor = nearest_existing(folder)
     if not os.path.isdir(ancestor):
         raise UserError(f"{flag}: {ancestor} is not a folder")

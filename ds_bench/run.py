@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ds_bench import (ds_config, engines, faults, memory, ops, optim, peaks, preflight, rendezvous, results, runtime,
-                      slow_ranks, summary)
+from ds_bench import (checkpoint, ds_config, engines, faults, memory, ops, optim, peaks, preflight, rendezvous, results,
+                      runtime, slow_ranks, summary)
 from ds_bench.comm import verdict
 from ds_bench.config import RunConfig
 from ds_bench.ds_config import RunContext
@@ -51,14 +51,16 @@ class Started:
     times: LoopTimes = field(default_factory=LoopTimes)
     baseline_bytes: int = 0
     """Memory this rank held before the model was built (runtime, libraries, process group)."""
+    ckpt: checkpoint.Checkpointer = field(default_factory=checkpoint.Checkpointer)
+    """--checkpoint / --resume (``ds_bench.checkpoint``); does nothing without them."""
 
 
 def run_benchmark(cfg: RunConfig) -> int:
-    workload, ds_cfg, choice, rdzv = _prepare(cfg)
+    workload, ds_cfg, choice, rdzv, ckpt = _prepare(cfg)
     faults.install_signal_handlers()  # after the checks: a rejected run leaves the caller's handlers alone
     state = runtime.init_distributed(rdzv, cfg.dist_timeout_s, cfg.connect_timeout_s)
     whoami = {"rank": state.rank, "host": socket.gethostname(), "pid": os.getpid()}
-    run = Started(cfg, ds_cfg, choice, state, workload.size, _shared_run_id(), runtime.gather(whoami))
+    run = Started(cfg, ds_cfg, choice, state, workload.size, _shared_run_id(), runtime.gather(whoami), ckpt=ckpt)
     try:
         metrics, extra = _measure(run, workload)
     except UserError:
@@ -68,6 +70,8 @@ def run_benchmark(cfg: RunConfig) -> int:
         # so rank 0 may never get the chance. ``report`` shows one row per run_id.
         _record_failure(run, error=e)
         raise
+    finally:
+        run.ckpt.finish()  # a folder it created and left without a complete checkpoint goes
     if state.rank == 0:
         record = _record(run, "ok", metrics=metrics, **extra)
         with faults.deferred():
@@ -89,13 +93,15 @@ def _prepare(cfg: RunConfig):
     ds_cfg = ds_config.prepare(cfg.ds_config, cfg.overrides, ctx)
     preflight.check(cfg, workload, rdzv.info.world_size, ds_cfg["train_micro_batch_size_per_gpu"])  # results, data
     choice = engines.choose(cfg.engine, ds_cfg, cfg.lr or workload.default_lr, cfg.ds_config)
+    ckpt = checkpoint.plan(cfg, rdzv.info.world_size, ds_cfg["train_micro_batch_size_per_gpu"],
+                           ds_cfg["gradient_accumulation_steps"])  # --checkpoint, --resume
     optimizer_op = ops.optimizer_op(ds_cfg) if choice.name == "deepspeed" else None  # DDP/FSDP: torch.optim
     ops.announce_cpu_builds(device_type, optimizer_op)
     ops.ensure_loaded(ops.ops_for_run(device_type, optimizer_op))
     if cfg.cpu_mem_limit:  # after the op builds: the compilers are not the run
         memory.cap_process_memory(cfg.cpu_mem_limit)
     quiet_deepspeed()
-    return workload, ds_cfg, choice, rdzv
+    return workload, ds_cfg, choice, rdzv, ckpt
 
 
 def _shared_run_id() -> str:
@@ -122,16 +128,20 @@ def _measure(run: Started, workload) -> tuple[dict, dict]:
     hw_flops_per_sample = workload.hardware_flops_per_sample(model)
     engine = engines.build(run.engine, model, ds_cfg, state.device, cfg.lr or workload.default_lr)
     accel = get_accelerator()
+    start = run.ckpt.attach(engine, sync=accel.synchronize, barrier=torch.distributed.barrier, gather=runtime.gather,
+                            rank=state.rank, world_size=state.world_size)  # resumes: returns the step reached
     with faults.StepWatchdog(cfg.step_timeout_s, lambda done: _stalled(run)) as watchdog:
         batches = workload.batches(state.rank, state.world_size, ds_cfg["train_micro_batch_size_per_gpu"])
+        batches = checkpoint.skip(batches, start * ds_cfg["gradient_accumulation_steps"])  # used before the resume
         batches = itertools.chain([next(batches)], batches)  # one-time loading (files, tokenizing) stays untimed
         loop_started_at = time.time()  # wall clock, for a sweep's per-point overhead (launch to first step)
         run_loop(engine, workload, batches, steps=cfg.steps, warmup=cfg.warmup,
                  grad_accum=ds_cfg["gradient_accumulation_steps"], float_dtype=run.engine.input_dtype,
                  sync=accel.synchronize, barrier=torch.distributed.barrier, times=run.times, beat=watchdog.beat,
-                 clock=DeviceClock(state.device), breakdown=cfg.breakdown,
+                 clock=DeviceClock(state.device), breakdown=cfg.breakdown, after_step=run.ckpt.after_step,
                  on_window_open=lambda: log.info("warm-up done (%d steps): measuring %d steps",
                                                  cfg.warmup, cfg.steps - cfg.warmup))
+        run.ckpt.load_back()
         reports = runtime.gather(_rank_report(run))
     if state.rank != 0:
         return {}, {}
@@ -242,7 +252,7 @@ def _record(run: Started, status: str, metrics: dict | None = None, error: str |
         zero_stage=run.engine.zero_stage, precision=ds_config.precision_of(ds_cfg), optimizer=_optimizer(run),
         micro_batch=ds_cfg["train_micro_batch_size_per_gpu"],
         grad_accum=ds_cfg["gradient_accumulation_steps"], train_batch_size=ds_cfg["train_batch_size"],
-        hardware=results.hardware(state.device), metrics=metrics or {}, **extra)
+        hardware=results.hardware(state.device), metrics=metrics or {}, **run.ckpt.record_keys(), **extra)
     return record
 
 

@@ -1,7 +1,8 @@
 """Human-readable views of results records: one run's summary, and comparison tables.
 
 Units: throughput in samples (or images, sequences, tokens) per second; times in milliseconds;
-memory in MiB (2^20 bytes); TFLOP/s per device in 10^12 FLOP/s.
+memory in MiB (2^20 bytes); TFLOP/s per device in 10^12 FLOP/s; checkpoint sizes in GB (10^9 bytes)
+and their rates in GB/s.
 """
 
 from __future__ import annotations
@@ -94,7 +95,24 @@ def one_run(record: dict, results_path: str) -> str:
         lines.append(f"  timing       {m.get('timing_mode', 'step')} mode, {m.get('syncs_per_step')} synchronize(s) "
                      f"per step; outside clock: window {m['window_wall_s']:.3f} s wall, each rank's steps within "
                      f"{m['rank_steps_vs_wall_pct']:+.2f}%, straggler steps {m['steps_vs_wall_pct']:+.2f}%")
+    lines += checkpoint_lines(record)
     if record.get("comm_bound"):
         lines.append(f"  comm         {verdict.describe(record['comm_bound'])}")
     lines.append(f"  results      {results_path} (run {record['run_id']})")
     return "\n".join(lines)
+
+
+def checkpoint_lines(record: dict) -> list[str]:
+    """A run that resumed or saved checkpoints (``ds_bench.checkpoint``): load and save times, GB/s."""
+    lines, ck, resumed = [], record.get("checkpoint"), record.get("resume")
+    if resumed:
+        lines.append(f"  resumed      from step {record['resumed_from_step']} ({resumed['tag']} in {resumed['dir']}), "
+                     f"loaded in {resumed['load_s']:.3f} s, {resumed['load_GBps']:.2f} GB/s")
+    if ck and ck["save_s"]:
+        line = (f"  checkpoint   {len(ck['save_s'])} save(s) of {ck['bytes_total'] / 1e9:.3f} GB, median "
+                f"{ck['save_s_median']:.3f} s: {ck['save_GBps']:.2f} GB/s aggregate, per rank min "
+                f"{ck['save_GBps_per_rank_min']:.2f} / median {ck['save_GBps_per_rank_median']:.2f} GB/s")
+        if ck.get("load_s") is not None:
+            line += f"; load {ck['load_s']:.3f} s, {ck['load_GBps']:.2f} GB/s"
+        lines.append(f"{line} ({ck['api']}; not in step times)")
+    return lines

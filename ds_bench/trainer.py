@@ -14,7 +14,9 @@ warm-up steps run the same code but are not kept. Two timing modes (``timing``):
   step it measures can be slower than the real one (Megatron-LM says the same of its synced timers).
 
 Outside clock: the window closes with a synchronize and a barrier; ``LoopTimes.window_s`` is the
-wall time from the opening barrier to the closing one, which the sum of step times must match.
+wall time from the opening barrier to the closing one, less the time spent in ``after_step`` (the
+caller's work between steps, such as checkpoint saves: ``LoopTimes.excluded_s``), which the sum of
+step times must match.
 
 Compute time (``LoopTimes.compute_s``, what slow-rank detection compares) is forward plus the
 autograd backward of each micro-step: from the start of forward to the moment autograd finishes
@@ -55,7 +57,10 @@ class LoopTimes:
     compute_s: list[float] = field(default_factory=list)
     """Forward + autograd backward per measured step (module docstring), seconds."""
     window_s: float = 0.0
-    """Wall time of the measured window, opening barrier to closing barrier (the outside clock)."""
+    """Wall time of the measured window, opening barrier to closing barrier (the outside clock),
+    less ``excluded_s``."""
+    excluded_s: float = 0.0
+    """Wall time spent in ``after_step`` within the measured window: in no step and not in ``window_s``."""
 
     @property
     def steps_done(self) -> int:
@@ -75,8 +80,9 @@ def run_loop(engine, workload: Workload, batches: Iterator[Batch], *, steps: int
              grad_accum: int, float_dtype: torch.dtype, sync: Callable[[], None],
              barrier: Callable[[], None], times: LoopTimes, beat: Callable[[int], None] = lambda done: None,
              on_window_open: Callable[[], None] = lambda: None, clock: DeviceClock | None = None,
-             breakdown: bool = False) -> LoopTimes:
-    """Run ``steps`` steps into ``times``; ``beat(steps_done)`` after each (the step watchdog)."""
+             breakdown: bool = False, after_step: Callable[[int], None] = lambda done: None) -> LoopTimes:
+    """Run ``steps`` steps into ``times``; ``beat(steps_done)`` after each (the step watchdog), then
+    ``after_step(steps_done)``, whose time is in no step and is taken out of the window."""
     clock = clock or DeviceClock(torch.device("cpu"))
     phase_sync = sync if breakdown else None
     window_start = None
@@ -98,9 +104,13 @@ def run_loop(engine, workload: Workload, batches: Iterator[Batch], *, steps: int
             times.compute_s.append(sum(clock.seconds(m.bounds[1], m.autograd_end) for m in stamps))
         times.step_losses.append(torch.stack([m.loss for m in stamps]).float().mean())
         beat(times.steps_done)
+        outside = time.perf_counter()
+        after_step(times.steps_done)
+        if window_start is not None:
+            times.excluded_s += time.perf_counter() - outside
     if window_start is not None:
         barrier()
-        times.window_s = time.perf_counter() - window_start
+        times.window_s = time.perf_counter() - window_start - times.excluded_s
     return times
 
 

@@ -71,6 +71,18 @@ def hostfile(text: str, *rest: str, launcher: str = "deepspeed"):
     return argv
 
 
+def with_folders(argv, *paths: str, marker: str | None = None):
+    """``argv`` (a builder) after making folders under {tmp}; ``marker`` goes into the last one as the
+    checkpoint marker (``ds_bench.checkpoint_disk``)."""
+    def build(tmp: Path) -> list[str]:
+        for p in paths:
+            (tmp / p).mkdir(parents=True)
+        if marker is not None:
+            (tmp / paths[-1] / "ds_bench_checkpoint.json").write_text(marker)
+        return argv(tmp)
+    return build
+
+
 NUM = r"must be (a positive integer|positive|an integer >= 0|>= 0|a finite number)"
 CASES: dict[str, Case] = {}
 
@@ -99,6 +111,29 @@ CASES["--comm-results missing"] = Case(run("--comm-results", "{tmp}/none.jsonl")
 CASES["--iface missing"] = Case(run("--iface", "nosuch0"), r"interface 'nosuch0' .* does not exist")
 CASES["unknown flag"] = Case(run("--stepz", "3"), r"unrecognized arguments: --stepz 3")
 CASES["-- after run"] = Case(run("--", "--steps", "3"), r"arguments after '--' are not used here")
+
+# --- checkpoints (the folder they name, {tmp}/ckpt, must not be created) -----------------------------
+CKPT = ("--checkpoint", "{tmp}/ckpt")
+CASES["--checkpoint-every 0"] = Case(run(*CKPT, "--checkpoint-every", "0"), r"--checkpoint-every must be a positive integer, got 0")
+CASES["--checkpoint-every negative"] = Case(run(*CKPT, "--checkpoint-every", "-2"), r"--checkpoint-every must be a positive integer")
+CASES["--checkpoint-every text"] = Case(run(*CKPT, "--checkpoint-every", "often"), r"checkpoint-every.*invalid int value")
+CASES["--checkpoint-every alone"] = Case(run("--checkpoint-every", "2"), r"--checkpoint-every needs --checkpoint DIR")
+CASES["--checkpoint-every beyond steps"] = Case(run(*CKPT, "--checkpoint-every", "5"),
+                                                r"--checkpoint-every 5: no step of this run \(1\.\.3\) is a multiple of it")
+CASES["--checkpoint a file"] = Case(lambda tmp: ((tmp / "f").write_text("x"), run("--checkpoint", "{tmp}/f")(tmp))[1],
+                                    r"--checkpoint .*/f: is not a folder; expected a folder to save checkpoints in")
+CASES["--checkpoint under a file"] = Case(lambda tmp: ((tmp / "f").write_text("x"), run("--checkpoint", "{tmp}/f/ck")(tmp))[1],
+                                          r"--checkpoint .*/f/ck: .*/f is not a folder")
+CASES["--checkpoint under /proc"] = Case(run("--checkpoint", "/proc/ds-bench-ckpt"),
+                                         r"--checkpoint /proc/ds-bench-ckpt: cannot create files in /proc")
+CASES["--checkpoint tag exists"] = Case(with_folders(run("--checkpoint", "{tmp}/ck"), "ck/global_step3"),
+                                        r"--checkpoint .*/ck: global_step3 already exists; ds_bench overwrites no checkpoint")
+CASES["--resume missing"] = Case(run("--resume", "{tmp}/ckpt"), r"--resume .*/ckpt: not a folder; expected the --checkpoint DIR")
+CASES["--resume no checkpoint"] = Case(with_folders(run("--resume", "{tmp}/ck"), "ck/global_step2"),
+                                       r"--resume .*/ck: no complete checkpoint in it; expected global_step<k>/ds_bench_checkpoint\.json")
+SEED7 = '{"tag": "global_step2", "step": 2, "workload": "mnist", "seed": 7}'
+CASES["--resume other seed"] = Case(with_folders(run("--resume", "{tmp}/ck"), "ck/global_step2", marker=SEED7),
+                                    r"--resume .*/ck: global_step2 was saved with --seed 7, this run has 0; a resumed run needs the same")
 
 # --- the config file itself -------------------------------------------------------------------------
 CASES["config missing"] = Case(run("--ds-config", "{tmp}/absent.json"), r"--ds-config .*absent\.json: file not found")
@@ -423,4 +458,4 @@ def test_bad_input(name, tmp_path, capsys, no_side_effects):
     assert len(errors) == 1, err
     assert "Traceback" not in err and PASSED not in err, err
     assert re.search(case.pattern, errors[0]), errors[0]
-    assert not (tmp_path / "r.jsonl").exists()
+    assert not (tmp_path / "r.jsonl").exists() and not (tmp_path / "ckpt").exists()

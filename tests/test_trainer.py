@@ -4,6 +4,7 @@ the phase breakdown, compute time and outside clock come out of either mode."""
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 import torch
@@ -71,3 +72,19 @@ def test_phases_compute_and_window_are_measured_in_both_modes(breakdown):
 def test_no_measured_step_leaves_the_window_unmeasured():
     calls, times, _ = loop(breakdown=False, steps=2, warmup=2)
     assert times.window_s == 0.0 and calls == {"sync": 2, "barrier": 0}
+
+
+def test_after_step_time_is_in_no_step_and_out_of_the_window(monkeypatch):
+    """What the caller does between steps (checkpoint saves) is excluded: no step holds it, and the
+    window is the steps' sum again once ``excluded_s`` is taken out. The callback moves the clock
+    on by 10 s (a long save) without taking real time, so a busy machine cannot blur the test."""
+    real, offset, done = time.perf_counter, [0.0], []
+    monkeypatch.setattr(time, "perf_counter", lambda: real() + offset[0])
+    times = LoopTimes()
+    run_loop(Engine(), Workload(), batches(), steps=5, warmup=1, grad_accum=1, float_dtype=torch.float32,
+             sync=lambda: None, barrier=lambda: None, times=times,
+             after_step=lambda n: (done.append(n), offset.__setitem__(0, offset[0] + 10.0)))
+    assert done == [1, 2, 3, 4, 5]
+    assert max(times.step_s) < 10
+    assert times.excluded_s == pytest.approx(4 * 10.0, abs=1.0)  # after steps 2..5: inside the window
+    assert sum(times.step_s) <= times.window_s and sum(times.step_s) == pytest.approx(times.window_s, rel=0.05)
