@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 
 import torch
 import torch.distributed as dist
@@ -96,7 +97,7 @@ class TorchEngine:
         dcp.load(state, checkpoint_id=path)
         set_state_dict(self.module, self.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"])
-        extra = state["extra"]
+        extra = pickle.loads(state["extra"])
         if self.lr_scheduler is not None:
             self.lr_scheduler.load_state_dict(extra["scheduler"])
         if self.scaler is not None:
@@ -106,14 +107,16 @@ class TorchEngine:
 
     def _state(self, client_state: dict) -> dict:
         """What a checkpoint holds: model and optimizer as torch's state_dict API shards them (FSDP:
-        each rank its shards; DDP: one copy, deduplicated by the planner), and the small rest."""
+        each rank its shards; DDP: one copy, deduplicated by the planner), and the small rest as one
+        pickled leaf (DCP flattens nested dicts and loads only keys the loader already has, so a
+        client state of unknown keys would come back empty)."""
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         model_state, optim_state = get_state_dict(self.module, self.optimizer)
         extra = {"scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
                  "scaler": self.scaler.state_dict() if self.scaler else None,
                  "micro_steps": self.micro_steps, "global_steps": self.global_steps, "client_state": client_state}
-        return {"model": model_state, "optimizer": optim_state, "extra": extra}
+        return {"model": model_state, "optimizer": optim_state, "extra": pickle.dumps(extra)}
 
 
 def _grad_scaler(plan: TorchPlan, device: torch.device):
