@@ -332,7 +332,17 @@ CASES["sweep timeout 0"] = Case(cmd(*SWEEP, *MNIST, "--timeout", "0"), r"--timeo
 CASES["sweep timeout unit"] = Case(cmd(*SWEEP, *MNIST, "--timeout", "5x"), r"--timeout '5x': expected a duration such as 90s, 15m or 1h")
 CASES["sweep headroom 100"] = Case(cmd(*SWEEP, *MNIST, "--headroom", "100"), r"--headroom must be a percentage in \[0, 100\), got 100")
 CASES["sweep memory cap unit"] = Case(cmd(*SWEEP, *MNIST, "--cpu-mem-limit", "3XB"), r"--cpu-mem-limit '3XB' is not a size")
-CASES["sweep bad point"] = Case(cmd(*SWEEP, *MNIST, "--point", "z9 mbs=4"), r"--point 'z9 mbs=4': 'z9' is not z0\.\.z3")
+CASES["sweep bad point"] = Case(cmd(*SWEEP, *MNIST, "--point", "z9 mbs=4"), r"--point 'z9 mbs=4': 'z9' is not ddp\|fsdp, z0\.\.z3")
+CASES["sweep engine unknown"] = Case(cmd(*SWEEP, *MNIST, "--engines", "deepspeed,megatron"),
+                                     r"--engines 'deepspeed,megatron': 'megatron' is not one of deepspeed, ddp, fsdp")
+CASES["run engine unknown"] = Case(cmd("run", *MNIST, "--engine", "megatron"),
+                                   r"--engine 'megatron' is unknown; known: deepspeed, ddp, fsdp")
+CASES["run fsdp stage 0"] = Case(cmd("run", "--workload", "mnist", "--ds-config", "ds_configs/zero0.json", "--engine",
+                                     "fsdp"), r"--engine fsdp: ds_configs/zero0\.json: zero_optimization\.stage 0 "
+                                              r"replicates everything, .* or --engine ddp")
+CASES["run ddp offload"] = Case(cmd("run", "--workload", "mnist", "--ds-config", "ds_configs/zero2_offload.json",
+                                    "--engine", "ddp"), r"--engine ddp: ds_configs/zero2_offload\.json: "
+                                                        r"zero_optimization\.offload_\* is set; DDP keeps")
 CASES["sweep baseline unknown"] = Case(cmd(*SWEEP, *MNIST, "--micro-batch", "4", "--baseline", "z7"),
                                        r"--baseline 'z7': not a point of this sweep; points: z1 off=none (fp32|bf16) mbs=4")
 CASES["sweep mpirun without hostfile"] = Case(cmd(*SWEEP, *MNIST, "--launcher", "mpirun"), r"--launcher mpirun needs --hostfile")
