@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ds_bench import (checkpoint, ds_config, engines, faults, memory, ops, optim, peaks, preflight, rendezvous, results,
+from ds_bench import (checkpoint, ds_config, engines, faults, memory, ops, peaks, preflight, rendezvous, results,
                       runtime, slow_ranks, summary)
 from ds_bench.comm import verdict
 from ds_bench.config import RunConfig
@@ -249,15 +249,8 @@ def _record(run: Started, status: str, metrics: dict | None = None, error: str |
         world_size=state.world_size, launcher=state.launcher, master_addr=state.master_addr,
         rendezvous=state.rendezvous,
         backend=state.backend, engine=run.engine.name, engine_plan=run.engine.describe(), ds_config=ds_cfg,
-        zero_stage=run.engine.zero_stage, precision=ds_config.precision_of(ds_cfg), optimizer=_optimizer(run),
+        zero_stage=run.engine.zero_stage, precision=ds_config.precision_of(ds_cfg), optimizer=run.engine.optimizer_record(ds_cfg),
         micro_batch=ds_cfg["train_micro_batch_size_per_gpu"],
         grad_accum=ds_cfg["gradient_accumulation_steps"], train_batch_size=ds_cfg["train_batch_size"],
         hardware=results.hardware(state.device), metrics=metrics or {}, **run.ckpt.record_keys(), **extra)
     return record
-
-
-def _optimizer(run: Started) -> dict:
-    if run.engine.torch_plan is None:
-        return optim.describe(run.ds_cfg)
-    source = "ds_config" if "optimizer" in run.ds_cfg else optim.DEFAULT_SOURCE
-    return {"source": source, "type": f"torch.optim.{run.engine.torch_plan.optimizer}"}

@@ -3,7 +3,7 @@ bf16, and the DDP and FSDP baselines beside them.
 
 The deepspeed-launcher matrix goes through ``ds-bench sweep --engines deepspeed,ddp,fsdp`` (what
 ``make bench`` runs), which starts ``deepspeed --num_gpus 2 --module ds_bench run ...`` per point:
-ZeRO 0-3, DDP, FSDP at stages 2 and 3 in fp32, and ZeRO-3, DDP and FSDP-3 in bf16 (``--point``).
+ZeRO 0-3, DDP, FSDP at stages 2 and 3 in fp32, and DDP and FSDP-3 in bf16 (``--point``).
 torchrun runs ZeRO 0-3 in fp32 and ZeRO-3 in bf16 (bf16 is emulated on this AVX2 CPU, ~9x slower,
 so each precision path runs once per launcher, not the whole matrix twice). Runs happen once per module; the
 tests assert on the run records the points appended.
@@ -21,9 +21,9 @@ pytestmark = pytest.mark.dist
 STAGES = (0, 1, 2, 3)
 PRECISIONS = ("fp32", "bf16")
 TORCHRUN_POINTS = [(stage, "fp32") for stage in STAGES] + [(3, "bf16")]
-LAUNCHER_POINTS = TORCHRUN_POINTS
+LAUNCHER_POINTS = [(stage, "fp32") for stage in STAGES]
 FSDP_STAGES = {"fp32": (2, 3), "bf16": (3,)}
-BF16_POINTS = ("z3 bf16", "ddp bf16", "fsdp z3 bf16")
+BF16_POINTS = ("ddp bf16", "fsdp z3 bf16")
 STEPS, WARMUP = 10, 2
 SLOW_BUSBW = 0.001
 """GB/s given to the torchrun runs: 1 MB/s, so moving the CNN's gradients takes seconds per step."""
@@ -116,7 +116,7 @@ def test_sweep_prints_the_ranked_table(deepspeed_runs):
     recs, proc = deepspeed_runs
     lines = proc.stdout.splitlines()
     rows = [line for line in lines if re.match(r"^=?\d+\s+((ddp|fsdp) )?z[0-3] off=none (fp32|bf16) mbs=32\s+ok", line)]
-    assert len(rows) == 10 and len(recs) == 10, proc.stdout
+    assert len(rows) == 9 and len(recs) == 9, proc.stdout
     assert sum(" ddp z0 " in row for row in rows) == 2 and sum(" fsdp z" in row for row in rows) == 3
     assert "median images/s" in proc.stdout and any(line.startswith("recommended: ") for line in lines)
 
@@ -149,7 +149,7 @@ def test_ddp_and_fsdp_records(deepspeed_runs, precision):
         check_record(fsdp, "deepspeed", stage, precision)
         assert fsdp["engine_plan"]["reshard_after_forward"] is (stage == 3)
         assert fsdp["engine_plan"]["precision"] == precision
-    assert find(recs, 3, precision)["engine_plan"] is None  # DeepSpeed reads the config itself
+    assert find(recs, 3, "fp32")["engine_plan"] is None  # DeepSpeed reads the config itself
 
 
 def test_loss_parity_of_ddp_with_zero_0_and_fsdp_with_zero_2_and_3(deepspeed_runs):

@@ -170,7 +170,7 @@ def test_a_second_signal_ends_the_process_at_once(tmp_path):
 _SIGTERM_WHILE_RECORDING = """
 import os, signal, socket, sys
 import torch
-from ds_bench import faults, run
+from ds_bench import engines, faults, run
 from ds_bench.config import RunConfig
 from ds_bench.runtime import DistState
 
@@ -188,7 +188,7 @@ ds_cfg = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
 peers = [{"rank": 0, "host": socket.gethostname(), "pid": os.getpid()},
          {"rank": 1, "host": socket.gethostname(), "pid": 999999}]
 try:
-    run._record_failure(run.Started(cfg, ds_cfg, state, None, "rid", peers),
+    run._record_failure(run.Started(cfg, ds_cfg, engines.choose("deepspeed", ds_cfg, 1e-3, "x"), state, None, "rid", peers),
                         error=RuntimeError("Connection closed by peer"))
 except faults.Terminated as t:
     print("terminated", t.exit_code)

@@ -214,7 +214,7 @@ def test_synthetic_tokens():
 @pytest.fixture(scope="module")
 def bench_run(tmp_path_factory):
     results = tmp_path_factory.mktemp("gpt2_bench") / "r.jsonl"
-    proc = ds_bench("sweep", "--workload", "gpt2", "--ds-config", "ds_configs/zero2.json", "--stages", "2,3",
+    proc = ds_bench("sweep", "--workload", "gpt2", "--ds-config", "ds_configs/zero2.json", "--stages", "2",
                     "--precision", "bf16", "--micro-batch", "2", "--nproc", "2", "--steps", str(STEPS),
                     "--warmup", str(WARMUP), "--results", str(results), "--master-port", "29863",
                     "--size", "tiny", "--seq-len", str(SEQ), timeout=600, **OFFLINE)
@@ -223,7 +223,7 @@ def bench_run(tmp_path_factory):
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.parametrize("stage", [2])  # ZeRO-3 GPT-2 bf16: test_torchrun_zero3_with_activation_checkpointing
 def test_bench_records_gpt2_under_zero(bench_run, stage):
     recs, _ = bench_run
     (r,) = [r for r in recs if r["zero_stage"] == stage]
@@ -231,10 +231,10 @@ def test_bench_records_gpt2_under_zero(bench_run, stage):
 
 
 @pytest.mark.dist
-def test_bench_table_lists_both_gpt2_runs(bench_run):
+def test_bench_table_lists_the_gpt2_run(bench_run):
     _, out = bench_run
-    pattern = re.compile(r"(^|\s)z[23] off=none bf16 mbs=2\s.*\bok\b")
-    assert sum(bool(pattern.search(line)) for line in out.splitlines()) == 4, out  # progress line + table row each
+    pattern = re.compile(r"(^|\s)z2 off=none bf16 mbs=2\s.*\bok\b")
+    assert sum(bool(pattern.search(line)) for line in out.splitlines()) == 2, out  # progress line + table row
     assert "tokens/s" in out
 
 

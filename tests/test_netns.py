@@ -31,8 +31,11 @@ from mpi4py import MPI
 comm = MPI.COMM_WORLD
 names = comm.allgather(MPI.Get_processor_name())  # crosses the BTL (pinned to ib0)
 ips = subprocess.run(["hostname", "-I"], capture_output=True, text=True, timeout=5).stdout.split()
-print("HELLO", comm.rank, comm.size, MPI.Get_processor_name(), socket.gethostname(), ",".join(names),
-      ",".join(ips), os.environ.get("OMPI_COMM_WORLD_RANK"), flush=True)
+line = " ".join(map(str, ("HELLO", comm.rank, comm.size, MPI.Get_processor_name(), socket.gethostname(),
+                           ",".join(names), ",".join(ips), os.environ.get("OMPI_COMM_WORLD_RANK"))))
+lines = comm.gather(line, root=0)  # one writer: two ranks printing at once can interleave within a line
+if comm.rank == 0:
+    print("\\n".join(lines), flush=True)
 """
 
 

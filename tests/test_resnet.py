@@ -139,7 +139,7 @@ SHAPE = ("--size", "resnet18", "--image-size", "32", "--num-classes", "10", "--m
 @pytest.fixture(scope="module")
 def bench_run(tmp_path_factory):
     results = tmp_path_factory.mktemp("resnet_bench") / "r.jsonl"
-    proc = ds_bench("sweep", "--workload", "resnet", "--ds-config", "ds_configs/zero2.json", "--stages", "2,3",
+    proc = ds_bench("sweep", "--workload", "resnet", "--ds-config", "ds_configs/zero2.json", "--stages", "3",
                     "--precision", "bf16", "--micro-batch", "4", "--nproc", "2", "--steps", str(STEPS),
                     "--warmup", str(WARMUP), "--results", str(results), "--master-port", "29761",
                     "--size", "resnet18", "--", "--image-size", "32", "--num-classes", "10", timeout=600)
@@ -148,7 +148,7 @@ def bench_run(tmp_path_factory):
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.parametrize("stage", [3])  # BatchNorm buffers under ZeRO-3's partitioning, bf16 cast first
 def test_bench_records_resnet_under_zero(bench_run, stage):
     recs, _ = bench_run
     (r,) = [r for r in recs if r["zero_stage"] == stage]
@@ -167,10 +167,10 @@ def test_bench_records_resnet_under_zero(bench_run, stage):
 
 
 @pytest.mark.dist
-def test_bench_table_lists_both_resnet_runs(bench_run):
+def test_bench_table_lists_the_resnet_run(bench_run):
     _, out = bench_run
-    pattern = re.compile(r"(^|\s)z[23] off=none bf16 mbs=4\s.*\bok\b")
-    assert sum(bool(pattern.search(line)) for line in out.splitlines()) == 4, out  # progress line + table row each
+    pattern = re.compile(r"(^|\s)z3 off=none bf16 mbs=4\s.*\bok\b")
+    assert sum(bool(pattern.search(line)) for line in out.splitlines()) == 2, out  # progress line + table row
     assert "images/s" in out
 
 

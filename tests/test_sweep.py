@@ -202,7 +202,7 @@ GPT2_CAP = "1050MiB"
 def capped_auto_sweep(tmp_path_factory):
     results = tmp_path_factory.mktemp("auto") / "s.jsonl"
     proc = ds_bench("sweep", "--workload", "gpt2", "--size", "tiny", "--seq-len", "512", "--ds-config",
-                    "ds_configs/zero1.json", "--precision", "fp32", "--stages", "0,1,2,3", "--micro-batch", "auto",
+                    "ds_configs/zero1.json", "--precision", "fp32", "--stages", "0,3", "--micro-batch", "auto",
                     "--max-micro-batch", "16", "--cpu-mem-limit", GPT2_CAP, "--no-prune", "--nproc", "2", "--steps", "3",
                     "--warmup", "1", "--results", str(results), "--master-port", "29661", timeout=900,
                     HF_HUB_OFFLINE="1")
@@ -216,7 +216,7 @@ def test_auto_micro_batch_under_a_memory_cap_finds_the_largest_that_fits(capped_
     recs = point_records(results)
     assert any(r["status"] == "oom" for r in recs), explain(proc)
     assert {r["status"] for r in recs} <= {"ok", "oom", "skipped"}, [(r["key"], r["status"], r["reason"]) for r in recs]
-    for stage in range(4):
+    for stage in (0, 3):  # replicated and fully sharded: the two ends of what fits
         mine = [r for r in recs if r["point"]["stage"] == stage]
         fits = sorted(r["point"]["micro_batch"] for r in mine if r["status"] == "ok")
         too_big = sorted(r["point"]["micro_batch"] for r in mine if r["status"] != "ok")

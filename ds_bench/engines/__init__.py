@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ds_bench import ds_config
+from ds_bench import ds_config, optim
 from ds_bench.engines.plan import ENGINES, TorchPlan, plan
 from ds_bench.engines.torch_engine import DTYPES, TorchEngine, wrap_ddp, wrap_fsdp
 from ds_bench.errors import UserError
@@ -37,6 +37,13 @@ class EngineChoice:
     def describe(self) -> dict:
         """The record's ``engine_plan``: how the config was mapped (None for DeepSpeed: it reads it itself)."""
         return self.torch_plan.describe() if self.torch_plan else None
+
+    def optimizer_record(self, ds_cfg: dict) -> dict:
+        """The record's ``optimizer``: where it came from and the class that trains."""
+        if self.torch_plan is None:
+            return optim.describe(ds_cfg)
+        source = "ds_config" if "optimizer" in ds_cfg else optim.DEFAULT_SOURCE
+        return {"source": source, "type": f"torch.optim.{self.torch_plan.optimizer}"}
 
 
 def choose(name: str, ds_cfg: dict, default_lr: float, where: str) -> EngineChoice:
