@@ -107,7 +107,8 @@ def report(results_path: str, sweep_id: str | None = None, headroom_pct: float =
         path = stem + "-recommended.json"
         with open(path, "w", encoding="utf-8") as f:
             json.dump(ranking.recommended.ds_config, f, indent=2)
-        print(f"config:  {path}")
+        engine = ranking.recommended.point.engine
+        print(f"config:  {path}" + (f" (run it with --engine {engine})" if engine != "deepspeed" else ""))
     print(f"table:   {stem}.md, {stem}.csv")
     for path in plots.write_plots(ranking, stem):
         print(f"plot:    {path}")
