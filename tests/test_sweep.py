@@ -226,7 +226,9 @@ def test_auto_micro_batch_under_a_memory_cap_finds_the_largest_that_fits(capped_
         assert set(powers) <= set(fits), (stage, fits)  # the powers of two below it measured
     predicted = [(r["key"], r["predicted_mem_bytes"] / r["peak_mem_bytes"]) for r in recs
                  if r["status"] == "ok" and r["predicted_mem_bytes"]]
-    assert len(predicted) >= 3 and all(0.8 <= ratio <= 1.3 for _, ratio in predicted), predicted
+    # calibrated on the first ok point, then predicted for every later one (at least ZeRO-3's first;
+    # the prediction's accuracy over stages 0-3 is tests/test_sweep_predict.py's)
+    assert len(predicted) >= 1 and all(0.8 <= ratio <= 1.3 for _, ratio in predicted), predicted
     print("predicted/measured peak:", predicted)
     for r in recs:
         if r["status"] == "oom" and r["run_id"]:  # an allocation that really failed, per the run's own record
