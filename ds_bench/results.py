@@ -71,10 +71,13 @@ def _append_error(path: str, e: OSError):
     return UserError(f"{path}: could not append a whole results line: {e.strerror or e}")
 
 
-def read_records(path: str) -> list[dict]:
-    """Run records of a results file (other kinds, e.g. ``doctor --json`` lines, are skipped)."""
+def read_records(path: str, missing_ok: bool = False) -> list[dict]:
+    """Run records of a results file (other kinds, e.g. ``doctor --json`` lines, are skipped);
+    ``missing_ok``: a file not written yet holds none."""
     from ds_bench.errors import UserError
 
+    if missing_ok and not os.path.isfile(path):
+        return []
     out = []
     with open(path, encoding="utf-8", errors="replace") as f:
         for lineno, line in enumerate(f, 1):

@@ -103,7 +103,7 @@ def run_point(spec: ScalingSpec, sid: str, point: points.Point, env: dict[str, s
     probe = outcome.BusyProbe.start_now()
     end = jobs.run_job(_command(spec, sid, point), log_path, spec.timeout_s, env=env)
     busy = probe.finish()
-    runs = [r for r in _read(spec.runs_path) if r.get("tag") == tag]
+    runs = [r for r in results.read_records(spec.runs_path, missing_ok=True) if r.get("tag") == tag]
     classified, reason = outcome.classify(runs, end.exit_code, end.timed_out, spec.timeout_s)
     run = next((r for r in runs if r.get("status") == "ok"), None)
     status, reason = efficiency.point_status(classified, reason, run, point.world_size)
@@ -177,7 +177,3 @@ def _int(text: str) -> int | None:
         return int(text)
     except ValueError:
         return None
-
-
-def _read(path: str) -> list[dict]:
-    return results.read_records(path) if os.path.isfile(path) else []

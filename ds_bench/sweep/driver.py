@@ -138,7 +138,7 @@ class Sweep:
         probe = outcome.BusyProbe.start_now()
         end = jobs.run_job(argv, log_path, s.timeout_s)
         busy = probe.finish()
-        runs = [r for r in _read(s.runs_path) if r.get("tag") == tag]
+        runs = [r for r in results.read_records(s.runs_path, missing_ok=True) if r.get("tag") == tag]
         status, reason = outcome.classify(runs, end.exit_code, end.timed_out, s.timeout_s)
         chosen = next((r for r in runs if r.get("status") == "ok"), runs[0] if runs else None)
         record = ledger.point_record(sweep_id=self.sweep_id, spec=s, point=point, repeat=repeat, status=status,
@@ -220,10 +220,6 @@ def _smallest_oom(fits: dict[int, str]) -> int | None:
 
 def _slug(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", key.replace("=", "")).strip("_")
-
-
-def _read(path: str) -> list[dict]:
-    return results.read_records(path) if os.path.isfile(path) else []
 
 
 def _tail(path: str, n: int) -> list[str]:
