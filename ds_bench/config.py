@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 
 from ds_bench import argcheck
-from ds_bench.engines.plan import ENGINES
+from ds_bench.engines.plan import check_engine
 from ds_bench.errors import UserError
 
 
@@ -87,8 +87,7 @@ class RunConfig:
             value = getattr(self, name)
             _require(value is None or (math.isfinite(value) and value > 0),
                      f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
-        if self.engine not in ENGINES:
-            raise UserError(f"--engine {self.engine!r} is unknown; known: {', '.join(ENGINES)}")
+        check_engine(self.engine)
         check_timeout("--dist-timeout", self.dist_timeout_s)
         check_timeout("--connect-timeout", self.connect_timeout_s)
         check_timeout("--step-timeout", self.step_timeout_s)

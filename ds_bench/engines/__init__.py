@@ -14,9 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from ds_bench import ds_config, optim
-from ds_bench.engines.plan import ENGINES, TorchPlan, plan
+from ds_bench.engines.plan import ENGINES, TorchPlan, check_engine, plan
 from ds_bench.engines.torch_engine import DTYPES, TorchEngine, wrap_ddp, wrap_fsdp
-from ds_bench.errors import UserError
 
 __all__ = ["ENGINES", "EngineChoice", "choose", "build"]
 
@@ -47,8 +46,7 @@ class EngineChoice:
 
 
 def choose(name: str, ds_cfg: dict, default_lr: float, where: str) -> EngineChoice:
-    if name not in ENGINES:
-        raise UserError(f"--engine {name!r} is unknown; known: {', '.join(ENGINES)}")
+    check_engine(name)
     compute = DTYPES[ds_config.precision_of(ds_cfg)]
     if name == "deepspeed":
         return EngineChoice(name, ds_config.zero_stage(ds_cfg), compute, compute)

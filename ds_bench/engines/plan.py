@@ -33,6 +33,12 @@ from ds_bench.optim import ADAM_POPPED, torch_optimizers
 ENGINES = ("deepspeed", "ddp", "fsdp")
 
 
+def check_engine(name: str) -> None:
+    """``--engine`` must name one of ``ENGINES``."""
+    if name not in ENGINES:
+        raise UserError(f"--engine {name!r} is unknown; known: {', '.join(ENGINES)}")
+
+
 @dataclass(frozen=True)
 class TorchPlan:
     """What a DDP or FSDP run does with a resolved DeepSpeed config."""

@@ -14,11 +14,12 @@ import dataclasses
 import itertools
 from dataclasses import asdict, dataclass
 
+from ds_bench.engines.plan import ENGINES
+
 OFFLOADS = ("none", "optimizer", "all")
 """``optimizer``: ``offload_optimizer`` to CPU (ZeRO-Offload); ``all``: optimizer and parameters
 (ZeRO-Infinity to CPU memory, stage 3 only)."""
 PRECISIONS = ("fp32", "bf16", "fp16")
-ENGINES = ("deepspeed", "ddp", "fsdp")
 
 
 @dataclass(frozen=True, order=True)

@@ -17,8 +17,9 @@ import re
 from dataclasses import dataclass, field
 
 from ds_bench import argcheck
+from ds_bench.engines.plan import ENGINES
 from ds_bench.errors import UserError
-from ds_bench.sweep.points import ENGINES, OFFLOADS, PRECISIONS, Point, parse_key
+from ds_bench.sweep.points import OFFLOADS, PRECISIONS, Point, parse_key
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "ds_configs")
 
