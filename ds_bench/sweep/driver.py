@@ -22,8 +22,8 @@ import uuid
 from tqdm import tqdm
 
 from ds_bench import results
-from ds_bench.rendezvous import free_port
 from ds_bench.errors import UserError
+from ds_bench.rendezvous import free_port
 from ds_bench.sweep import jobs, ledger, outcome, predict
 from ds_bench.sweep.derive import derive
 from ds_bench.sweep.points import Point, families, invalid_reason, next_auto_micro_batch
@@ -131,7 +131,8 @@ class Sweep:
         tag = f"sweep-{self.sweep_id}-{_slug(point.key)}-r{repeat}-{uuid.uuid4().hex[:6]}"
         run_args = ["run", "--workload", s.workload, "--ds-config", self._config_file(point),  # written by the check
                     "--steps", str(s.steps), "--warmup", str(s.warmup), "--results", s.runs_path, "--tag", tag,
-                    "--step-timeout", str(s.timeout_s), "--engine", point.engine, *(["--cpu-mem-limit", str(s.cpu_mem_limit)] if s.cpu_mem_limit else []),
+                    "--step-timeout", str(s.timeout_s), "--engine", point.engine,
+                    *(["--cpu-mem-limit", str(s.cpu_mem_limit)] if s.cpu_mem_limit else []),
                     *s.run_args]
         log_path = os.path.join(s.output_path(".logs"), f"{_slug(point.key)}-r{repeat}-{tag[-6:]}.log")
         argv = jobs.command(s, run_args, free_port(s.master_port))
@@ -155,7 +156,8 @@ class Sweep:
         again once a second micro-batch of that point's family ran ok: two peaks separate the
         fixed per-step cost from the per-sample one (``predict.calibrate``)."""
         for r in records:
-            if not r.get("params") or r.get("peak_mem_bytes") is None or r["point"].get("engine", "deepspeed") != "deepspeed":
+            deepspeed = r["point"].get("engine", "deepspeed") == "deepspeed"
+            if not r.get("params") or r.get("peak_mem_bytes") is None or not deepspeed:
                 continue  # DDP/FSDP memory follows other rules than the DeepSpeed model predict.py calibrates
             self.ok_points.append(r)
             first = self.ok_points[0]
