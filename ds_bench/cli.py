@@ -13,10 +13,10 @@ import logging
 import sys
 import traceback
 
-from ds_bench import argcheck
-from ds_bench.config import RunConfig
+from ds_bench.cluster.faults import Terminated
+from ds_bench.config import argcheck
+from ds_bench.config.run_config import RunConfig
 from ds_bench.errors import UserError
-from ds_bench.faults import Terminated
 
 
 class _Parser(argparse.ArgumentParser):
@@ -88,7 +88,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
 
 
 def _size(text: str) -> int:
-    from ds_bench.memory import parse_size
+    from ds_bench.machine.memory import parse_size
 
     try:
         return parse_size(text)
@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--connect-timeout", dest="connect_timeout_s", type=float, default=30.0)
     doctor.add_argument("--json", default=None, help="append the full report as a JSON line here")
     doctor.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)
-    from ds_bench import launch
+    from ds_bench.jobs import launch
 
     launch.add_arguments(sub.add_parser("launch", help="build (and run) an mpirun/deepspeed/torchrun/srun command"))
     report = sub.add_parser("report", help="table (and plot) of a results file")
@@ -151,12 +151,12 @@ def main(argv: list[str] | None = None) -> int:
         if tail and args.command not in ("sweep", "bench", "launch", "scaling"):
             raise UserError(f"ds-bench {args.command}: arguments after '--' are not used here: {' '.join(tail)}")
         if args.command == "run":
-            from ds_bench.run import run_benchmark
+            from ds_bench.run.main import run_benchmark
 
             return run_benchmark(run_config(args))
         if args.command == "doctor":
-            from ds_bench.config import check_timeout
-            from ds_bench.doctor import run_doctor
+            from ds_bench.comm.doctor import run_doctor
+            from ds_bench.config.run_config import check_timeout
 
             check_timeout("--dist-timeout", args.dist_timeout_s)
             check_timeout("--connect-timeout", args.connect_timeout_s)
@@ -171,14 +171,14 @@ def main(argv: list[str] | None = None) -> int:
 
             return scaling_main(args)
         if args.command == "launch":
-            from ds_bench import launch
+            from ds_bench.jobs import launch
 
             return launch.main(args)
         if args.command in ("sweep", "bench"):
             from ds_bench.sweep.main import main as sweep_main
 
             return sweep_main(args)
-        from ds_bench.report import report_main
+        from ds_bench.report.main import report_main
 
         return report_main(args)
     except UserError as e:
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """Console-script entry: a distributed run ends through ``runtime.exit_process``."""
-    from ds_bench.runtime import exit_process
+    from ds_bench.cluster.process import exit_process
 
     code = main()
     logging.getLogger("ds_bench").debug("exit %s", code)

@@ -73,7 +73,7 @@ def hostfile(text: str, *rest: str, launcher: str = "deepspeed"):
 
 def with_folders(argv, *paths: str, marker: str | None = None):
     """``argv`` (a builder) after making folders under {tmp}; ``marker`` goes into the last one as the
-    checkpoint marker (``ds_bench.checkpoint_disk``)."""
+    checkpoint marker (``ds_bench.measure.checkpoint_disk``)."""
     def build(tmp: Path) -> list[str]:
         for p in paths:
             (tmp / p).mkdir(parents=True)
@@ -441,8 +441,9 @@ CASES["scaling strong-scaling config"] = Case(
 @pytest.fixture
 def no_side_effects(monkeypatch):
     """Anything past validation fails loudly instead of joining a process group or launching."""
-    from ds_bench import launch, runtime
-    from ds_bench.sweep import jobs
+    from ds_bench.cluster import process as runtime
+    from ds_bench.jobs import launch
+    from ds_bench.jobs import spawn as jobs
 
     def passed(*_a, **_k):
         raise AssertionError(PASSED)

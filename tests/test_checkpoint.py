@@ -18,10 +18,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from ds_bench import checkpoint
-from ds_bench.checkpoint import (bytes_per_rank, figures, mismatch, plan, save_steps, skip, timed)
-from ds_bench.checkpoint_disk import MARKER, check_target, discard, newest_complete, remove_created, write_marker
 from ds_bench.errors import UserError
+from ds_bench.measure import checkpoint
+from ds_bench.measure.checkpoint import bytes_per_rank, figures, mismatch, plan, save_steps, skip, timed
+from ds_bench.measure.checkpoint_disk import (
+    MARKER,
+    check_target,
+    discard,
+    newest_complete,
+    remove_created,
+    write_marker,
+)
 from tests.conftest import explain, records, run_cmd
 
 ZERO2 = ["--workload", "mnist", "--ds-config", "ds_configs/zero2.json", "--set", "bf16.enabled=false", "--warmup", "1"]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ds_bench.doctor import leftover_notes, version_problems
+from ds_bench.comm.doctor import leftover_notes, version_problems
 from tests.conftest import ds_bench, explain, run_cmd
 
 

@@ -5,8 +5,16 @@ from pathlib import Path
 
 import pytest
 
-from ds_bench.ds_config import (RunContext, apply_overrides, load_json, parse_override, precision_of, prepare,
-                                resolve_auto, unknown_keys)
+from ds_bench.config.deepspeed.prepare import (
+    RunContext,
+    apply_overrides,
+    load_json,
+    parse_override,
+    precision_of,
+    prepare,
+    resolve_auto,
+    unknown_keys,
+)
 from ds_bench.errors import UserError
 
 CONFIGS = sorted((Path(__file__).parent.parent / "ds_configs").glob("*.json"))
@@ -124,7 +132,7 @@ OPT = {"optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
 
 
 def test_a_config_without_optimizer_is_accepted_and_gets_a_default(tmp_path):
-    from ds_bench import optim
+    from ds_bench.config.deepspeed import optim
 
     cfg = prepare(write(tmp_path, {"zero_optimization": {"stage": 1}}), (), CPU)
     assert "optimizer" not in cfg

@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ds_bench import faults
+from ds_bench.cluster import faults
 from tests.conftest import BIN, REPO, child_env, shm_buffers
 
 RUN = ["run", "--workload", "mnist", "--ds-config", "ds_configs/zero1.json", "--set", "bf16.enabled=false",
@@ -170,9 +170,11 @@ def test_a_second_signal_ends_the_process_at_once(tmp_path):
 _SIGTERM_WHILE_RECORDING = """
 import os, signal, socket, sys
 import torch
-from ds_bench import engines, faults, run
-from ds_bench.config import RunConfig
-from ds_bench.runtime import DistState
+from ds_bench import engines
+from ds_bench.cluster import faults
+from ds_bench.run import main as run
+from ds_bench.config.run_config import RunConfig
+from ds_bench.cluster.process import DistState
 
 faults.install_signal_handlers()
 

@@ -12,9 +12,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from ds_bench import flops
-from ds_bench.config import RunConfig
-from ds_bench.workloads import build_workload
+from ds_bench.config.run_config import RunConfig
+from ds_bench.workloads import build_workload, flops
 from ds_bench.workloads.gpt2 import enable_checkpointing
 from tests.conftest import REPO
 

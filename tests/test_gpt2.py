@@ -18,13 +18,11 @@ import numpy as np
 import pytest
 import torch
 
-from ds_bench import flops
-
-from ds_bench.config import RunConfig
+from ds_bench.config.run_config import RunConfig
 from ds_bench.data import text
+from ds_bench.data.tokenizer import load_gpt2_tokenizer
 from ds_bench.errors import UserError
-from ds_bench.tokenizer import load_gpt2_tokenizer
-from ds_bench.workloads import build_workload
+from ds_bench.workloads import build_workload, flops
 from ds_bench.workloads.gpt2 import SHAPES, GPT2Workload, gpt2_config
 from tests.conftest import REPO, ds_bench, explain, records, run_cmd
 

@@ -54,7 +54,7 @@ def _check_mfu(r):
     m = r["metrics"]
     assert r["status"] == "ok" and r["hardware"]["device_type"] == "cuda"
     assert m["model_flops_per_step"] > 0 and m["tflops_per_device"] > 0
-    if m["peak_tflops"] is not None:  # a GPU in ds_bench.peaks: MFU is a real fraction
+    if m["peak_tflops"] is not None:  # a GPU in ds_bench.measure.peaks: MFU is a real fraction
         assert 0 < m["mfu"] < 1 and m["mfu"] == pytest.approx(m["tflops_per_device"] / m["peak_tflops"])
     else:
         assert m["mfu"] is None and "--peak-tflops" in m["mfu_note"]

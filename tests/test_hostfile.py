@@ -1,18 +1,18 @@
-"""Tests for ds_bench.hostfile: parsing, loading, include/exclude filters, shipped examples."""
+"""Tests for ds_bench.cluster.hostfile: parsing, loading, include/exclude filters, shipped examples."""
 
 import re
 from pathlib import Path
 
 import pytest
 
-from ds_bench.errors import UserError
-from ds_bench.hostfile import (
+from ds_bench.cluster.hostfile import (
     filter_slots,
     is_valid_hostname,
     load_hostfile,
     parse_hostfile,
     world_info,
 )
+from ds_bench.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
 

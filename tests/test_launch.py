@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from ds_bench.errors import UserError
-from ds_bench.launch import deepspeed_command, mpirun_command, srun_command, torchrun_command
+from ds_bench.jobs.launch import deepspeed_command, mpirun_command, srun_command, torchrun_command
 from tests.conftest import ds_bench, explain, records, run_cmd
 
 RUN = ["run", "--workload", "mnist", "--ds-config", "ds_configs/zero2.json"]
@@ -92,7 +92,7 @@ def launch_args(*argv):
 
 
 def test_deepspeed_skips_the_ssh_check_when_every_host_is_this_machine():
-    from ds_bench import launch
+    from ds_bench.jobs import launch
 
     assert deepspeed_command("hf", RUN, master_addr="localhost", master_port=29500, local_only=True) == [
         "deepspeed", "--hostfile", "hf", "--master_addr", "localhost", "--master_port", "29500", "--no_ssh_check",
@@ -104,7 +104,7 @@ def test_deepspeed_skips_the_ssh_check_when_every_host_is_this_machine():
 
 
 def test_a_failing_launcher_is_one_line_and_its_exit_code(monkeypatch, capsys):
-    from ds_bench import launch
+    from ds_bench.jobs import launch
 
     monkeypatch.setattr(launch, "run_child", lambda argv: 250)
     assert launch.main(launch_args("deepspeed", "--hostfile", "hostfiles/localhost_2")) == 250

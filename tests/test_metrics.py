@@ -2,7 +2,7 @@
 
 import pytest
 
-from ds_bench.metrics import RankReport, summarize
+from ds_bench.measure.metrics import RankReport, summarize
 from ds_bench.workloads.base import shard_epochs
 
 

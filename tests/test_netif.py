@@ -1,11 +1,10 @@
-"""Tests for ds_bench.netif: reading fake /sys/class/net trees and choosing the interface."""
+"""Tests for ds_bench.cluster.netif: reading fake /sys/class/net trees and choosing the interface."""
 
 import re
 
 import pytest
 
-from ds_bench.errors import UserError
-from ds_bench.netif import (
+from ds_bench.cluster.netif import (
     Iface,
     IfaceChoice,
     choose_interface,
@@ -14,6 +13,7 @@ from ds_bench.netif import (
     read_interfaces,
     resolve_hostname_addr,
 )
+from ds_bench.errors import UserError
 
 
 def make_if(root, name, type_id=None, operstate=None, device=False):

@@ -5,7 +5,7 @@ import os
 import sys
 from pathlib import Path
 
-from ds_bench import ops
+from ds_bench.machine import jit_ops as ops
 from tests.conftest import BIN
 
 
@@ -96,7 +96,7 @@ def test_a_stale_lock_in_the_real_op_folder_does_not_hang_the_next_run(tmp_path)
     lock.write_text("")
     os.utime(lock, (time.time() - 60, time.time() - 60))
     try:
-        proc = run_cmd([sys.executable, "-m", "ds_bench.ops"], timeout=120)
+        proc = run_cmd([sys.executable, "-m", "ds_bench.machine.jit_ops"], timeout=120)
     finally:
         lock.unlink(missing_ok=True)
     assert proc.returncode == 0, explain(proc)
@@ -110,7 +110,7 @@ def test_another_path_order_reuses_the_build_instead_of_rebuilding():
 
     folder = Path(op_folder("deepspeed_shm_comm"))
     before = (folder / ".ninja_log").read_text()
-    proc = run_cmd([sys.executable, "-m", "ds_bench.ops"], timeout=120, PATH=f"/usr/bin:/bin:{BIN}")
+    proc = run_cmd([sys.executable, "-m", "ds_bench.machine.jit_ops"], timeout=120, PATH=f"/usr/bin:/bin:{BIN}")
     assert proc.returncode == 0, explain(proc)
     assert "deepspeed_shm_comm: cached" in proc.stdout
     assert (folder / ".ninja_log").read_text() == before

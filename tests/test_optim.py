@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from ds_bench import optim
+from ds_bench.config.deepspeed import optim
 from ds_bench.errors import UserError
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ds_bench.peaks import compute_metrics, peak_tflops
+from ds_bench.measure.peaks import compute_metrics, peak_tflops
 
 
 def test_dense_peaks_by_device_and_dtype():
@@ -10,7 +10,7 @@ def test_dense_peaks_by_device_and_dtype():
     assert peak_tflops("NVIDIA H100 PCIe", "cuda", "bf16")[0] == 756.5
     assert peak_tflops("NVIDIA H200", "cuda", "fp32")[0] == 66.9
     assert peak_tflops("NVIDIA A100-SXM4-80GB", "cuda", "fp16")[0] == 312.0
-    assert peak_tflops("Tesla V100-SXM2-32GB", "cuda", "bf16") == (None, "V100 has no bf16 peak in ds_bench.peaks")
+    assert peak_tflops("Tesla V100-SXM2-32GB", "cuda", "bf16") == (None, "V100 has no bf16 peak in ds_bench.measure.peaks")
 
 
 def test_names_match_whole_words_never_a_neighbour():

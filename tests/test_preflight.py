@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-from ds_bench.config import RunConfig
+from ds_bench.config.preflight import check_results_path, nearest_existing
+from ds_bench.config.run_config import RunConfig
 from ds_bench.data import local, text
 from ds_bench.errors import UserError
-from ds_bench.preflight import check_results_path, nearest_existing
 from ds_bench.workloads import build_workload
 from ds_bench.workloads.base import check_enough
 from tests.conftest import FASHION_MNIST, REPO, ds_bench, explain, fill_up, records, run_cmd
@@ -144,7 +144,7 @@ def test_empty_text_files(tmp_path):
 
 @pytest.mark.parametrize("content", ['{"broken', '{"model": {"type": "BPE"}}'], ids=["not JSON", "not a tokenizer"])
 def test_malformed_tokenizer_in_model_folder(tmp_path, content):
-    from ds_bench.tokenizer import load_gpt2_tokenizer
+    from ds_bench.data.tokenizer import load_gpt2_tokenizer
 
     (tmp_path / "tokenizer.json").write_text(content)
     with pytest.raises(UserError, match=r"cannot load the GPT-2 tokenizer in .*: \w+"):
@@ -175,7 +175,7 @@ def test_file_lock_waits_a_bounded_time_then_goes_on(tmp_path):
 
 
 def _tokenize_shared(files, calls, out):
-    from ds_bench.tokenizer import load_gpt2_tokenizer
+    from ds_bench.data.tokenizer import load_gpt2_tokenizer
 
     real = text._tokenize
 

@@ -5,11 +5,10 @@ import time
 
 import pytest
 
-from ds_bench.discovery import RankInfo
+from ds_bench.cluster.discovery import RankInfo
+from ds_bench.cluster.netif import IfaceChoice
+from ds_bench.cluster.rendezvous import Rendezvous, default_port, rendezvous_env, resolve, spans_hosts, wait_reachable
 from ds_bench.errors import UserError
-from ds_bench.netif import IfaceChoice
-from ds_bench.rendezvous import (Rendezvous, default_port, rendezvous_env, resolve, spans_hosts,
-                                 wait_reachable)
 
 
 def info(**kw):
@@ -108,7 +107,7 @@ def test_a_missing_iface_is_rejected_on_one_rank_too():
 def test_free_port_keeps_a_free_preferred_port_and_replaces_a_taken_one():
     import socket
 
-    from ds_bench.rendezvous import free_port
+    from ds_bench.cluster.rendezvous import free_port
 
     with socket.socket() as taken:
         taken.bind(("", 0))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from ds_bench.config import RunConfig
+from ds_bench.config.run_config import RunConfig
 from ds_bench.data.images import IMAGENET_MEAN, IMAGENET_STD
 from ds_bench.errors import UserError
 from ds_bench.workloads import build_workload

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from ds_bench.errors import UserError
-from ds_bench.results import append_record, read_records, versions
+from ds_bench.record.store import append_record, read_records, versions
 from tests.conftest import fill_up
 
 PAD = 10_000  # ~10 KB lines: larger than a pipe's atomic write and a page, so interleaving would show

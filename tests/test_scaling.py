@@ -8,12 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from ds_bench import cli, results
+from ds_bench import cli
 from ds_bench.errors import UserError
+from ds_bench.jobs import spawn as jobs
+from ds_bench.record import store as results
 from ds_bench.scaling import efficiency, points
 from ds_bench.scaling import main as scaling_main
 from ds_bench.scaling.spec import parse_counts
-from ds_bench.sweep import jobs
 from tests.conftest import ds_bench, explain, records
 
 RUN = ["run", "--workload", "mnist", "--ds-config", "c.json"]

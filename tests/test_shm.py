@@ -1,11 +1,11 @@
-"""ds_bench.shm: DeepSpeed's all-reduce buffer names, and finding buffers no process maps (real mmap, real /proc)."""
+"""ds_bench.machine.shm: DeepSpeed's all-reduce buffer names, and finding buffers no process maps (real mmap, real /proc)."""
 
 import mmap
 import os
 
 import pytest
 
-from ds_bench import shm
+from ds_bench.machine import shm
 from tests.conftest import BIN, explain, run_cmd, shm_buffers
 
 

@@ -13,9 +13,9 @@ import psutil
 import pytest
 import torch
 
-from ds_bench import slow_ranks
-from ds_bench.summary import one_run
-from ds_bench.trainer import DeviceClock
+from ds_bench.measure import slow_ranks
+from ds_bench.measure.loop import DeviceClock
+from ds_bench.report.summary import one_run
 from tests.conftest import BIN, REPO, child_env, explain, records, run_cmd
 
 # --- the rule --------------------------------------------------------------------------------------

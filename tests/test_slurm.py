@@ -1,11 +1,11 @@
-"""Tests for ds_bench.slurm: host list expansion and tasks-per-node expansion."""
+"""Tests for ds_bench.cluster.slurm: host list expansion and tasks-per-node expansion."""
 
 import re
 
 import pytest
 
+from ds_bench.cluster.slurm import expand_nodelist, tasks_per_node
 from ds_bench.errors import UserError
-from ds_bench.slurm import expand_nodelist, tasks_per_node
 
 
 @pytest.mark.parametrize(

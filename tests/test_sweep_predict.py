@@ -1,4 +1,4 @@
-"""ds_bench.sweep.predict: model-state formulas per stage, DeepSpeed's estimators for bf16 ZeRO 2/3,
+"""ds_bench.jobs.predict: model-state formulas per stage, DeepSpeed's estimators for bf16 ZeRO 2/3,
 calibration, scaling with micro-batch and precision, fits/headroom (pure, inline numbers); and one
 real 2-rank check of predicted against measured peaks."""
 
@@ -7,9 +7,16 @@ from __future__ import annotations
 import psutil
 import pytest
 
-from ds_bench.sweep.points import Point
-from ds_bench.sweep.predict import (Calibration, ModelShape, calibrate, device_capacity_bytes, fits,
-                                    model_states_bytes, predict_peak_bytes)
+from ds_bench.jobs.points import Point
+from ds_bench.jobs.predict import (
+    Calibration,
+    ModelShape,
+    calibrate,
+    device_capacity_bytes,
+    fits,
+    model_states_bytes,
+    predict_peak_bytes,
+)
 from tests.conftest import explain, records, run_cmd
 
 PSI, LAYER = 1_000_000, 100_000

@@ -9,10 +9,10 @@ import statistics
 
 import pytest
 
-from ds_bench.sweep.plots import pareto_front, write_plots
-from ds_bench.sweep.points import Point
-from ds_bench.sweep.rank import GIB, rank, recommendation_line, summarize_points, was_busy
-from ds_bench.sweep.table import NOTE_CHARS, brief, markdown, terminal, write_csv
+from ds_bench.jobs.points import Point
+from ds_bench.report.ranking import GIB, rank, recommendation_line, summarize_points, was_busy
+from ds_bench.report.sweep_plots import pareto_front, write_plots
+from ds_bench.report.sweep_table import NOTE_CHARS, brief, markdown, terminal, write_csv
 
 CAP = 80 * GIB
 

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from ds_bench.trainer import PHASES, DeviceClock, LoopTimes, run_loop, timing
+from ds_bench.measure.loop import PHASES, DeviceClock, LoopTimes, run_loop, timing
 
 
 class Engine:

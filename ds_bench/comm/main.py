@@ -18,12 +18,15 @@ import os
 
 import torch
 
-from ds_bench import ops, rendezvous, results, runtime
+from ds_bench.cluster import process as runtime
+from ds_bench.cluster import rendezvous
 from ds_bench.comm import pairs, report
 from ds_bench.comm.bandwidth import sizes
 from ds_bench.comm.measure import sample
 from ds_bench.comm.spec import DTYPES, MAX_BYTES, CommSpec, from_args
 from ds_bench.comm.topology import link_groups, make_groups
+from ds_bench.machine import jit_ops as ops
+from ds_bench.record import store as results
 
 log = logging.getLogger("ds_bench")
 MAX_PRINTED = 12

@@ -10,11 +10,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ds_bench import argcheck
 from ds_bench.comm.bandwidth import COLLECTIVES
 from ds_bench.comm.pairs import DEFAULT_SLOW_LINK_PCT
+from ds_bench.config import argcheck
 from ds_bench.errors import UserError
-from ds_bench.memory import parse_size
+from ds_bench.machine.memory import parse_size
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
           "float64": torch.float64}
@@ -71,7 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def from_args(args: argparse.Namespace) -> CommSpec:
-    from ds_bench.config import check_timeout
+    from ds_bench.config.run_config import check_timeout
 
     collectives = parse_collectives(args.collectives)
     min_bytes = _size("--min-bytes", args.min_bytes)

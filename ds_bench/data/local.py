@@ -35,7 +35,7 @@ def cache_dir(*parts: str) -> str:
 
 def load_local_dataset(builder: str, flag_value: str, **kwargs):
     """``datasets.load_dataset(builder, split="train", **kwargs)`` offline; errors name ``--data``."""
-    from ds_bench.runtime import hub_offline
+    from ds_bench.cluster.process import hub_offline
 
     hub_offline()
     import datasets

@@ -2,7 +2,7 @@
 
 ``choose`` resolves ``--engine`` against a prepared DeepSpeed config before the process group is
 joined (bad combinations are ``UserError``s, exit 2); ``build`` wraps the model once ranks have
-joined. Every engine returns an object with DeepSpeed's engine surface (``ds_bench.trainer`` calls
+joined. Every engine returns an object with DeepSpeed's engine surface (``ds_bench.measure.loop`` calls
 ``engine(...)``, ``backward``, ``step``, ``device``; ``save_checkpoint`` / ``load_checkpoint``),
 so the loop, timing and records are the same for all three.
 """
@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ds_bench import ds_config, optim
+from ds_bench.config.deepspeed import optim
+from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.engines.plan import ENGINES, TorchPlan, check_engine, plan
 from ds_bench.engines.torch_engine import DTYPES, TorchEngine, wrap_ddp, wrap_fsdp
 

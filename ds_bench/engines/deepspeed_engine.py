@@ -1,11 +1,11 @@
-"""The DeepSpeed engine: ``deepspeed.initialize`` with the config as resolved by ``ds_bench.ds_config``
-and, when the config names no optimizer, ds_bench's default client optimizer (``ds_bench.optim``)."""
+"""The DeepSpeed engine: ``deepspeed.initialize`` with the config as resolved by ``ds_bench.config.deepspeed.prepare``
+and, when the config names no optimizer, ds_bench's default client optimizer (``ds_bench.config.deepspeed.optim``)."""
 
 from __future__ import annotations
 
 import torch
 
-from ds_bench import optim
+from ds_bench.config.deepspeed import optim
 
 
 def initialize(model: torch.nn.Module, ds_cfg: dict, lr: float):

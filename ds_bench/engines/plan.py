@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ds_bench.ds_config import precision_of, zero_stage
-from ds_bench.ds_sections import offload_device
+from ds_bench.config.deepspeed.optim import ADAM_POPPED, torch_optimizers
+from ds_bench.config.deepspeed.prepare import precision_of, zero_stage
+from ds_bench.config.deepspeed.sections import offload_device
 from ds_bench.errors import UserError
-from ds_bench.optim import ADAM_POPPED, torch_optimizers
 
 ENGINES = ("deepspeed", "ddp", "fsdp")
 

@@ -1,6 +1,6 @@
 """PyTorch DDP and FSDP2 behind DeepSpeed's engine surface, so the loop, timing and records are shared.
 
-``TorchEngine`` answers what ``ds_bench.trainer`` asks of a DeepSpeed engine: ``engine(**batch)``
+``TorchEngine`` answers what ``ds_bench.measure.loop`` asks of a DeepSpeed engine: ``engine(**batch)``
 (forward), ``backward(loss)`` and ``step()`` once per micro-step (the optimizer steps only at the
 gradient-accumulation boundary, as ``DeepSpeedEngine.step`` does), ``device``, and
 ``save_checkpoint`` / ``load_checkpoint`` with DeepSpeed's signatures, written with torch's
@@ -25,7 +25,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 class TorchEngine:
     def __init__(self, module: torch.nn.Module, plan: TorchPlan, device: torch.device):
-        from ds_bench.optim import scheduler_classes
+        from ds_bench.config.deepspeed.optim import scheduler_classes
 
         self.module, self.plan, self.device = module, plan, device
         self.optimizer = getattr(torch.optim, plan.optimizer)(module.parameters(), **plan.optimizer_params)

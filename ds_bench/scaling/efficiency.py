@@ -12,7 +12,7 @@ sample per device is the inverse of per-device throughput, so
 which is also Horovod's "scaling efficiency" (Sergeev & Del Balso, arXiv:1802.05799: throughput at
 N over N times the throughput of one device). 1.0 is perfect; below 1.0, communication and
 stragglers cost time. ``N_0`` is the smallest point that ran ok (normally the smallest asked for).
-Throughputs are the run's own (``ds_bench.metrics``): global samples over the measured steps' summed
+Throughputs are the run's own (``ds_bench.measure.metrics``): global samples over the measured steps' summed
 straggler step times, warm-up excluded, and that divided by the world size.
 """
 
@@ -42,7 +42,7 @@ def row(point, status: str, reason: str | None, run: dict | None, *, tag: str, l
 
 
 def point_status(classified: str, reason: str | None, run: dict | None, world_size: int) -> tuple[str, str | None]:
-    """``ok`` or ``failed`` with the reason (``ds_bench.sweep.outcome.classify``'s status kept in it)."""
+    """``ok`` or ``failed`` with the reason (``ds_bench.jobs.outcome.classify``'s status kept in it)."""
     if classified != "ok":
         return "failed", f"{classified}: {reason or '-'}"
     if run is None or run.get("world_size") != world_size:
@@ -68,7 +68,7 @@ def efficiency(per_device: float, base_per_device: float) -> float:
 def notes(rows: list[dict], cores: int | None, device_type: str) -> list[str]:
     """What makes the figures less comparable than they look: threads per rank that differ, a per-device
     batch that changed, CPU ranks beyond the cores of a node, other work on the machine meanwhile."""
-    from ds_bench.sweep.rank import was_busy
+    from ds_bench.report.ranking import was_busy
 
     ok = [r for r in rows if r["status"] == "ok"]
     out = []

@@ -1,5 +1,5 @@
 """``ds-bench scaling``: prepare (flags, points, threads per CPU rank), execute (each point a fresh
-job, as a sweep point: ``ds_bench.sweep.jobs``), record (one ``kind: scaling`` line, table, plot).
+job, as a sweep point: ``ds_bench.jobs.spawn``), record (one ``kind: scaling`` line, table, plot).
 
     ds-bench scaling --workload mnist --ds-config ds_configs/zero1.json --ranks 1,2,4 \\
         -- --steps 30 --warmup 5 --micro-batch 32 --set bf16.enabled=false
@@ -28,17 +28,19 @@ import uuid
 
 from tqdm import tqdm
 
-from ds_bench import results
-from ds_bench.rendezvous import free_port
-from ds_bench.scaling import efficiency, points, report
+from ds_bench.cluster.rendezvous import free_port
+from ds_bench.jobs import outcome
+from ds_bench.jobs import spawn as jobs
+from ds_bench.record import store as results
+from ds_bench.report import scaling_table as report
+from ds_bench.scaling import efficiency, points
 from ds_bench.scaling.spec import ScalingSpec, from_args
-from ds_bench.sweep import jobs, outcome
 
 
 def main(args: argparse.Namespace) -> int:
     import torch
 
-    from ds_bench.cpu_features import this_cpu_has_native_bf16
+    from ds_bench.machine.cpu_features import this_cpu_has_native_bf16
 
     gpu = torch.cuda.is_available()
     spec = from_args(args, "cuda" if gpu else "cpu", torch.cuda.device_count() if gpu else 0)

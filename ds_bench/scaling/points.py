@@ -2,7 +2,7 @@
 
 A point is one world size: ``--ranks 1,2,4`` gives 1, 2 and 4 ranks on this node; ``--hostfile H
 --nodes 1,2`` gives the first 1 and 2 hosts of H, each with the slots its line gives. ``job`` is what
-``ds_bench.sweep.jobs.command`` reads (launcher, ranks per node, hostfile), so a point is launched
+``ds_bench.jobs.spawn.command`` reads (launcher, ranks per node, hostfile), so a point is launched
 exactly as a sweep point is.
 """
 

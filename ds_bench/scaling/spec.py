@@ -15,7 +15,7 @@ import itertools
 import os
 from dataclasses import asdict, dataclass
 
-from ds_bench import argcheck
+from ds_bench.config import argcheck
 from ds_bench.errors import UserError
 from ds_bench.scaling.points import Point, node_points, rank_points
 
@@ -108,7 +108,7 @@ def plan(args: argparse.Namespace, device_type: str, devices: int) -> tuple[Poin
 
 
 def _node_plan(path: str, nodes: tuple[int, ...]) -> tuple[Point, ...]:
-    from ds_bench.hostfile import load_hostfile
+    from ds_bench.cluster.hostfile import load_hostfile
 
     hosts = tuple(load_hostfile(path).items())
     if nodes[-1] > len(hosts):
@@ -118,7 +118,7 @@ def _node_plan(path: str, nodes: tuple[int, ...]) -> tuple[Point, ...]:
 
 
 def from_args(args: argparse.Namespace, device_type: str, devices: int) -> ScalingSpec:
-    from ds_bench.preflight import check_results_path
+    from ds_bench.config.preflight import check_results_path
     from ds_bench.sweep.spec import config_path, parse_duration
     from ds_bench.workloads import REGISTRY
 
@@ -165,7 +165,7 @@ def _batch_per_device(path: str, run: argparse.Namespace, points: tuple[Point, .
                       device_type: str) -> tuple[int, int, str]:
     """(micro-batch, gradient accumulation) per device, the same at every point, and the precision;
     or a UserError."""
-    from ds_bench import ds_config
+    from ds_bench.config.deepspeed import prepare as ds_config
 
     seen = {}
     for p in points:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 
-from ds_bench.sweep.points import Point
+from ds_bench.jobs.points import Point
 
 _CPU_OFFLOAD = {"device": "cpu", "pin_memory": True}
 

@@ -21,14 +21,16 @@ import uuid
 
 from tqdm import tqdm
 
-from ds_bench import results
+from ds_bench.cluster.rendezvous import free_port
 from ds_bench.errors import UserError
-from ds_bench.rendezvous import free_port
-from ds_bench.sweep import jobs, ledger, outcome, predict
+from ds_bench.jobs import outcome, predict
+from ds_bench.jobs import spawn as jobs
+from ds_bench.jobs.points import Point, families, invalid_reason, next_auto_micro_batch
+from ds_bench.record import store as results
+from ds_bench.report.ranking import GIB
+from ds_bench.report.sweep_table import brief
+from ds_bench.sweep import ledger
 from ds_bench.sweep.derive import derive
-from ds_bench.sweep.points import Point, families, invalid_reason, next_auto_micro_batch
-from ds_bench.sweep.rank import GIB
-from ds_bench.sweep.table import brief
 
 log = logging.getLogger("ds_bench")
 
@@ -99,7 +101,7 @@ class Sweep:
     def _surely_too_big(self, predicted: int | None) -> bool:
         """Calibrated on two micro-batches the prediction came within 0.91-1.00x of the measured
         peak; on one, 1.2-1.8x high (it counts the step's fixed cost as per-sample), so then only a
-        prediction over twice the capacity skips a point (measured: ``ds_bench.sweep.predict``)."""
+        prediction over twice the capacity skips a point (measured: ``ds_bench.jobs.predict``)."""
         if predicted is None:
             return False
         return predicted > self.capacity * (1 if self.two_point else 2)
@@ -113,7 +115,8 @@ class Sweep:
         return reason
 
     def _config_rejected(self, point: Point) -> str | None:
-        from ds_bench import ds_config, engines
+        from ds_bench import engines
+        from ds_bench.config.deepspeed import prepare as ds_config
 
         ctx = ds_config.RunContext(world_size=self.world, device_type=self.spec.device_type, lr=1e-3,
                                    steps=self.spec.steps, warmup=self.spec.warmup, micro_batch=None)

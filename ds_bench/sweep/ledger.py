@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 
-from ds_bench import results
+from ds_bench.record import store as results
 
 FINAL = ("ok", "oom", "skipped")
 

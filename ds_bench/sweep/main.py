@@ -22,7 +22,7 @@ log = logging.getLogger("ds_bench")
 def main(args: argparse.Namespace) -> int:
     import torch
 
-    from ds_bench.cpu_features import this_cpu_has_native_bf16
+    from ds_bench.machine.cpu_features import this_cpu_has_native_bf16
     from ds_bench.sweep import driver
     from ds_bench.sweep.spec import from_args
 
@@ -52,7 +52,7 @@ def main(args: argparse.Namespace) -> int:
 
 def _check_baseline(spec) -> None:
     """A baseline must be a point the sweep can have (with ``auto`` micro-batches, checked at the end)."""
-    from ds_bench.sweep.points import grid
+    from ds_bench.jobs.points import grid
 
     if spec.baseline is None or spec.micro_batches is None:
         return
@@ -64,7 +64,7 @@ def _check_baseline(spec) -> None:
 
 
 def plan_text(sweep) -> str:
-    from ds_bench.sweep.points import families, invalid_reason
+    from ds_bench.jobs.points import families, invalid_reason
 
     s = sweep.spec
     lines = [f"families (micro-batch {'auto' if s.micro_batches is None else ','.join(map(str, s.micro_batches))}, "
@@ -79,8 +79,10 @@ def plan_text(sweep) -> str:
 
 def report(results_path: str, sweep_id: str | None = None, headroom_pct: float = 10.0,
            baseline: str | None = None, write_config: bool = True) -> int:
-    from ds_bench import results
-    from ds_bench.sweep import plots, rank, table
+    from ds_bench.record import store as results
+    from ds_bench.report import ranking as rank
+    from ds_bench.report import sweep_plots as plots
+    from ds_bench.report import sweep_table as table
 
     records = [r for r in results.read_records(results_path) if r.get("kind") == "sweep_point"]
     if sweep_id is None and records:

@@ -3,7 +3,7 @@
 Both run DeepSpeed, DDP and FSDP (``--engines``), so the baselines sit beside ZeRO in one table.
 CPU: MNIST over ZeRO 0-3 x two micro-batches, plus one optimizer-offload point, 2 ranks, in the
 precision the CPU runs natively (fp32 where bf16 is only emulated: ~9x slower on AVX2-only CPUs,
-``ds_bench.cpu_features``), sized to finish in a few minutes on 2 cores. GPU: GPT-2 small at
+``ds_bench.machine.cpu_features``), sized to finish in a few minutes on 2 cores. GPU: GPT-2 small at
 sequence length 1024 in bf16 over ZeRO 0-3 x no offload / optimizer offload, micro-batch ``auto``.
 """
 

@@ -16,10 +16,10 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ds_bench import argcheck
+from ds_bench.config import argcheck
 from ds_bench.engines.plan import ENGINES
 from ds_bench.errors import UserError
-from ds_bench.sweep.points import OFFLOADS, PRECISIONS, Point, parse_key
+from ds_bench.jobs.points import OFFLOADS, PRECISIONS, Point, parse_key
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "ds_configs")
 
@@ -175,7 +175,7 @@ def check_numbers(args: argparse.Namespace) -> None:
     if args.launcher == "torchrun":
         raise UserError("--launcher torchrun: a sweep launches each point from one process; use deepspeed, "
                         "mpirun (with --hostfile) or srun")
-    from ds_bench.preflight import check_results_path
+    from ds_bench.config.preflight import check_results_path
 
     check_results_path(args.results)
 
@@ -187,8 +187,8 @@ def config_path(name: str) -> str:
 
 def from_args(args: argparse.Namespace, run_tail: list[str], gpu: bool, native_bf16: bool) -> tuple[SweepSpec, dict]:
     """The validated spec and the base config (``--ds-config`` with ``--set`` applied, not resolved)."""
-    from ds_bench import ds_config
-    from ds_bench.memory import parse_size
+    from ds_bench.config.deepspeed import prepare as ds_config
+    from ds_bench.machine.memory import parse_size
     from ds_bench.sweep import preset
     from ds_bench.sweep.derive import axes_of
     from ds_bench.workloads import REGISTRY

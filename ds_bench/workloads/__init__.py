@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ds_bench.config import RunConfig
+from ds_bench.config.run_config import RunConfig
 from ds_bench.errors import UserError
 from ds_bench.workloads.base import Workload
 from ds_bench.workloads.gpt2 import GPT2Workload

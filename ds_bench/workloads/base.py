@@ -2,7 +2,7 @@
 
 A workload turns a ``RunConfig`` into a model, an endless stream of per-rank batches, a loss and
 (for FLOPs/MFU) a model-FLOPs count. Its constructor checks flags and paths; ``prepare_data`` reads
-and checks ``--data`` itself, before the process group is joined (``ds_bench.preflight``).
+and checks ``--data`` itself, before the process group is joined (``ds_bench.config.preflight``).
 ``ds_bench.workloads.REGISTRY`` maps names to the classes.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import torch
 
-from ds_bench.config import RunConfig
+from ds_bench.config.run_config import RunConfig
 from ds_bench.errors import UserError
 
 Batch = dict[str, torch.Tensor]

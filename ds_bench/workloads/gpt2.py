@@ -9,11 +9,11 @@ dropout, as nanoGPT does for pretraining, so runs are deterministic across ZeRO 
 
 ``--seq-len`` (default 1024; ``n_positions`` grows to fit for models from scratch).
 ``--data synthetic`` (uniform random tokens) or a text / JSON-lines file or folder
-(``ds_bench.data.text``: tokenized once with the real GPT-2 BPE of ``ds_bench.tokenizer``,
+(``ds_bench.data.text``: tokenized once with the real GPT-2 BPE of ``ds_bench.data.tokenizer``,
 cached, packed into full sequences, sharded across ranks; read and counted by ``prepare_data``
 before the process group is joined). ``--activation-checkpointing``
 recomputes each block in the backward pass. Reports tokens/s and sequences/s; model FLOPs from
-``ds_bench.flops.gpt2_flops_per_token`` (PaLM's 6N + 12 L d T, recomputation not counted).
+``ds_bench.workloads.flops.gpt2_flops_per_token`` (PaLM's 6N + 12 L d T, recomputation not counted).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from ds_bench import flops
 from ds_bench.data import text
 from ds_bench.errors import UserError
+from ds_bench.workloads import flops
 from ds_bench.workloads.base import Batch, Workload, check_enough, cycle_pool, shard_epochs
 
 # name: (n_layer, n_embd, n_head)
@@ -130,7 +130,7 @@ class GPT2Workload(Workload):
                 for _ in range(SYNTHETIC_POOL)]
 
     def _tokenizer(self):
-        from ds_bench.tokenizer import load_gpt2_tokenizer
+        from ds_bench.data.tokenizer import load_gpt2_tokenizer
 
         tokenizer = load_gpt2_tokenizer(self.cfg.model_path)
         if len(tokenizer) > self.config.vocab_size:

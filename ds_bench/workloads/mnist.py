@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ds_bench import flops
 from ds_bench.data.idx import find_split, load_split
+from ds_bench.workloads import flops
 from ds_bench.workloads.base import Batch, Workload, check_enough, cycle_pool, shard_epochs
 
 MEAN, STD = 0.1307, 0.3081  # MNIST pixel statistics used by pytorch/examples
@@ -67,7 +67,7 @@ class MnistWorkload(Workload):
         return F.cross_entropy(model(batch["x"]).float(), batch["y"])
 
     def model_flops_per_sample(self, model: nn.Module) -> float:
-        """3 x the forward FLOPs of the two convolutions and two linear layers (ds_bench.flops).
+        """3 x the forward FLOPs of the two convolutions and two linear layers (ds_bench.workloads.flops).
 
         By shape: conv1 2*1*9*32*26*26, conv2 2*32*9*64*24*24, fc1 2*9216*128, fc2 2*128*10,
         about 23.97 MFLOP forward, 71.9 MFLOP per trained image.

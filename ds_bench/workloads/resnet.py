@@ -11,7 +11,7 @@ resnet152 60,192,808 parameters, the torchvision / Keras counts.
 Flags: ``--size`` (default resnet50), ``--image-size`` (default 224), ``--num-classes`` (default:
 the data's class count for real data, else 1000), ``--data synthetic | IDX_FOLDER | IMAGE_FOLDER``
 (see ``ds_bench.data.images``). Throughput is reported in images/s. Model FLOPs are counted from
-the layer shapes (``ds_bench.flops.layer_forward_flops``), 3x the forward for training.
+the layer shapes (``ds_bench.workloads.flops.layer_forward_flops``), 3x the forward for training.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ds_bench import flops
 from ds_bench.data import images
 from ds_bench.data.idx import find_split
 from ds_bench.errors import UserError
+from ds_bench.workloads import flops
 from ds_bench.workloads.base import Batch, Workload, check_enough, cycle_pool, shard_epochs
 
 # name: (blocks per stage, output channels per stage, block type)
@@ -93,7 +93,7 @@ class ResNetWorkload(Workload):
         return F.cross_entropy(logits.float(), batch["labels"])
 
     def model_flops_per_sample(self, model: nn.Module) -> float:
-        """3 x the forward FLOPs of Conv2d and Linear layers at this image size (ds_bench.flops)."""
+        """3 x the forward FLOPs of Conv2d and Linear layers at this image size (ds_bench.workloads.flops)."""
         param = next(model.parameters())
         x = torch.zeros(1, 3, self.image_size, self.image_size, dtype=param.dtype, device=param.device)
         return flops.TRAIN_FACTOR * flops.layer_forward_flops(model, lambda: model(pixel_values=x))

@@ -1,0 +1,1 @@
+"""What to run: the run configuration and its flags, shared flag parsers, pre-flight checks, and the DeepSpeed JSON (``deepspeed/``)."""

@@ -1,0 +1,1 @@
+"""The DeepSpeed JSON config: loading, overrides, sections, keys, optimizer and scheduler resolution."""

@@ -1,0 +1,215 @@
+"""Loading and resolving a DeepSpeed JSON config before ``deepspeed.initialize`` sees it.
+
+Pipeline (``prepare``): parse the JSON (errors give line and column) -> apply ``--set`` overrides
+-> rename legacy aliases (``ds_sections``) -> reject unknown keys with the nearest valid one ->
+resolve HuggingFace-style ``"auto"`` values from the run -> check the batch arithmetic -> validate
+the ZeRO/bf16/fp16 sections with DeepSpeed's models -> check the precision against the device and
+the combinations DeepSpeed rejects -> check optimizer and scheduler (``optim``) -> build
+DeepSpeed's own ``DeepSpeedConfig`` as a last net. Every problem is a one-line ``UserError``
+naming the file and the dotted key. The result is a plain dict, stored verbatim in the record.
+
+``"auto"`` rules follow the HF Trainer's DeepSpeed integration
+(transformers/integrations/deepspeed.py, ``HfTrainerDeepSpeedConfig.trainer_config_process``).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ds_bench.config.deepspeed import optim
+from ds_bench.config.deepspeed import sections as ds_sections
+from ds_bench.config.deepspeed.keys import section_keys
+from ds_bench.errors import UserError
+
+DEFAULT_MICRO_BATCH = 32
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What the run knows that ``"auto"`` values and checks depend on."""
+
+    world_size: int
+    device_type: str
+    lr: float
+    steps: int
+    warmup: int
+    micro_batch: int | None = None
+    hidden_size: int | None = None
+
+
+def prepare(path: str, overrides: tuple[str, ...], ctx: RunContext) -> dict:
+    cfg = ds_sections.rename_aliases(apply_overrides(load_json(path), overrides), path)
+    check_unknown_keys(cfg, path)
+    cfg = ds_sections.normalize_sections(resolve_auto(cfg, ctx, path), path)
+    check_precision(cfg, ctx.device_type, path)
+    ds_sections.check_combinations(cfg, path)
+    optim.check_optimizer(cfg, path)
+    optim.check_scheduler(cfg, path)
+    ds_sections.check_with_deepspeed(cfg, path)
+    return cfg
+
+
+def load_json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise UserError(f"{path}: cannot read DeepSpeed config ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (byte {e.start}); a DeepSpeed config is JSON") from None
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+    if not isinstance(cfg, dict):
+        raise UserError(f"{path}: a DeepSpeed config must be a JSON object, got {type(cfg).__name__}")
+    return cfg
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``a.b.c=VALUE`` -> (["a", "b", "c"], VALUE parsed as JSON, else kept as a string)."""
+    key, sep, raw = text.partition("=")
+    parts = key.split(".")
+    if not sep or not all(p.strip() for p in parts):
+        raise UserError(f"--set {text!r}: expected KEY=VALUE with a dotted DeepSpeed key, "
+                        "e.g. --set zero_optimization.stage=3")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return [p.strip() for p in parts], value
+
+
+def apply_overrides(cfg: dict, overrides: tuple[str, ...]) -> dict:
+    out = copy.deepcopy(cfg)
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = out
+        for i, part in enumerate(parts[:-1]):
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise UserError(f"--set {text!r}: {'.'.join(parts[:i + 1])} is not a JSON object")
+        node[parts[-1]] = value
+    return out
+
+
+def unknown_keys(cfg: dict) -> list[str]:
+    """Dotted unknown keys, each with a 'did you mean' hint when one is close."""
+    found = []
+    for section, allowed in section_keys().items():
+        node = _get(cfg, section)
+        if not isinstance(node, dict):
+            continue
+        for key in node:
+            if key not in allowed:
+                dotted = ".".join((*section, key))
+                near = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.75)
+                found.append(dotted + (f" (did you mean {near[0]}?)" if near else ""))
+    return found
+
+
+def check_unknown_keys(cfg: dict, path: str) -> None:
+    bad = unknown_keys(cfg)
+    if bad:
+        raise UserError(f"{path}: unknown DeepSpeed key{'s' if len(bad) > 1 else ''} "
+                        f"{'; '.join(bad)}: DeepSpeed would ignore or reject it")
+
+
+def resolve_auto(cfg: dict, ctx: RunContext, path: str) -> dict:
+    out = copy.deepcopy(cfg)
+    _resolve_batch(out, ctx, path)
+    hidden = ctx.hidden_size
+    rules = {
+        ("gradient_clipping",): 1.0,
+        ("optimizer", "params", "lr"): ctx.lr,
+        ("optimizer", "params", "betas"): [0.9, 0.999],
+        ("optimizer", "params", "eps"): 1e-8,
+        ("optimizer", "params", "weight_decay"): 0.0,
+        ("scheduler", "params", "warmup_min_lr"): 0.0,
+        ("scheduler", "params", "warmup_max_lr"): ctx.lr,
+        ("scheduler", "params", "warmup_num_steps"): ctx.warmup,
+        ("scheduler", "params", "total_num_steps"): ctx.steps,
+        ("bf16", "enabled"): True,
+        ("fp16", "enabled"): False,
+        ("zero_optimization", "reduce_bucket_size"): hidden * hidden if hidden else int(5e8),
+        ("zero_optimization", "stage3_prefetch_bucket_size"): int(0.9 * hidden * hidden) if hidden else int(5e7),
+        ("zero_optimization", "stage3_param_persistence_threshold"): 10 * hidden if hidden else int(1e5),
+    }
+    for key, value in rules.items():
+        if _get(out, key) == "auto":
+            _get(out, key[:-1])[key[-1]] = value
+    left = _find_auto(out)
+    if left:
+        raise UserError(f"{path}: no rule to resolve \"auto\" for {', '.join(left)}; give a value")
+    return out
+
+
+def _resolve_batch(cfg: dict, ctx: RunContext, path: str) -> None:
+    """train_batch_size = micro-batch x gradient accumulation x world size, any two giving the third."""
+    world = ctx.world_size
+    micro = _int_or_none(cfg, "train_micro_batch_size_per_gpu", path)
+    gas = _int_or_none(cfg, "gradient_accumulation_steps", path)
+    total = _int_or_none(cfg, "train_batch_size", path)
+    micro = ctx.micro_batch or micro
+    if micro is None:
+        micro = total // ((gas or 1) * world) if total and total % ((gas or 1) * world) == 0 else DEFAULT_MICRO_BATCH
+    if gas is None:
+        gas = total // (micro * world) if total and total % (micro * world) == 0 else 1
+    if total is None:
+        total = micro * gas * world
+    if total != micro * gas * world:
+        raise UserError(
+            f"{path}: train_batch_size ({total}) must equal train_micro_batch_size_per_gpu ({micro}) "
+            f"x gradient_accumulation_steps ({gas}) x world size ({world}) = {micro * gas * world}")
+    cfg.update(train_micro_batch_size_per_gpu=micro, gradient_accumulation_steps=gas, train_batch_size=total)
+
+
+def check_precision(cfg: dict, device_type: str, path: str) -> None:
+    """Precision against the device (after ``ds_sections`` made bfloat16 -> bf16 and coerced values)."""
+    fp16 = _get(cfg, ("fp16", "enabled")) is True
+    bf16 = _get(cfg, ("bf16", "enabled")) is True
+    if fp16 and bf16:
+        raise UserError(f"{path}: fp16.enabled and bf16.enabled are both true; choose one")
+    if fp16 and device_type == "cpu":
+        raise UserError(f"{path}: fp16 is not supported on CPU (DeepSpeed: 'Type fp16 is not supported "
+                        "on your device'); use bf16: --set fp16.enabled=false --set bf16.enabled=true")
+
+
+def precision_of(cfg: dict) -> str:
+    if _get(cfg, ("bf16", "enabled")) is True:
+        return "bf16"
+    if _get(cfg, ("fp16", "enabled")) is True:
+        return "fp16"
+    return "fp32"
+
+
+def zero_stage(cfg: dict) -> int:
+    return int(_get(cfg, ("zero_optimization", "stage")) or 0)
+
+
+def _int_or_none(cfg: dict, key: str, path: str) -> int | None:
+    value = cfg.get(key)
+    if value is None or value == "auto":
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise UserError(f"{path}: {key} must be a positive integer or \"auto\", got {value!r}")
+    return value
+
+
+def _get(cfg: dict, key: tuple[str, ...]) -> Any:
+    node: Any = cfg
+    for part in key:
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _find_auto(node: Any, prefix: str = "") -> list[str]:
+    if isinstance(node, dict):
+        return [k for key, v in node.items() for k in _find_auto(v, f"{prefix}{key}.")]
+    return [prefix.rstrip(".")] if node == "auto" else []

@@ -1,0 +1,107 @@
+"""What became of a launched point, and whether the machine was busy while it ran.
+
+``classify`` reads the point's own run records (``status``, ``failure.kind``, which the run sets from
+the exception type: ``ds_bench.machine.memory.is_out_of_memory``) and the launcher's exit status, never
+free text:
+- ``timeout``: the sweep stopped it at ``--timeout`` (whatever the ranks recorded on the way out);
+- ``ok``: a record with status ok and exit status 0;
+- ``oom``: any rank recorded ``failure.kind == "oom"`` (the rank that ran out; its peers then fail
+  on the lost connection, which is not the cause);
+- ``crashed``: anything else: a non-zero exit, a signal, or no record at all.
+
+``Busy`` measures other work on the machine during a point: the 1-minute load average before and
+after, and ``other_cores`` = (CPU time the whole machine was busy − CPU time of the point's own
+processes) / wall time, from /proc/stat (psutil) and ``RUSAGE_CHILDREN`` (the point's processes,
+all waited for by the time it is read). On GPU nodes, the compute processes nvidia-smi lists that
+are not the point's own.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+
+import psutil
+
+
+def classify(records: list[dict], exit_code: int | None, timed_out: bool, timeout_s: float) -> tuple[str, str | None]:
+    """(status, reason) of one attempt (pure)."""
+    if timed_out:
+        return "timeout", f"no result within {timeout_s:g} s (--timeout); the point was stopped"
+    failed = [r for r in records if r.get("status") == "failed"]
+    oom = [r for r in failed if (r.get("failure") or {}).get("kind") == "oom"]
+    if oom:
+        return "oom", oom[0].get("error")
+    if exit_code == 0 and any(r.get("status") == "ok" for r in records):
+        return "ok", None
+    if failed:
+        own = [r for r in failed if not (r.get("failure") or {}).get("peers")] or failed
+        return "crashed", own[0].get("error")
+    return "crashed", f"{describe_exit(exit_code)} with no record"
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        return f"killed by {_signal_name(-code)}"
+    if code > 128 and _signal_name(code - 128):
+        return f"exit code {code} ({_signal_name(code - 128)})"
+    return f"exit code {code}"
+
+
+def _signal_name(num: int) -> str | None:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return None
+
+
+@dataclass
+class BusyProbe:
+    load_before: float
+    busy_before: float
+    children_before: float
+    start: float
+
+    @classmethod
+    def start_now(cls) -> BusyProbe:
+        return cls(os.getloadavg()[0], _machine_busy_s(), _children_cpu_s(), time.monotonic())
+
+    def finish(self) -> dict:
+        wall = max(time.monotonic() - self.start, 1e-9)
+        other = ((_machine_busy_s() - self.busy_before) - (_children_cpu_s() - self.children_before)) / wall
+        return {"load_before": round(self.load_before, 2), "load_after": round(os.getloadavg()[0], 2),
+                "other_cores": round(max(other, 0.0), 2), "cores": os.cpu_count(), "gpu_others": gpu_others()}
+
+
+def _machine_busy_s() -> float:
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+
+def _children_cpu_s() -> float:
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return u.ru_utime + u.ru_stime
+
+
+def gpu_others(own_pids: set[int] | None = None) -> list[dict]:
+    """Compute processes on the GPUs that are not ours (nvidia-smi; [] where there is none)."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    apps = []
+    for line in out.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and int(parts[0]) not in (own_pids or set()):
+            apps.append({"pid": int(parts[0]), "used_mib": float(parts[1]) if parts[1].replace(".", "").isdigit() else None})
+    return apps

@@ -1,0 +1,158 @@
+"""The one place a sweep (and ``ds-bench scaling``) starts and stops processes: each point is a fresh
+job under a launcher.
+
+``command`` (pure) builds the job's argv with the builders ``ds-bench launch`` uses: on this node
+``deepspeed --num_gpus N --master_port P --module ds_bench run ...`` (or ``torchrun
+--nproc_per_node N``); with a hostfile, the deepspeed launcher or Open MPI's ``mpirun``; inside a
+Slurm allocation, ``srun``. ``run_job`` starts it in a
+session of its own (its output to the point's log file, never the terminal), waits at most the
+point's timeout, and on a timeout or an interrupt stops the whole process group: SIGTERM (the ranks
+record why they stop), then SIGKILL after ``GRACE_S``; a second Ctrl-C kills at once. It returns
+only when no process of the job is left, so the next point starts on a free device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+GRACE_S = 15.0
+GONE_WAIT_S = 30.0
+
+
+@dataclass(frozen=True)
+class JobEnd:
+    exit_code: int | None
+    timed_out: bool
+    started_at: float
+    ended_at: float
+
+
+def command(spec, run_args: list[str], port: int) -> list[str]:
+    from ds_bench.jobs import launch
+
+    if spec.launcher == "deepspeed" and not spec.hostfile:
+        return [deepspeed_launcher(), "--num_gpus", str(spec.nproc), "--master_port", str(port), "--module",
+                "ds_bench", *run_args]
+    if spec.launcher == "srun":
+        nodes = int(os.environ.get("SLURM_JOB_NUM_NODES", "1"))
+        return launch.srun_command(run_args, nnodes=nodes, tasks_per_node=spec.nproc, python=sys.executable)
+    ns = argparse.Namespace(launcher=spec.launcher, hostfile=spec.hostfile, include="", exclude="", nnodes=None,
+                            nproc_per_node=spec.nproc, node_rank=0, master_addr=None, master_port=port, iface=None,
+                            mpi=None, run_args=run_args)
+    argv = launch.build(ns)
+    return [beside_python(argv[0]), *argv[1:]] if argv[0] in ("deepspeed", "torchrun") else argv
+
+
+def world_of(spec) -> tuple[int, int]:
+    """(world size, ranks per node) of every point."""
+    if spec.hostfile:
+        from ds_bench.cluster.hostfile import load_hostfile, world_info
+
+        slots = load_hostfile(spec.hostfile)
+        _, world = world_info(slots)
+        return world, max(len(s) for s in slots.values())
+    nodes = int(os.environ.get("SLURM_JOB_NUM_NODES", "1")) if spec.launcher == "srun" else 1
+    return spec.nproc * nodes, spec.nproc
+
+
+def deepspeed_launcher() -> str:
+    return beside_python("deepspeed")
+
+
+def beside_python(launcher: str) -> str:
+    """The launcher of this Python's environment (its bin folder need not be on PATH), else by name."""
+    beside = os.path.join(os.path.dirname(sys.executable), launcher)
+    return beside if os.path.exists(beside) else launcher
+
+
+def run_job(argv: list[str], log_path: str, timeout_s: float, env: dict[str, str] | None = None) -> JobEnd:
+    """``env``: the job's whole environment (default: this process's)."""
+    os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+    with open(log_path, "ab") as log:
+        log.write(("$ " + " ".join(argv) + "\n").encode())
+        log.flush()
+        started = time.time()
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env)
+        try:
+            code, timed_out = proc.wait(timeout=timeout_s), False
+        except subprocess.TimeoutExpired:
+            code, timed_out = stop(proc), True
+        except BaseException:  # Ctrl-C / SIGTERM to the sweep: clean up the running point, then go
+            with _second_interrupt_kills(proc.pid):
+                stop(proc)
+            raise
+        wait_gone(proc.pid)
+    return JobEnd(code, timed_out, started, time.time())
+
+
+def stop(proc: subprocess.Popen) -> int | None:
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        return proc.wait(timeout=GRACE_S)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, signal.SIGKILL)
+        return proc.wait(timeout=GRACE_S)
+    finally:
+        wait_gone(proc.pid)
+
+
+def wait_gone(pgid: int, timeout_s: float = GONE_WAIT_S) -> None:
+    """Until no process of the job's group is left (SIGKILL to stragglers after ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while _group_alive(pgid):
+        if time.monotonic() > deadline:
+            _signal_group(pgid, signal.SIGKILL)
+            deadline = time.monotonic() + timeout_s
+        time.sleep(0.1)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    import psutil
+
+    # zombies of an exited launcher count as gone
+    return any(p.info["status"] != psutil.STATUS_ZOMBIE for p in psutil.process_iter(["status"])
+               if _pgid(p.pid) == pgid)
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class _second_interrupt_kills:
+    """While the running point is being stopped, a second Ctrl-C kills it and ends the sweep at once."""
+
+    def __init__(self, pgid: int):
+        self.pgid = pgid
+
+    def __enter__(self):
+        def kill_now(signum, _frame):
+            _signal_group(self.pgid, signal.SIGKILL)
+            os._exit(128 + signum)
+
+        self.previous = {s: signal.signal(s, kill_now) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc):
+        for s, h in self.previous.items():
+            signal.signal(s, h)

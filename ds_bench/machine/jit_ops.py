@@ -1,0 +1,220 @@
+"""DeepSpeed's JIT-compiled ops: one toolchain, one build folder per environment, one build per op.
+
+DeepSpeed compiles ``deepspeed_shm_comm`` on CPU ranks at the first ``init_distributed`` (~30-65 s
+on 2 cores) and ``cpu_adam`` / ``fused_adam`` at the first run that needs them, through torch's
+``cpp_extension.load``, which runs whichever ``ninja`` is first on PATH in a folder under
+TORCH_EXTENSIONS_DIR. Three traps, measured on this project's machines:
+
+- Two ninja versions (the venv's pip ``ninja`` and the system's) write incompatible ``.ninja_log``
+  files, so runs started with different PATHs (the deepspeed launcher puts the venv first, a bare
+  ``.venv/bin/python`` does not) rebuild each other's op on almost every run. ``toolchain_env``
+  puts the ninja beside the interpreter first on PATH, whatever PATH the process was started with.
+- Two environments (checkouts, venvs, torch or DeepSpeed versions) sharing one folder rebuild each
+  other's ops (the build file embeds the include paths). Unless the user set TORCH_EXTENSIONS_DIR,
+  each environment gets its own folder, keyed by interpreter prefix, torch, DeepSpeed and ninja.
+- torch guards a build with a ``lock`` file that a killed build leaves behind; every later load
+  then waits on it forever. ``ensure_loaded`` serialises ds_bench's loads of an op with a kernel
+  lock (released when its holder dies), so a ``lock`` file seen while holding it, with no process
+  working in the folder, is stale: it is removed with a warning.
+
+``ensure_loaded`` runs before the process group is joined, so a first-run compile never eats
+into the rendezvous timeouts. ``python -m ds_bench.machine.jit_ops`` builds the CPU ops up front (``make``),
+after removing DeepSpeed shm buffers that no process maps (``ds_bench.machine.shm``): they are RAM, and
+a compile needs ~2 GB of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import hashlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from importlib import metadata
+
+from ds_bench.config.deepspeed.optim import offloads_optimizer
+from ds_bench.data.local import file_lock
+
+log = logging.getLogger("ds_bench")
+
+BUILDERS = {"deepspeed_shm_comm": "ShareMemCommBuilder", "cpu_adam": "CPUAdamBuilder",
+            "cpu_adagrad": "CPUAdagradBuilder", "cpu_lion": "CPULionBuilder", "fused_adam": "FusedAdamBuilder"}
+OFFLOAD_OPS = {"adagrad": "cpu_adagrad", "lion": "cpu_lion"}
+"""Optimizer offload's CPU op by optimizer type (DeepSpeed's ``_configure_basic_optimizer``); else cpu_adam."""
+CPU_OPS = ("deepspeed_shm_comm", "cpu_adam")
+"""What ``python -m ds_bench.machine.jit_ops`` builds: the comm op every CPU run needs, and optimizer offload's."""
+STALE_AFTER_S = 10.0
+"""A build ``lock`` this old, with no process working in its folder, was left by a killed build."""
+WAIT_FOR_BUILD_S = 1800.0
+"""How long a rank waits for another process's build of the same op before giving up."""
+
+
+def toolchain_env(env: Mapping[str, str], bindir: str, ninja_beside: bool, prefix: str,
+                  versions: tuple[str, ...], home: str) -> dict[str, str]:
+    """The PATH and TORCH_EXTENSIONS_DIR updates that make every process of one environment build
+    with the same ninja into the same folder (pure: ``runtime.pin_jit_toolchain`` applies them).
+
+    ``versions`` are the torch and DeepSpeed versions; the folder name carries the ninja used too.
+    """
+    updates: dict[str, str] = {}
+    path = env.get("PATH", "")
+    entries = path.split(os.pathsep) if path else []
+    if ninja_beside and entries[:1] != [bindir]:
+        updates["PATH"] = os.pathsep.join([bindir, *entries])
+    ninja = os.path.join(bindir, "ninja") if ninja_beside else "ninja-on-PATH"
+    if not env.get("TORCH_EXTENSIONS_DIR"):
+        key = "\0".join((os.path.abspath(prefix), *versions, ninja))
+        digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+        py = f"py{sys.version_info.major}{sys.version_info.minor}"
+        updates["TORCH_EXTENSIONS_DIR"] = os.path.join(home, ".cache", "torch_extensions", f"ds_bench-{py}-{digest}")
+    return updates
+
+
+def this_environment_toolchain(env: Mapping[str, str]) -> dict[str, str]:
+    """``toolchain_env`` for this interpreter (reads installed versions, not module imports)."""
+    bindir = os.path.dirname(os.path.abspath(sys.executable))
+    versions = tuple(_version(p) for p in ("torch", "deepspeed"))
+    return toolchain_env(env, bindir, os.path.isfile(os.path.join(bindir, "ninja")), sys.prefix, versions,
+                         os.path.expanduser("~"))
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "-"
+
+
+def build_dir(op_name: str) -> str:
+    from torch.utils import cpp_extension
+
+    return cpp_extension._get_build_directory(op_name, verbose=False)
+
+
+def is_built(op_name: str) -> bool:
+    return bool(glob.glob(os.path.join(build_dir(op_name), f"{op_name}*.so")))
+
+
+def announce_cpu_builds(device_type: str, optimizer_op: str | None) -> None:
+    """Tell the user, before the silence, that the first run compiles DeepSpeed ops."""
+    if device_type != "cpu":
+        return
+    names = ["deepspeed_shm_comm"] + ([optimizer_op] if optimizer_op else [])
+    missing = [n for n in names if not is_built(n)]
+    if missing:
+        log.warning("first run on this machine: DeepSpeed compiles %s (~30-60 s each, once; cached in %s)",
+                    ", ".join(missing), os.path.dirname(build_dir(missing[0])))
+
+
+def optimizer_op(ds_cfg: dict) -> str | None:
+    """The optimizer op DeepSpeed will JIT-compile for a resolved config (pure): with optimizer
+    offload (cpu or nvme) the CPU op of its type (no optimizer section: ds_bench's default
+    DeepSpeedCPUAdam); fused_adam for Adam/AdamW without ``torch_adam``; none otherwise."""
+    optimizer = ds_cfg.get("optimizer") or {}
+    kind = str(optimizer.get("type", "")).lower()
+    if offloads_optimizer(ds_cfg):
+        return OFFLOAD_OPS.get(kind, "cpu_adam")
+    if kind in ("adam", "adamw") and not (optimizer.get("params") or {}).get("torch_adam"):
+        return "fused_adam"
+    return None
+
+
+def ops_for_run(device_type: str, optimizer_op: str | None) -> tuple[str, ...]:
+    """The JIT ops a run will load: the shared-memory comm op on CPU ranks, and its optimizer's."""
+    return (("deepspeed_shm_comm",) if device_type == "cpu" else ()) + ((optimizer_op,) if optimizer_op else ())
+
+
+def ensure_loaded(op_names: tuple[str, ...], wait_s: float = WAIT_FOR_BUILD_S) -> None:
+    """Load each op into this process (building it once if needed) before DeepSpeed asks for it;
+    DeepSpeed then reuses the loaded module (``OpBuilder._loaded_ops``)."""
+    from deepspeed.accelerator import get_accelerator
+
+    for name in op_names:
+        builder = get_accelerator().create_op_builder(BUILDERS[name])
+        if builder is None:
+            continue
+        folder = build_dir(name)
+        with _op_lock(folder, name, wait_s):
+            _clear_stale_lock(folder, wait_s)
+            if not is_built(name):
+                log.warning("compiling DeepSpeed op %s in %s (once per environment)", name, folder)
+            builder.load(verbose=False)
+
+
+@contextlib.contextmanager
+def _op_lock(folder: str, name: str, wait_s: float) -> Iterator[None]:
+    """An exclusive ``flock`` on ``folder/ds_bench.lock``: one ds_bench process loads an op at a time."""
+    path = os.path.join(folder, "ds_bench.lock")
+    with file_lock(path, wait_s) as held:
+        if not held:
+            raise RuntimeError(f"could not take {path} within {wait_s:g} s: another process is building "
+                               f"DeepSpeed op {name}, or this file system has no flock")
+        yield
+
+
+def is_stale(lock_age_s: float, workers: list[int]) -> bool:
+    """A torch build lock is stale when no process works in its folder and it is not brand new."""
+    return not workers and lock_age_s > STALE_AFTER_S
+
+
+def _clear_stale_lock(folder: str, wait_s: float) -> None:
+    """Remove torch's ``lock`` when its build is dead; wait (bounded) while a live one finishes."""
+    lock = os.path.join(folder, "lock")
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            age = time.time() - os.stat(lock).st_mtime
+        except FileNotFoundError:
+            return
+        if is_stale(age, processes_working_in(folder)):
+            os.unlink(lock)
+            log.warning("removed a stale build lock %s (%.0f s old, no process building there: a killed build "
+                        "left it)", lock, age)
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{lock}: a build has held this lock for {age:.0f} s; if no build is running, "
+                               "remove the file")
+        time.sleep(1.0)
+
+
+def processes_working_in(folder: str, proc: str = "/proc") -> list[int]:
+    """PIDs whose current directory is ``folder``: torch runs ninja and the compiler there."""
+    real = os.path.realpath(folder)
+    pids = []
+    for entry in os.listdir(proc):
+        if entry.isdigit():
+            try:
+                if os.readlink(os.path.join(proc, entry, "cwd")) == real:
+                    pids.append(int(entry))
+            except OSError:  # gone, or not ours to read
+                continue
+    return pids
+
+
+def build_all() -> None:
+    from ds_bench.cluster.process import pin_jit_toolchain, select_accelerator
+    from ds_bench.logs import setup_logging
+    from ds_bench.machine.shm import SHM_DIR, remove_leftovers
+
+    setup_logging()
+    pin_jit_toolchain()
+    select_accelerator()
+    from deepspeed.accelerator import get_accelerator
+
+    if get_accelerator().device_name() != "cpu":
+        return
+    removed = remove_leftovers()
+    if removed:
+        print(f"[ds_bench.machine.jit_ops] removed {len(removed)} leftover DeepSpeed shm buffer(s) from {SHM_DIR} "
+              f"({sum(r.size_bytes for r in removed) / 2**30:.2f} GiB of RAM; ds_bench.machine.shm says why)", flush=True)
+    for name in CPU_OPS:
+        state = "cached" if is_built(name) else "compiling (~30-60 s)"
+        print(f"[ds_bench.machine.jit_ops] {name}: {state} in {build_dir(name)}", flush=True)
+        ensure_loaded((name,))
+
+
+if __name__ == "__main__":
+    build_all()

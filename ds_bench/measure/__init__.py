@@ -1,0 +1,1 @@
+"""Measuring a run: the timed loop, metrics reduced over ranks, peaks and MFU, slow ranks, checkpoint I/O."""

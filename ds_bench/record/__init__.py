@@ -1,0 +1,1 @@
+"""The results record: its schema and the JSON-lines store."""

@@ -1,0 +1,52 @@
+"""``ds-bench report``: the table and plot of a results file.
+
+A file of sweep records (``ds-bench sweep``) gets the sweep's ranked table and recommendation
+(``ds_bench.sweep.main.report``); a file of scaling records (``ds-bench scaling``) the latest one's
+table (``ds_bench.report.scaling_table``); a file of run records gets one row per run (``summary.table``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ds_bench.config import argcheck
+from ds_bench.errors import UserError
+from ds_bench.record import store as results
+from ds_bench.report import plots, summary
+
+
+def show(results_path: str, tag: str | None, plot_path: str | None) -> int:
+    if os.path.isdir(results_path):
+        raise UserError(f"{results_path}: is a folder; expected a results file (JSON lines)")
+    if not os.path.isfile(results_path):
+        raise UserError(f"{results_path}: no results file")
+    argcheck.output_folder("--plot", plot_path)
+    records = [r for r in results.read_records(results_path) if tag is None or r.get("tag") == tag]
+    if not records:
+        raise UserError(f"{results_path}: no records" + (f" with tag {tag}" if tag else ""))
+    print(summary.table(records))
+    print(f"\nresults: {results_path}" + (f" (tag {tag})" if tag else ""))
+    if plot_path and plots.bench_plot(records, plot_path):
+        print(f"plot:    {plot_path}")
+    return 0
+
+
+def report_main(args: argparse.Namespace) -> int:
+    if os.path.isfile(args.results) and _has_sweep_records(args.results) and args.tag is None:
+        from ds_bench.sweep.main import report
+
+        return report(args.results, write_config=False)
+    if os.path.isfile(args.results) and _has_kind(args.results, "scaling") and args.tag is None:
+        from ds_bench.report.scaling_table import show_last
+
+        return show_last(args.results)
+    return show(args.results, args.tag, args.plot)
+
+
+def _has_sweep_records(path: str) -> bool:
+    return _has_kind(path, "sweep_point")
+
+
+def _has_kind(path: str, kind: str) -> bool:
+    return any(r.get("kind") == kind for r in results.read_records(path))
