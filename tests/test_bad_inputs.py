@@ -2,7 +2,7 @@
 or file, no traceback, no results file, and never reaches the process group.
 
 Cases run in-process through ``ds_bench.cli.main`` (a subprocess costs ~4 s here). A case that
-wrongly passes validation hits ``runtime.init_distributed`` (or a launcher), which raise here.
+wrongly passes validation hits ``process.init_distributed`` (or a launcher), which raise here.
 """
 
 from __future__ import annotations
@@ -441,14 +441,14 @@ CASES["scaling strong-scaling config"] = Case(
 @pytest.fixture
 def no_side_effects(monkeypatch):
     """Anything past validation fails loudly instead of joining a process group or launching."""
-    from ds_bench.cluster import process as runtime
+    from ds_bench.cluster import process
     from ds_bench.jobs import launch
     from ds_bench.jobs import spawn as jobs
 
     def passed(*_a, **_k):
         raise AssertionError(PASSED)
 
-    monkeypatch.setattr(runtime, "init_distributed", passed)
+    monkeypatch.setattr(process, "init_distributed", passed)
     monkeypatch.setattr(launch, "run_child", passed)
     monkeypatch.setattr(jobs, "run_job", passed)
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "DS_BENCH_IFACE"):

@@ -157,7 +157,7 @@ def test_one_process_exits_128_plus_the_signal(job, signum):
 def test_a_second_signal_ends_the_process_at_once(tmp_path):
     """The second signal exits inside the handler, whatever the process was doing (here: sleeping
     in a deferred section, where the first signal is held back)."""
-    code = ("import os, signal, time; from ds_bench import faults; faults.install_signal_handlers()\n"
+    code = ("import os, signal, time; from ds_bench.cluster import faults; faults.install_signal_handlers()\n"
             "with faults.deferred():\n"
             "    os.kill(os.getpid(), signal.SIGTERM); print('held', flush=True)\n"
             "    os.kill(os.getpid(), signal.SIGINT); time.sleep(30); print('not reached', flush=True)\n")
@@ -172,7 +172,7 @@ import os, signal, socket, sys
 import torch
 from ds_bench import engines
 from ds_bench.cluster import faults
-from ds_bench.run import main as run
+from ds_bench.run import record as run
 from ds_bench.config.run_config import RunConfig
 from ds_bench.cluster.process import DistState
 
@@ -190,7 +190,7 @@ ds_cfg = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
 peers = [{"rank": 0, "host": socket.gethostname(), "pid": os.getpid()},
          {"rank": 1, "host": socket.gethostname(), "pid": 999999}]
 try:
-    run._record_failure(run.Started(cfg, ds_cfg, engines.choose("deepspeed", ds_cfg, 1e-3, "x"), state, None, "rid", peers),
+    run.record_failure(run.Started(cfg, ds_cfg, engines.choose("deepspeed", ds_cfg, 1e-3, "x"), state, None, "rid", peers),
                         error=RuntimeError("Connection closed by peer"))
 except faults.Terminated as t:
     print("terminated", t.exit_code)

@@ -5,7 +5,8 @@ import os
 import sys
 from pathlib import Path
 
-from ds_bench.machine import jit_ops as ops
+from ds_bench.machine import jit_ops
+from ds_bench.machine import toolchain as machine_toolchain
 from tests.conftest import BIN
 
 
@@ -13,7 +14,7 @@ def test_missing_ops_are_announced_before_the_silence(tmp_path, monkeypatch, cap
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     monkeypatch.setattr(logging.getLogger("ds_bench"), "propagate", True)
     with caplog.at_level(logging.WARNING, logger="ds_bench"):
-        ops.announce_cpu_builds("cpu", "cpu_adam")
+        jit_ops.announce_cpu_builds("cpu", "cpu_adam")
     assert "first run on this machine: DeepSpeed compiles deepspeed_shm_comm, cpu_adam" in caplog.text
     assert str(tmp_path) in caplog.text
 
@@ -24,15 +25,15 @@ def test_built_ops_and_gpus_are_quiet(tmp_path, monkeypatch, caplog):
     (tmp_path / "deepspeed_shm_comm" / "deepspeed_shm_comm.so").write_bytes(b"")
     monkeypatch.setattr(logging.getLogger("ds_bench"), "propagate", True)
     with caplog.at_level(logging.WARNING, logger="ds_bench"):
-        ops.announce_cpu_builds("cpu", None)
-        ops.announce_cpu_builds("cuda", "fused_adam")
+        jit_ops.announce_cpu_builds("cpu", None)
+        jit_ops.announce_cpu_builds("cuda", "fused_adam")
     assert caplog.text == ""
 
 
 # --- one toolchain and one build folder per environment (pure) ---
 
 def toolchain(env, ninja_beside=True, prefix="/work/a/.venv", versions=("2.13.0+cpu", "0.19.8")):
-    return ops.toolchain_env(env, "/work/a/.venv/bin", ninja_beside, prefix, versions, "/home/u")
+    return machine_toolchain.toolchain_env(env, "/work/a/.venv/bin", ninja_beside, prefix, versions, "/home/u")
 
 
 def test_the_ninja_beside_the_interpreter_goes_first_on_path():
@@ -54,9 +55,9 @@ def test_each_environment_builds_in_its_own_folder_unless_the_user_chose_one():
 
 
 def test_a_lock_is_stale_only_when_old_and_nobody_builds():
-    assert ops.is_stale(60.0, [])
-    assert not ops.is_stale(60.0, [4242])
-    assert not ops.is_stale(1.0, [])
+    assert jit_ops.is_stale(60.0, [])
+    assert not jit_ops.is_stale(60.0, [4242])
+    assert not jit_ops.is_stale(1.0, [])
 
 
 def test_processes_working_in_a_folder_are_found_by_their_cwd(tmp_path):
@@ -66,7 +67,7 @@ def test_processes_working_in_a_folder_are_found_by_their_cwd(tmp_path):
         (proc / pid).mkdir(parents=True)
         (proc / pid / "cwd").symlink_to(cwd)
     (proc / "19").mkdir()  # a process that has gone (no cwd link)
-    assert ops.processes_working_in(str(folder), proc=str(proc)) == [17]
+    assert jit_ops.processes_working_in(str(folder), proc=str(proc)) == [17]
 
 
 # --- real processes ---
@@ -80,7 +81,7 @@ def test_a_stale_lock_is_removed_and_a_live_build_is_waited_for(tmp_path):
     os.utime(lock, (time.time() - 60, time.time() - 60))
     builder = subprocess.Popen(["sleep", "2"], cwd=tmp_path)  # a live build works in the folder
     start = time.monotonic()
-    ops._clear_stale_lock(str(tmp_path), wait_s=30)
+    jit_ops._clear_stale_lock(str(tmp_path), wait_s=30)
     assert time.monotonic() - start >= 1.5 and builder.poll() is not None
     assert not lock.exists()
 
@@ -120,20 +121,20 @@ def op_folder(name):
     """The build folder ds_bench's processes use for ``name`` in this environment."""
     from tests.conftest import run_cmd
 
-    code = ("from ds_bench import ops, runtime; runtime.pin_jit_toolchain(); "
-            f"print(ops.build_dir({name!r}))")
+    code = ("from ds_bench.machine import environ, jit_ops; environ.pin_jit_toolchain(); "
+            f"print(jit_ops.build_dir({name!r}))")
     return run_cmd([sys.executable, "-c", code], timeout=60).stdout.strip()
 
 
 def test_the_optimizer_op_deepspeed_will_compile():
     off = {"zero_optimization": {"offload_optimizer": {"device": "cpu"}}}
     nvme = {"zero_optimization": {"offload_optimizer": {"device": "nvme", "nvme_path": "/x"}}}
-    assert ops.optimizer_op({**off, "optimizer": {"type": "AdamW"}}) == "cpu_adam"
-    assert ops.optimizer_op(off) == "cpu_adam"  # no optimizer section: ds_bench's DeepSpeedCPUAdam
-    assert ops.optimizer_op({**nvme, "optimizer": {"type": "Adagrad"}}) == "cpu_adagrad"
-    assert ops.optimizer_op({**off, "optimizer": {"type": "Lion"}}) == "cpu_lion"
-    assert ops.optimizer_op({"optimizer": {"type": "Adam"}}) == "fused_adam"
-    assert ops.optimizer_op({"optimizer": {"type": "AdamW", "params": {"torch_adam": True}}}) is None
-    assert ops.optimizer_op({"optimizer": {"type": "SGD"}}) is None
-    assert ops.ops_for_run("cpu", "cpu_adam") == ("deepspeed_shm_comm", "cpu_adam")
-    assert ops.ops_for_run("cuda", None) == ()
+    assert jit_ops.optimizer_op({**off, "optimizer": {"type": "AdamW"}}) == "cpu_adam"
+    assert jit_ops.optimizer_op(off) == "cpu_adam"  # no optimizer section: ds_bench's DeepSpeedCPUAdam
+    assert jit_ops.optimizer_op({**nvme, "optimizer": {"type": "Adagrad"}}) == "cpu_adagrad"
+    assert jit_ops.optimizer_op({**off, "optimizer": {"type": "Lion"}}) == "cpu_lion"
+    assert jit_ops.optimizer_op({"optimizer": {"type": "Adam"}}) == "fused_adam"
+    assert jit_ops.optimizer_op({"optimizer": {"type": "AdamW", "params": {"torch_adam": True}}}) is None
+    assert jit_ops.optimizer_op({"optimizer": {"type": "SGD"}}) is None
+    assert jit_ops.ops_for_run("cpu", "cpu_adam") == ("deepspeed_shm_comm", "cpu_adam")
+    assert jit_ops.ops_for_run("cuda", None) == ()

@@ -17,8 +17,9 @@ import pytest
 
 from ds_bench.config.preflight import check_results_path, nearest_existing
 from ds_bench.config.run_config import RunConfig
-from ds_bench.data import local, text
+from ds_bench.data import text
 from ds_bench.errors import UserError
+from ds_bench.machine import locks
 from ds_bench.workloads import build_workload
 from ds_bench.workloads.base import check_enough
 from tests.conftest import FASHION_MNIST, REPO, ds_bench, explain, fill_up, records, run_cmd
@@ -152,7 +153,7 @@ def test_malformed_tokenizer_in_model_folder(tmp_path, content):
 
 
 def _hold_lock(path, ready, release):
-    with local.file_lock(path, 5):
+    with locks.file_lock(path, 5):
         ready.set()
         release.wait(30)
 
@@ -165,12 +166,12 @@ def test_file_lock_waits_a_bounded_time_then_goes_on(tmp_path):
     try:
         assert ready.wait(30)
         start = time.monotonic()
-        with local.file_lock(path, 0.5) as held:
+        with locks.file_lock(path, 0.5) as held:
             assert not held and 0.5 <= time.monotonic() - start < 5
     finally:
         release.set()
         holder.join()
-    with local.file_lock(path, 0.5) as held:  # the holder is gone: free at once
+    with locks.file_lock(path, 0.5) as held:  # the holder is gone: free at once
         assert held
 
 

@@ -21,6 +21,7 @@ from datetime import timedelta
 import torch
 
 from ds_bench.cluster.rendezvous import Rendezvous, wait_reachable
+from ds_bench.machine import environ
 
 log = logging.getLogger("ds_bench")
 
@@ -42,34 +43,6 @@ class DistState:
     rendezvous: dict
 
 
-def select_accelerator() -> None:
-    """Name the CPU accelerator explicitly when there is no CUDA, instead of DeepSpeed guessing noisily."""
-    if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
-        os.environ["DS_ACCELERATOR"] = "cpu"
-
-
-def pin_jit_toolchain() -> None:
-    """One ninja and one op-build folder per environment, whatever PATH this process got
-    (``ops.toolchain_env`` says why). Exported, so launchers and ranks started from here agree."""
-    from ds_bench.machine.jit_ops import this_environment_toolchain
-
-    os.environ.update(this_environment_toolchain(os.environ))
-
-
-def device_type() -> str:
-    """``cpu``, ``cuda``, ... as DeepSpeed's accelerator names it (after ``select_accelerator``)."""
-    from deepspeed.accelerator import get_accelerator
-
-    return get_accelerator().device_name()
-
-
-def hub_offline() -> None:
-    """``--data`` names local files: keep ``datasets`` off the hub (a lookup may hang retrying on a
-    machine with no route out). Values the user set are kept."""
-    for key in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"):
-        os.environ.setdefault(key, "1")
-
-
 def init_distributed(rdzv: Rendezvous, timeout_s: float, connect_timeout_s: float) -> DistState:
     """Export the rendezvous, check the master is reachable, join the process group (every wait
     bounded by ``timeout_s``) and pick this rank's device."""
@@ -77,7 +50,7 @@ def init_distributed(rdzv: Rendezvous, timeout_s: float, connect_timeout_s: floa
     from deepspeed.accelerator import get_accelerator
 
     info = rdzv.info
-    os.environ.update(rdzv.env)
+    environ.export(rdzv.env)
     log.info("rendezvous: %s:%s via %s (%s); launcher %s, %d rank(s)", info.master_addr, info.master_port,
              rdzv.choice.name or "-", rdzv.choice.reason, info.source, info.world_size)
     if info.rank != 0:

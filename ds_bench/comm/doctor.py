@@ -19,10 +19,8 @@ import socket
 import torch
 from tabulate import tabulate
 
-from ds_bench.cluster import process as runtime
-from ds_bench.cluster import rendezvous
+from ds_bench.cluster import join, process
 from ds_bench.cluster.netif import read_interfaces
-from ds_bench.machine import jit_ops as ops
 from ds_bench.machine import shm
 from ds_bench.record import store as results
 
@@ -32,7 +30,7 @@ ALLREDUCE_ITERS = 5
 LINK_BYTES = 64 * 2**20
 
 
-def rank_facts(state: runtime.DistState) -> dict:
+def rank_facts(state: process.DistState) -> dict:
     ifaces = [f"{i.name} [{i.kind}{'' if i.up else ', down'}] {' '.join(i.addrs) or '-'}" for i in read_interfaces()]
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
     devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
@@ -55,7 +53,7 @@ def version_problems(facts: list[dict]) -> list[str]:
     return problems
 
 
-def checked_allreduce(state: runtime.DistState, size_bytes: int,
+def checked_allreduce(state: process.DistState, size_bytes: int,
                       groups: list[tuple[tuple[int, ...], object | None]]) -> list[dict]:
     """One checked, timed float32 all_reduce of ``size_bytes`` in each (ranks, process group) of
     ``groups`` (None: the world), through ``comm.measure.sample`` (known-result check, warm-up,
@@ -67,11 +65,11 @@ def checked_allreduce(state: runtime.DistState, size_bytes: int,
     mine = [dataclasses.asdict(sample("all_reduce", size_bytes, torch.float32, state.device, ranks.index(state.rank),
                                       len(ranks), 1, ALLREDUCE_ITERS, handle))
             if state.rank in ranks else None for ranks, handle in groups]
-    everyone = runtime.gather(mine)
+    everyone = process.gather(mine)
     return [comm_report.rows([[everyone[r][i]] for r in ranks], len(ranks))[0] for i, (ranks, _) in enumerate(groups)]
 
 
-def allreduce_check(state: runtime.DistState) -> tuple[list[str], dict]:
+def allreduce_check(state: process.DistState) -> tuple[list[str], dict]:
     """An ``ALLREDUCE_BYTES`` all_reduce over all ranks: right on every rank, and how fast."""
     (row,) = checked_allreduce(state, ALLREDUCE_BYTES, [(tuple(range(state.world_size)), None)])
     if row["wrong"]:
@@ -80,7 +78,7 @@ def allreduce_check(state: runtime.DistState) -> tuple[list[str], dict]:
     return [], {"allreduce_bytes": row["size_bytes"], "allreduce_ms": row["time_us"] / 1e3, "busbw_GBps": busbw}
 
 
-def link_check(state: runtime.DistState, hosts: list[str]) -> list[dict]:
+def link_check(state: process.DistState, hosts: list[str]) -> list[dict]:
     """With several hosts, one checked ``LINK_BYTES`` all_reduce inside each host and one across hosts
     (``ds_bench.comm.topology``), so a slow or broken link class shows apart from the others."""
     from ds_bench.comm.topology import link_groups, make_groups
@@ -129,12 +127,8 @@ def leftover_notes(facts: list[dict]) -> list[str]:
 
 
 def run_doctor(iface: str | None, dist_timeout_s: float, connect_timeout_s: float, json_path: str | None) -> int:
-    runtime.pin_jit_toolchain()
-    runtime.select_accelerator()
-    rdzv = rendezvous.resolve(os.environ, iface, dist_timeout_s)
-    ops.ensure_loaded(ops.ops_for_run(runtime.device_type(), None))
-    state = runtime.init_distributed(rdzv, dist_timeout_s, connect_timeout_s)
-    facts = runtime.gather(rank_facts(state))
+    state = join.join(join.prepare(iface, dist_timeout_s), dist_timeout_s, connect_timeout_s)
+    facts = process.gather(rank_facts(state))
     try:
         problems, timing = allreduce_check(state)
     except RuntimeError as e:  # a collective that failed or timed out

@@ -18,14 +18,12 @@ import os
 
 import torch
 
-from ds_bench.cluster import process as runtime
-from ds_bench.cluster import rendezvous
+from ds_bench.cluster import join, process
 from ds_bench.comm import pairs, report
 from ds_bench.comm.bandwidth import sizes
 from ds_bench.comm.measure import sample
 from ds_bench.comm.spec import DTYPES, MAX_BYTES, CommSpec, from_args
 from ds_bench.comm.topology import link_groups, make_groups
-from ds_bench.machine import jit_ops as ops
 from ds_bench.record import store as results
 
 log = logging.getLogger("ds_bench")
@@ -40,7 +38,7 @@ ENV_PREFIXES = ("NCCL_", "GLOO_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "DS
 def main(args) -> int:
     spec = from_args(args)
     state = _join(spec)
-    hosts = runtime.gather(os.uname().nodename)
+    hosts = process.gather(os.uname().nodename)
     collectives = [c for c in spec.collectives if not (c == "send_recv" and state.world_size == 1)]
     plan = sizes(spec.min_bytes, spec.max_bytes or MAX_BYTES[state.device.type], spec.step_factor)
     rows, error = [], None
@@ -48,7 +46,7 @@ def main(args) -> int:
         rows = _world_rows(spec, state, collectives, plan)
         rows += _link_rows(spec, state, hosts, collectives, plan[-LARGE_SIZES:])
         if spec.pairs:
-            rows += pairs.rows(runtime.gather(pairs.rank_samples(hosts, state.rank, plan[-LARGE_SIZES:],
+            rows += pairs.rows(process.gather(pairs.rank_samples(hosts, state.rank, plan[-LARGE_SIZES:],
                                                                  DTYPES[spec.dtype], state.device, spec.warmup,
                                                                  spec.iters)))
     except RuntimeError as e:  # a collective that failed or timed out: a result, not a traceback
@@ -60,7 +58,7 @@ def main(args) -> int:
     return 1 if verdict[0] or error else 0
 
 
-def _samples(spec: CommSpec, state: runtime.DistState, collectives: list[str], plan: list[int], rank: int,
+def _samples(spec: CommSpec, state: process.DistState, collectives: list[str], plan: list[int], rank: int,
              n: int, group=None) -> list[dict]:
     return [dataclasses.asdict(sample(collective, size, DTYPES[spec.dtype], state.device, rank, n, spec.warmup,
                                       spec.iters, group)) for collective in collectives for size in plan]
@@ -70,7 +68,7 @@ def _world_rows(spec, state, collectives, plan) -> list[dict]:
     """Every collective at every size over all ranks; one gather per collective, after its sizes."""
     per_rank: list[list[dict]] = [[] for _ in range(state.world_size)]
     for collective in collectives:
-        for rank, samples in enumerate(runtime.gather(_samples(spec, state, [collective], plan, state.rank,
+        for rank, samples in enumerate(process.gather(_samples(spec, state, [collective], plan, state.rank,
                                                                 state.world_size))):
             per_rank[rank] += samples
         if state.rank == 0:
@@ -87,7 +85,7 @@ def _link_rows(spec, state, hosts, collectives, large) -> list[dict]:
         ring = [c for c in collectives if not (c == "send_recv" and n == 1)]
         mine.append(_samples(spec, state, ring, large, group.ranks.index(state.rank), n, handle)
                     if handle is not None else [])
-    everyone = runtime.gather(mine)
+    everyone = process.gather(mine)
     out = []
     for i, (group, _) in enumerate(groups):
         per_rank = [everyone[r][i] for r in group.ranks]
@@ -95,15 +93,11 @@ def _link_rows(spec, state, hosts, collectives, large) -> list[dict]:
     return out
 
 
-def _join(spec: CommSpec) -> runtime.DistState:
-    runtime.pin_jit_toolchain()
-    runtime.select_accelerator()
-    rdzv = rendezvous.resolve(os.environ, spec.iface, spec.dist_timeout_s)
-    ops.ensure_loaded(ops.ops_for_run(runtime.device_type(), None))
-    return runtime.init_distributed(rdzv, spec.dist_timeout_s, spec.connect_timeout_s)
+def _join(spec: CommSpec) -> process.DistState:
+    return join.join(join.prepare(spec.iface, spec.dist_timeout_s), spec.dist_timeout_s, spec.connect_timeout_s)
 
 
-def _record(spec: CommSpec, state: runtime.DistState, rows: list[dict], hosts: list[str],
+def _record(spec: CommSpec, state: process.DistState, rows: list[dict], hosts: list[str],
             error: str | None) -> list[str]:
     """Rank 0: print the table, append the record, write the plot; returns the problems."""
     problems = ([error] if error else []) + report.wrong_results(rows) + report.gate(rows, spec.expect_busbw)

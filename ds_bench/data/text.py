@@ -24,8 +24,9 @@ import os
 import numpy as np
 import torch
 
-from ds_bench.data.local import cache_dir, file_lock, load_local_dataset
+from ds_bench.data.local import cache_dir, load_local_dataset
 from ds_bench.errors import UserError
+from ds_bench.machine.locks import file_lock
 
 TEXT_SUFFIXES = (".txt", ".text")
 JSON_SUFFIXES = (".json", ".jsonl")

@@ -7,7 +7,7 @@ TORCH_EXTENSIONS_DIR. Three traps, measured on this project's machines:
 
 - Two ninja versions (the venv's pip ``ninja`` and the system's) write incompatible ``.ninja_log``
   files, so runs started with different PATHs (the deepspeed launcher puts the venv first, a bare
-  ``.venv/bin/python`` does not) rebuild each other's op on almost every run. ``toolchain_env``
+  ``.venv/bin/python`` does not) rebuild each other's op on almost every run. ``ds_bench.machine.toolchain``
   puts the ninja beside the interpreter first on PATH, whatever PATH the process was started with.
 - Two environments (checkouts, venvs, torch or DeepSpeed versions) sharing one folder rebuild each
   other's ops (the build file embeds the include paths). Unless the user set TORCH_EXTENSIONS_DIR,
@@ -27,16 +27,13 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import hashlib
 import logging
 import os
-import sys
 import time
-from collections.abc import Iterator, Mapping
-from importlib import metadata
+from collections.abc import Iterator
 
 from ds_bench.config.deepspeed.optim import offloads_optimizer
-from ds_bench.data.local import file_lock
+from ds_bench.machine.locks import file_lock
 
 log = logging.getLogger("ds_bench")
 
@@ -50,42 +47,6 @@ STALE_AFTER_S = 10.0
 """A build ``lock`` this old, with no process working in its folder, was left by a killed build."""
 WAIT_FOR_BUILD_S = 1800.0
 """How long a rank waits for another process's build of the same op before giving up."""
-
-
-def toolchain_env(env: Mapping[str, str], bindir: str, ninja_beside: bool, prefix: str,
-                  versions: tuple[str, ...], home: str) -> dict[str, str]:
-    """The PATH and TORCH_EXTENSIONS_DIR updates that make every process of one environment build
-    with the same ninja into the same folder (pure: ``runtime.pin_jit_toolchain`` applies them).
-
-    ``versions`` are the torch and DeepSpeed versions; the folder name carries the ninja used too.
-    """
-    updates: dict[str, str] = {}
-    path = env.get("PATH", "")
-    entries = path.split(os.pathsep) if path else []
-    if ninja_beside and entries[:1] != [bindir]:
-        updates["PATH"] = os.pathsep.join([bindir, *entries])
-    ninja = os.path.join(bindir, "ninja") if ninja_beside else "ninja-on-PATH"
-    if not env.get("TORCH_EXTENSIONS_DIR"):
-        key = "\0".join((os.path.abspath(prefix), *versions, ninja))
-        digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-        py = f"py{sys.version_info.major}{sys.version_info.minor}"
-        updates["TORCH_EXTENSIONS_DIR"] = os.path.join(home, ".cache", "torch_extensions", f"ds_bench-{py}-{digest}")
-    return updates
-
-
-def this_environment_toolchain(env: Mapping[str, str]) -> dict[str, str]:
-    """``toolchain_env`` for this interpreter (reads installed versions, not module imports)."""
-    bindir = os.path.dirname(os.path.abspath(sys.executable))
-    versions = tuple(_version(p) for p in ("torch", "deepspeed"))
-    return toolchain_env(env, bindir, os.path.isfile(os.path.join(bindir, "ninja")), sys.prefix, versions,
-                         os.path.expanduser("~"))
-
-
-def _version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "-"
 
 
 def build_dir(op_name: str) -> str:
@@ -195,8 +156,8 @@ def processes_working_in(folder: str, proc: str = "/proc") -> list[int]:
 
 
 def build_all() -> None:
-    from ds_bench.cluster.process import pin_jit_toolchain, select_accelerator
     from ds_bench.logs import setup_logging
+    from ds_bench.machine.environ import pin_jit_toolchain, select_accelerator
     from ds_bench.machine.shm import SHM_DIR, remove_leftovers
 
     setup_logging()

@@ -1,0 +1,148 @@
+"""The measured part of one run, on every rank: build the model and engine, run the timed loop,
+reduce what the ranks measured into the run's metrics (rank 0).
+
+How the loop times steps is ``ds_bench.measure.loop``'s business; this module wires the run's
+pieces to it: the step watchdog, checkpoint saves and resume, the FLOPs of the workload.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ds_bench import engines
+from ds_bench.cluster import faults, process
+from ds_bench.config.deepspeed import prepare as ds_config
+from ds_bench.config.run_config import RunConfig
+from ds_bench.machine import memory
+from ds_bench.measure import checkpoint, peaks, slow_ranks
+from ds_bench.measure.loop import DeviceClock, run_loop, timing
+from ds_bench.measure.metrics import summarize
+from ds_bench.record import store as results
+from ds_bench.report import comm_bound as verdict
+from ds_bench.run.record import Started, rank_report, record_failure
+
+log = logging.getLogger("ds_bench")
+
+PRELOADED = ("torch._dynamo", "deepspeed.runtime.zero.muon.muon_optimizer")
+"""Imported before the baseline on every rank, whatever the stage, so a CPU rank's RSS baseline holds
+the libraries a run loads anyway, not model or activation memory (``ds_bench.jobs.predict``
+calibrates on the difference). Measured with torch 2.13 CPU, deepspeed 0.19.8: constructing any
+torch optimizer imports ``torch._dynamo`` (torch/_compile.py), ~830 modules, ~75 MiB RSS; ZeRO 1-3
+import DeepSpeed's Muon optimizer, whose ``@torch.compile`` loads the compile stack, ~580 modules,
+~48 MiB more. GPU peaks (``max_memory_allocated``) never counted them."""
+
+
+@dataclass(frozen=True)
+class Built:
+    """The engine that trains, and what was read off the whole model before it was wrapped."""
+
+    engine: object
+    params: int
+    largest_layer_params: int
+    flops_per_sample: float | None
+    """Model FLOPs (``ds_bench.workloads.flops``), counted before ZeRO-3 partitions the weights."""
+    hardware_flops_per_sample: float | None
+
+
+def measure(run: Started, workload) -> tuple[dict, dict]:
+    """(metrics, extra record keys) on rank 0; empty dicts on the other ranks."""
+    if ds_config.precision_of(run.ds_cfg) == "fp32":  # fp32 means fp32: no TF32, so the fp32 peak applies
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(run.cfg.seed)
+    _preload_libraries()
+    run.baseline_bytes = memory.current_bytes(run.state.device)
+    built = build(run, workload)
+    reports, loop_started_at = train(run, workload, built.engine)
+    if run.state.rank != 0:
+        return {}, {}
+    return run_metrics(run, workload, built, reports, loop_started_at)
+
+
+def build(run: Started, workload) -> Built:
+    # DeepSpeed: cast before initialize (BatchNorm et al. must already be in the compute dtype); DDP/FSDP: fp32
+    model = workload.build_model().to(run.engine.model_dtype)
+    params = sum(p.numel() for p in model.parameters())
+    largest = max((sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules()), default=0)
+    flops, hw_flops = workload.model_flops_per_sample(model), workload.hardware_flops_per_sample(model)
+    engine = engines.build(run.engine, model, run.ds_cfg, run.state.device, run.cfg.lr or workload.default_lr)
+    return Built(engine, params, largest, flops, hw_flops)
+
+
+def train(run: Started, workload, engine) -> tuple[list, float]:
+    """The timed loop under the step watchdog; every rank's report, and when the loop started."""
+    from deepspeed.accelerator import get_accelerator
+
+    cfg, ds_cfg, state = run.cfg, run.ds_cfg, run.state
+    accel, accumulation = get_accelerator(), ds_cfg["gradient_accumulation_steps"]
+    start = run.ckpt.attach(engine, sync=accel.synchronize, barrier=torch.distributed.barrier, gather=process.gather,
+                            rank=state.rank, world_size=state.world_size)  # resumes: returns the step reached
+    with faults.StepWatchdog(cfg.step_timeout_s, lambda done: _stalled(run)) as watchdog:
+        batches = workload.batches(state.rank, state.world_size, ds_cfg["train_micro_batch_size_per_gpu"])
+        batches = checkpoint.skip(batches, start * accumulation)  # used before the resume
+        batches = itertools.chain([next(batches)], batches)  # one-time loading (files, tokenizing) stays untimed
+        loop_started_at = time.time()  # wall clock, for a sweep's per-point overhead (launch to first step)
+        run_loop(engine, workload, batches, steps=cfg.steps, warmup=cfg.warmup, grad_accum=accumulation,
+                 float_dtype=run.engine.input_dtype, sync=accel.synchronize, barrier=torch.distributed.barrier,
+                 times=run.times, beat=watchdog.beat, clock=DeviceClock(state.device), breakdown=cfg.breakdown,
+                 after_step=run.ckpt.after_step,
+                 on_window_open=lambda: log.info("warm-up done (%d steps): measuring %d steps",
+                                                 cfg.warmup, cfg.steps - cfg.warmup))
+        run.ckpt.load_back()
+        return process.gather(rank_report(run)), loop_started_at
+
+
+def run_metrics(run: Started, workload, built: Built, reports: list, loop_started_at: float) -> tuple[dict, dict]:
+    """Rank 0: the ranks' reports reduced, throughput, FLOPs and MFU, slow ranks, the comm-bound verdict."""
+    cfg, ds_cfg, state = run.cfg, run.ds_cfg, run.state
+    metrics = summarize(reports, ds_cfg["train_batch_size"])
+    metrics["sample_unit"] = workload.sample_unit
+    metrics.update(timing(cfg.breakdown, ds_cfg["gradient_accumulation_steps"]))
+    metrics.update(_flops_metrics(cfg, built.flops_per_sample, metrics["samples_per_s"], state, ds_cfg))
+    if built.hardware_flops_per_sample != built.flops_per_sample:  # recomputation: hardware FLOPs utilisation too
+        hw = _flops_metrics(cfg, built.hardware_flops_per_sample, metrics["samples_per_s"], state, ds_cfg)
+        metrics.update(hardware_tflops_per_device=hw["tflops_per_device"], hfu=hw["mfu"])
+    if workload.tokens_per_sample:
+        metrics["tokens_per_s"] = metrics["samples_per_s"] * workload.tokens_per_sample
+    hosts = sorted({r.host for r in reports})
+    extra = {"loop_started_at": loop_started_at, "params": built.params,
+             "largest_layer_params": built.largest_layer_params, "hosts": hosts,
+             "slow_ranks": slow_ranks.from_metrics(metrics, cfg.slow_rank_threshold),
+             "comm_bound": verdict.for_run(
+                 stage=run.engine.zero_stage, precision=ds_config.precision_of(ds_cfg), ds_cfg=ds_cfg,
+                 params=built.params, world_size=state.world_size,
+                 micro_steps=ds_cfg["gradient_accumulation_steps"], step_ms=metrics["step_ms_median"],
+                 hosts=hosts, backend=state.backend, busbw=cfg.busbw, comm_results=cfg.comm_results_path())}
+    return metrics, extra
+
+
+def _preload_libraries() -> None:
+    for name in PRELOADED:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # another DeepSpeed version: nothing to preload
+            pass
+
+
+def _stalled(run: Started) -> None:
+    """The step watchdog fired (in its own thread): record, then end the whole process."""
+    record_failure(run, stalled_s=run.cfg.step_timeout_s)
+    process.exit_process(1)
+
+
+def _flops_metrics(cfg: RunConfig, flops_per_sample: float | None, samples_per_s: float,
+                   state: process.DistState, ds_cfg: dict) -> dict:
+    if cfg.peak_tflops:
+        peak, note = cfg.peak_tflops, "--peak-tflops"
+    else:
+        hw = results.hardware(state.device)
+        peak, note = peaks.peak_tflops(hw["device"], hw["device_type"], ds_config.precision_of(ds_cfg))
+    out = peaks.compute_metrics(flops_per_sample, samples_per_s, state.world_size, peak, note)
+    out["model_flops_per_step"] = flops_per_sample * ds_cfg["train_batch_size"] if flops_per_sample else None
+    return out

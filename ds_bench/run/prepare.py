@@ -1,0 +1,52 @@
+"""What one run checks and builds before it joins the process group.
+
+Order matters for honest errors: everything that can be wrong with the user's input (workload,
+config file, ``--set``, batch arithmetic, data and results paths, checkpoint folders) is checked
+here, so bad input exits 2 at once, never joins and never leaves a record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ds_bench import engines
+from ds_bench.cluster import join
+from ds_bench.cluster.rendezvous import Rendezvous
+from ds_bench.config import preflight
+from ds_bench.config.deepspeed import prepare as ds_config
+from ds_bench.config.run_config import RunConfig
+from ds_bench.machine import environ, jit_ops
+from ds_bench.measure import checkpoint
+from ds_bench.workloads import build_workload
+from ds_bench.workloads.base import Workload
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A run whose input has been checked: what it joins with and what it builds after."""
+
+    workload: Workload
+    ds_cfg: dict
+    """The resolved DeepSpeed config (``ds_bench.config.deepspeed.prepare``)."""
+    engine: engines.EngineChoice
+    rdzv: Rendezvous
+    ckpt: checkpoint.Checkpointer
+    optimizer_op: str | None
+    """The JIT optimizer op DeepSpeed will load (DDP/FSDP: none, they use torch.optim)."""
+
+
+def prepare(cfg: RunConfig) -> Prepared:
+    """Every check of ``cfg`` against this machine and these ranks, before joining."""
+    rdzv = join.prepare(cfg.iface, cfg.dist_timeout_s)
+    workload = build_workload(cfg)
+    lr = cfg.lr or workload.default_lr
+    ctx = ds_config.RunContext(world_size=rdzv.info.world_size, device_type=environ.device_type(), lr=lr,
+                               steps=cfg.steps, warmup=cfg.warmup, micro_batch=cfg.micro_batch,
+                               hidden_size=workload.hidden_size)
+    ds_cfg = ds_config.prepare(cfg.ds_config, cfg.overrides, ctx)
+    micro_batch, accumulation = ds_cfg["train_micro_batch_size_per_gpu"], ds_cfg["gradient_accumulation_steps"]
+    preflight.check(cfg, workload, rdzv.info.world_size, micro_batch)  # results, data
+    choice = engines.choose(cfg.engine, ds_cfg, lr, cfg.ds_config)
+    ckpt = checkpoint.plan(cfg, rdzv.info.world_size, micro_batch, accumulation)  # --checkpoint, --resume
+    optimizer_op = jit_ops.optimizer_op(ds_cfg) if choice.name == "deepspeed" else None
+    return Prepared(workload, ds_cfg, choice, rdzv, ckpt, optimizer_op)

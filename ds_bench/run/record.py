@@ -1,0 +1,105 @@
+"""The records of one run: ``ok`` from rank 0, ``failed`` from every failing rank.
+
+A failure after start-up is a measured outcome: each failing rank appends a ``status: failed``
+record saying why in one line (an error, ``terminated by SIGTERM at step k``, ``no step finished
+in N s``, a peer that had exited), the step reached and its own metrics so far
+(``ds_bench.cluster.faults`` words the reason).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+from dataclasses import dataclass, field
+
+from ds_bench import engines
+from ds_bench.cluster import faults, process
+from ds_bench.config.deepspeed import prepare as ds_config
+from ds_bench.config.run_config import RunConfig
+from ds_bench.errors import UserError
+from ds_bench.machine import memory
+from ds_bench.measure import checkpoint
+from ds_bench.measure.loop import LoopTimes
+from ds_bench.measure.metrics import RankReport, summarize
+from ds_bench.record import store as results
+
+log = logging.getLogger("ds_bench")
+
+
+@dataclass
+class Started:
+    """A run that has joined the process group: what its records are made of."""
+
+    cfg: RunConfig
+    ds_cfg: dict
+    engine: engines.EngineChoice
+    state: process.DistState
+    size: str | None
+    run_id: str
+    peers: list[dict]
+    """rank, host and pid of every rank, to name a peer that died."""
+    times: LoopTimes = field(default_factory=LoopTimes)
+    baseline_bytes: int = 0
+    """Memory this rank held before the model was built (runtime, libraries, process group)."""
+    ckpt: checkpoint.Checkpointer = field(default_factory=checkpoint.Checkpointer)
+    """--checkpoint / --resume (``ds_bench.measure.checkpoint``); does nothing without them."""
+
+
+def rank_report(run: Started) -> RankReport:
+    """What this rank measured, to be reduced over ranks (``ds_bench.measure.metrics``)."""
+    state, times = run.state, run.times
+    return RankReport(rank=state.rank, host=socket.gethostname(), step_s=times.step_s, phase_s=times.phase_s,
+                      losses=times.losses(), compute_s=times.compute_s, window_s=times.window_s,
+                      peak_mem={**memory.peak_bytes(state.device), "baseline": run.baseline_bytes})
+
+
+def record_failure(run: Started, error: BaseException | None = None, stalled_s: float | None = None) -> None:
+    """This rank's ``failed`` record: why (one line), the step reached, and its own partial metrics.
+
+    The whole of it runs with termination signals held: a launcher sends SIGTERM to the survivors
+    moments after a peer dies, which must not cut short the record of why the run failed.
+    """
+    with faults.deferred():
+        reason, record = failure_record(run, error, stalled_s)
+        try:
+            results.append_record(run.cfg.results, record)
+        except (OSError, UserError) as e:  # keep the run's own failure as the one that propagates
+            log.error("%s; the failed record could not be written: %s", reason, e)
+            return
+        log.error("%s (recorded in %s)", reason, run.cfg.results)
+
+
+def failure_record(run: Started, error: BaseException | None, stalled_s: float | None) -> tuple[str, dict]:
+    state, times = run.state, run.times
+    signum = faults.received() if stalled_s is None else None
+    troubled = faults.peer_states(run.peers, socket.gethostname())
+    reason = faults.describe(rank=state.rank, steps_done=times.steps_done, steps=run.cfg.steps, error=error,
+                             signum=signum, stalled_s=stalled_s, peers=run.peers, troubled=troubled)
+    metrics = {}
+    if times.step_s:  # what this rank measured before the end, not reduced over ranks
+        metrics = summarize([rank_report(run)], run.ds_cfg["train_batch_size"])
+        metrics["partial_from_rank"] = state.rank
+    kind = ("oom" if memory.is_out_of_memory(error) else "stalled" if stalled_s is not None
+            else "terminated" if signum else "error")
+    failure = {"kind": kind, "steps_done": times.steps_done, "rank": state.rank, "host": socket.gethostname(),
+               "signal": signal.Signals(signum).name if signum else None, "stalled_s": stalled_s,
+               "peers": {str(r): s for r, s in troubled.items()}}
+    return reason, run_record(run, "failed", metrics=metrics, error=reason, failure=failure)
+
+
+def run_record(run: Started, status: str, metrics: dict | None = None, error: str | None = None, **extra) -> dict:
+    """The ``run`` record (``ds_bench.record``): the resolved config, where it ran, and its metrics."""
+    cfg, ds_cfg, state = run.cfg, run.ds_cfg, run.state
+    record = results.base_record(run.run_id, cfg.to_dict())
+    record.update(
+        status=status, error=error, workload=cfg.workload, size=run.size, tag=cfg.tag,
+        world_size=state.world_size, launcher=state.launcher, master_addr=state.master_addr,
+        rendezvous=state.rendezvous,
+        backend=state.backend, engine=run.engine.name, engine_plan=run.engine.describe(), ds_config=ds_cfg,
+        zero_stage=run.engine.zero_stage, precision=ds_config.precision_of(ds_cfg),
+        optimizer=run.engine.optimizer_record(ds_cfg),
+        micro_batch=ds_cfg["train_micro_batch_size_per_gpu"],
+        grad_accum=ds_cfg["gradient_accumulation_steps"], train_batch_size=ds_cfg["train_batch_size"],
+        hardware=results.hardware(state.device), metrics=metrics or {}, **run.ckpt.record_keys(), **extra)
+    return record
