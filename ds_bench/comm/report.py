@@ -13,6 +13,7 @@ import statistics
 from tabulate import tabulate
 
 from ds_bench.comm.bandwidth import algbw_gbps, busbw_gbps
+from ds_bench.report.plots import figure
 
 LEGEND = ("size: bytes of the largest buffer (nccl-tests); time: us per operation, mean over ranks of each "
           "rank's mean (min-max over ranks); algbw = size / time; busbw = algbw x 2(n-1)/n (all_reduce), "
@@ -75,23 +76,15 @@ def table(rows_: list[dict]) -> str:
 
 def write_plot(rows_: list[dict], path: str, title: str) -> str:
     """busbw vs size, one line per collective, log2 x axis."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 5))
-    world = [r for r in rows_ if r.get("scope", "world") == "world"]
-    for name in dict.fromkeys(r["collective"] for r in world):
-        mine = [r for r in world if r["collective"] == name]
-        ax.plot([r["size_bytes"] for r in mine], [r["busbw_GBps"] for r in mine], marker="o", label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("message size (bytes, largest buffer)")
-    ax.set_ylabel("busbw (GB/s, nccl-tests definition)")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    with figure(path, figsize=(8, 5)) as (_, ax):
+        world = [r for r in rows_ if r.get("scope", "world") == "world"]
+        for name in dict.fromkeys(r["collective"] for r in world):
+            mine = [r for r in world if r["collective"] == name]
+            ax.plot([r["size_bytes"] for r in mine], [r["busbw_GBps"] for r in mine], marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("message size (bytes, largest buffer)")
+        ax.set_ylabel("busbw (GB/s, nccl-tests definition)")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
     return path

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
+from ds_bench.report.plots import figure
+
 LEGEND = ("ranks: world size; threads: torch intra-op threads per rank (the run's hardware.torch_threads); "
           "global batch = micro-batch x accumulation x ranks (weak scaling: fixed per device); {unit}: global, "
           "over the measured steps (warm-up excluded); per device = that / ranks; step ms: median and p90 over "
@@ -48,37 +50,26 @@ def title(record: dict) -> str:
 
 def write_plot(rows: list[dict], path: str, title_text: str) -> str:
     """Per-device throughput (with the ideal: flat at the baseline) and efficiency vs ranks."""
-    import os
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     ok = [r for r in rows if r["status"] == "ok"]
     unit = ok[0]["unit"] if ok else "samples/s"
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    x = [r["world_size"] for r in ok]
-    ax1.plot(x, [r["samples_per_s_per_device"] for r in ok], marker="o", label="measured")
-    if ok:
-        ax1.axhline(ok[0]["samples_per_s_per_device"], color="grey", linestyle="--", label="ideal (weak scaling)")
-    ax1.set_ylabel(f"{unit} per device")
-    ax1.set_ylim(bottom=0)
-    ax2.plot(x, [r["efficiency"] for r in ok], marker="o", color="tab:orange")
-    ax2.axhline(1.0, color="grey", linestyle="--")
-    ax2.set_ylabel("weak-scaling efficiency")
-    ax2.set_ylim(0, max([1.1, *[r["efficiency"] * 1.1 for r in ok]]))
-    for ax in (ax1, ax2):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks([r["world_size"] for r in rows], [str(r["world_size"]) for r in rows])
-        ax.set_xlabel("ranks (world size)")
-        ax.grid(True, alpha=0.3)
-    ax1.legend()
-    fig.suptitle(title_text, fontsize=10)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    with figure(path, 1, 2, figsize=(10, 4)) as (fig, (ax1, ax2)):
+        x = [r["world_size"] for r in ok]
+        ax1.plot(x, [r["samples_per_s_per_device"] for r in ok], marker="o", label="measured")
+        if ok:
+            ax1.axhline(ok[0]["samples_per_s_per_device"], color="grey", linestyle="--", label="ideal (weak scaling)")
+        ax1.set_ylabel(f"{unit} per device")
+        ax1.set_ylim(bottom=0)
+        ax2.plot(x, [r["efficiency"] for r in ok], marker="o", color="tab:orange")
+        ax2.axhline(1.0, color="grey", linestyle="--")
+        ax2.set_ylabel("weak-scaling efficiency")
+        ax2.set_ylim(0, max([1.1, *[r["efficiency"] * 1.1 for r in ok]]))
+        for ax in (ax1, ax2):
+            ax.set_xscale("log", base=2)
+            ax.set_xticks([r["world_size"] for r in rows], [str(r["world_size"]) for r in rows])
+            ax.set_xlabel("ranks (world size)")
+            ax.grid(True, alpha=0.3)
+        ax1.legend()
+        fig.suptitle(title_text, fontsize=10)
     return path
 
 

@@ -8,8 +8,7 @@ throughput against peak memory with the Pareto front and the recommended point.
 
 from __future__ import annotations
 
-import os
-
+from ds_bench.report.plots import figure
 from ds_bench.report.ranking import GIB, PointRow, Ranking, rank
 
 PNG_NAMES = ("throughput", "memory", "pareto")
@@ -98,35 +97,17 @@ def _pareto_plot(ax, rows: list[PointRow], recommended: PointRow | None, unit: s
     ax.legend(fontsize=8)
 
 
-def _save(fig, path: str) -> str:
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
 def write_plots(rows_or_ranking: list[PointRow] | Ranking, out_prefix: str) -> list[str]:
     """Writes the three PNGs (each says so when there is nothing to draw); returns their paths.
     Given rows rather than a ranking, the recommendation is ``rank``'s with its defaults."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     ranking = rows_or_ranking if isinstance(rows_or_ranking, Ranking) else rank(list(rows_or_ranking))
     rows, unit = ranking.rows, _unit(ranking.rows)
-    os.makedirs(os.path.dirname(os.path.abspath(out_prefix)), exist_ok=True)
     paths = [f"{out_prefix}_{name}.png" for name in PNG_NAMES]
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    _throughput_plot(ax, rows, unit)
-    _save(fig, paths[0])
-    fig, ax = plt.subplots(figsize=(max(7, 0.5 * len(rows)), 4.5))
-    _memory_plot(ax, rows)
-    _save(fig, paths[1])
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    _pareto_plot(ax, rows, ranking.recommended, unit)
-    _save(fig, paths[2])
+    with figure(paths[0], figsize=(7, 4.5)) as (_, ax):
+        _throughput_plot(ax, rows, unit)
+    with figure(paths[1], figsize=(max(7, 0.5 * len(rows)), 4.5)) as (_, ax):
+        _memory_plot(ax, rows)
+    with figure(paths[2], figsize=(7, 4.5)) as (_, ax):
+        _pareto_plot(ax, rows, ranking.recommended, unit)
     return paths
