@@ -9,8 +9,9 @@ import statistics
 
 import pytest
 
+from ds_bench.jobs.outcome import was_busy
 from ds_bench.jobs.points import Point
-from ds_bench.report.ranking import GIB, rank, recommendation_line, summarize_points, was_busy
+from ds_bench.report.ranking import GIB, rank, recommendation_line, summarize_points
 from ds_bench.report.sweep_plots import pareto_front, write_plots
 from ds_bench.report.sweep_table import NOTE_CHARS, brief, markdown, terminal, write_csv
 

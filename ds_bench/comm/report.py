@@ -13,6 +13,7 @@ import statistics
 from tabulate import tabulate
 
 from ds_bench.comm.bandwidth import algbw_gbps, busbw_gbps
+from ds_bench.report.comm_bound import largest
 from ds_bench.report.plots import figure
 
 LEGEND = ("size: bytes of the largest buffer (nccl-tests); time: us per operation, mean over ranks of each "
@@ -33,15 +34,6 @@ def rows(per_rank: list[list[dict]], n: int) -> list[dict]:
                     "algbw_GBps": algbw_gbps(first["size_bytes"], mean),
                     "busbw_GBps": busbw_gbps(first["collective"], n, first["size_bytes"], mean),
                     "wrong": [s["wrong"] for s in samples if s["wrong"]]})
-    return out
-
-
-def largest(rows_: list[dict], by: str = "collective") -> dict[str, dict]:
-    """Each collective's (or each value of ``by``'s) row at its largest size."""
-    out: dict[str, dict] = {}
-    for row in rows_:
-        if row[by] not in out or row["size_bytes"] > out[row[by]]["size_bytes"]:
-            out[row[by]] = row
     return out
 
 

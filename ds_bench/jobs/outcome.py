@@ -105,3 +105,16 @@ def gpu_others(own_pids: set[int] | None = None) -> list[dict]:
         if len(parts) == 2 and parts[0].isdigit() and int(parts[0]) not in (own_pids or set()):
             apps.append({"pid": int(parts[0]), "used_mib": float(parts[1]) if parts[1].replace(".", "").isdigit() else None})
     return apps
+
+BUSY_OTHER_CORES = 0.5
+"""Other processes using half a core or more during a point make its timing suspect."""
+
+
+def was_busy(record: dict, cores: int | None = None) -> bool:
+    """Whether the machine was shared while this attempt ran: other processes used half a core or
+    more, other processes held the GPU, or the load average before it started was already at least
+    ``cores`` (skipped when ``cores`` is None)."""
+    busy = record.get("busy") or {}
+    if (busy.get("other_cores") or 0.0) >= BUSY_OTHER_CORES or busy.get("gpu_others"):
+        return True
+    return cores is not None and (busy.get("load_before") or 0.0) >= cores

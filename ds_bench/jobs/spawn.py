@@ -156,3 +156,8 @@ class _second_interrupt_kills:
     def __exit__(self, *exc):
         for s, h in self.previous.items():
             signal.signal(s, h)
+
+
+def sigterm_as_interrupt() -> None:
+    """Slurm's time limit and ``scancel`` stop a sweep the way Ctrl-C does."""
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))

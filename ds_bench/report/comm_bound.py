@@ -34,11 +34,18 @@ from __future__ import annotations
 import json
 import os
 
-from ds_bench.comm.report import largest
-
 BOUND_FRACTION = 0.5
 BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 COMM_DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "half": 2, "bf16": 2, "bfloat16": 2}
+
+
+def largest(rows_: list[dict], by: str = "collective") -> dict[str, dict]:
+    """Each collective's (or each value of ``by``'s) row at its largest size."""
+    out: dict[str, dict] = {}
+    for row in rows_:
+        if row[by] not in out or row["size_bytes"] > out[row[by]]["size_bytes"]:
+            out[row[by]] = row
+    return out
 
 
 def bus_bytes_per_step(stage: int, params: int, param_bytes: int, grad_bytes: int, n: int,

@@ -1,7 +1,7 @@
 """``ds-bench report``: the table and plot of a results file.
 
 A file of sweep records (``ds-bench sweep``) gets the sweep's ranked table and recommendation
-(``ds_bench.sweep.main.report``); a file of scaling records (``ds-bench scaling``) the latest one's
+(``ds_bench.report.sweep_report``); a file of scaling records (``ds-bench scaling``) the latest one's
 table (``ds_bench.report.scaling_table``); a file of run records gets one row per run (``summary.table``).
 """
 
@@ -34,9 +34,9 @@ def show(results_path: str, tag: str | None, plot_path: str | None) -> int:
 
 def report_main(args: argparse.Namespace) -> int:
     if os.path.isfile(args.results) and _has_sweep_records(args.results) and args.tag is None:
-        from ds_bench.sweep.main import report
+        from ds_bench.report.sweep_report import report_sweep
 
-        return report(args.results, write_config=False)
+        return report_sweep(args.results, write_config=False)
     if os.path.isfile(args.results) and _has_kind(args.results, "scaling") and args.tag is None:
         from ds_bench.report.scaling_table import show_last
 

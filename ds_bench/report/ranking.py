@@ -18,12 +18,11 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from ds_bench.jobs.outcome import was_busy
 from ds_bench.jobs.points import Point
 
 GIB = 2**30
 NOISY_CV_PCT = 5.0
-BUSY_OTHER_CORES = 0.5
-"""Other processes using half a core or more during a point make its timing suspect."""
 
 
 @dataclass(frozen=True)
@@ -59,16 +58,6 @@ class PointRow:
         if not self.ran_ok or not self.throughput_median:
             return 0.0
         return (self.throughput_max - self.throughput_min) / self.throughput_median * 100
-
-
-def was_busy(record: dict, cores: int | None = None) -> bool:
-    """Whether the machine was shared while this attempt ran: other processes used half a core or
-    more, other processes held the GPU, or the load average before it started was already at least
-    ``cores`` (skipped when ``cores`` is None)."""
-    busy = record.get("busy") or {}
-    if (busy.get("other_cores") or 0.0) >= BUSY_OTHER_CORES or busy.get("gpu_others"):
-        return True
-    return cores is not None and (busy.get("load_before") or 0.0) >= cores
 
 
 def latest_attempts(records: list[dict]) -> dict[str, list[dict]]:

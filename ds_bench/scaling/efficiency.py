@@ -68,7 +68,7 @@ def efficiency(per_device: float, base_per_device: float) -> float:
 def notes(rows: list[dict], cores: int | None, device_type: str) -> list[str]:
     """What makes the figures less comparable than they look: threads per rank that differ, a per-device
     batch that changed, CPU ranks beyond the cores of a node, other work on the machine meanwhile."""
-    from ds_bench.report.ranking import was_busy
+    from ds_bench.jobs.outcome import was_busy
 
     ok = [r for r in rows if r["status"] == "ok"]
     out = []

@@ -58,7 +58,7 @@ def main(args: argparse.Namespace) -> int:
         return 0
     print(f"scaling {sid}: {spec.workload}, {', '.join(str(p.world_size) for p in spec.points)} rank(s), "
           f"micro-batch {spec.micro_batch} x {spec.grad_accum} per device, results {spec.results}", flush=True)
-    from ds_bench.sweep.driver import sigterm_as_interrupt
+    from ds_bench.jobs.spawn import sigterm_as_interrupt
 
     sigterm_as_interrupt()
     try:

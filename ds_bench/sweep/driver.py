@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import re
-import signal
 import sys
 import uuid
 
@@ -230,8 +229,3 @@ def _slug(key: str) -> str:
 def _tail(path: str, n: int) -> list[str]:
     with open(path, encoding="utf-8", errors="replace") as f:
         return [line.rstrip("\n")[:200] for line in f.readlines()[-n:]]
-
-
-def sigterm_as_interrupt() -> None:
-    """Slurm's time limit and ``scancel`` stop a sweep the way Ctrl-C does."""
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))

@@ -1,0 +1,53 @@
+"""A sweep's outputs from its records, beside the results file: the ranked table (``.md``, ``.csv``,
+and on the terminal), the recommendation line, the winning DeepSpeed config (``-recommended.json``:
+the resolved config of the recommended point, which ``ds-bench run --ds-config`` and
+``deepspeed.initialize`` take as it is) and the plots (``-*.png``). Used by ``ds-bench sweep`` at its
+end and by ``ds-bench report``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ds_bench.errors import UserError
+from ds_bench.jobs.outcome import was_busy
+from ds_bench.record import store as results
+from ds_bench.report import ranking as rank
+from ds_bench.report import sweep_plots as plots
+from ds_bench.report import sweep_table as table
+
+
+def report_sweep(results_path: str, sweep_id: str | None = None, headroom_pct: float = 10.0,
+           baseline: str | None = None, write_config: bool = True) -> int:
+    records = [r for r in results.read_records(results_path) if r.get("kind") == "sweep_point"]
+    if sweep_id is None and records:
+        sweep_id = records[-1]["sweep"]
+    records = [r for r in records if r["sweep"] == sweep_id]
+    if not records:
+        raise UserError(f"{results_path}: no sweep records" + (f" of sweep {sweep_id}" if sweep_id else ""))
+    keys = {r["key"] for r in records}
+    if baseline is not None and baseline not in keys:
+        raise UserError(f"--baseline {baseline!r}: no such point in this sweep; points: {', '.join(sorted(keys))}")
+    unit = next((r["unit"] for r in records if r.get("status") == "ok"), records[0].get("unit") or "samples/s")
+    ranking = rank.rank(rank.summarize_points(records), baseline_key=baseline, headroom_pct=headroom_pct)
+    stem = os.path.splitext(results_path)[0]
+    with open(stem + ".md", "w", encoding="utf-8") as f:
+        f.write(table.markdown(ranking, unit))
+    table.write_csv(ranking, stem + ".csv")
+    print("\n" + table.terminal(ranking, unit))
+    busy = sorted({r["key"] for r in records if was_busy(r, os.cpu_count())})
+    if busy:
+        print(f"warning: the machine was busy during {len(busy)} point(s) ({', '.join(busy[:5])}"
+              f"{', ...' if len(busy) > 5 else ''}): other processes used CPU or GPU time; their figures may be low")
+    print("\n" + rank.recommendation_line(ranking, unit))
+    if ranking.recommended is not None and ranking.recommended.ds_config and write_config:
+        path = stem + "-recommended.json"
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(ranking.recommended.ds_config, f, indent=2)
+        engine = ranking.recommended.point.engine
+        print(f"config:  {path}" + (f" (run it with --engine {engine})" if engine != "deepspeed" else ""))
+    print(f"table:   {stem}.md, {stem}.csv")
+    for path in plots.write_plots(ranking, stem):
+        print(f"plot:    {path}")
+    return 0 if ranking.recommended is not None else 1
