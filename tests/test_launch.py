@@ -99,8 +99,9 @@ def test_deepspeed_skips_the_ssh_check_when_every_host_is_this_machine():
         "--module", "ds_bench", *RUN]
     assert launch.is_local_host("localhost", ()) and launch.is_local_host("127.0.0.1", ())
     assert launch.is_local_host("box", ("box",)) and not launch.is_local_host("node01", ("box",))
-    assert "--no_ssh_check" in launch.build(launch_args("deepspeed", "--hostfile", "hostfiles/localhost_2"))
-    assert "--no_ssh_check" not in launch.build(launch_args("deepspeed", "--hostfile", "hostfiles/example_2nodes_4gpus"))
+    assert "--no_ssh_check" in launch.build(launch.LaunchSpec("deepspeed", tuple(RUN), hostfile="hostfiles/localhost_2"))
+    assert "--no_ssh_check" not in launch.build(launch.LaunchSpec("deepspeed", tuple(RUN),
+                                                                hostfile="hostfiles/example_2nodes_4gpus"))
 
 
 def test_a_failing_launcher_is_one_line_and_its_exit_code(monkeypatch, capsys):

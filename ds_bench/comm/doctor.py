@@ -12,6 +12,7 @@ NVIDIA/nccl-tests doc/PERFORMANCE.md). Exit 0 when all is well, 1 with the reaso
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import socket
@@ -21,6 +22,9 @@ from tabulate import tabulate
 
 from ds_bench.cluster import join, process
 from ds_bench.cluster.netif import read_interfaces
+from ds_bench.config import argcheck
+from ds_bench.config.run_config import check_timeout
+from ds_bench.config.run_flags import add_local_rank
 from ds_bench.machine import shm
 from ds_bench.record import store as results
 
@@ -124,6 +128,21 @@ def leftover_notes(facts: list[dict]) -> list[str]:
     return [f"NOTE: {host}: {count} leftover DeepSpeed shm buffer(s) hold {size / 2**30:.2f} GiB of RAM in "
             f"{shm.SHM_DIR} (stock DeepSpeed never unlinks them); `python -m ds_bench.machine.jit_ops` removes them"
             for host, (count, size) in seen.items()]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--iface", default=None, help="network interface for the rendezvous")
+    p.add_argument("--dist-timeout", dest="dist_timeout_s", type=float, default=60.0)
+    p.add_argument("--connect-timeout", dest="connect_timeout_s", type=float, default=30.0)
+    p.add_argument("--json", default=None, help="append the full report as a JSON line here")
+    add_local_rank(p)
+
+
+def main(args: argparse.Namespace) -> int:
+    check_timeout("--dist-timeout", args.dist_timeout_s)
+    check_timeout("--connect-timeout", args.connect_timeout_s)
+    argcheck.output_folder("--json", args.json)
+    return run_doctor(args.iface, args.dist_timeout_s, args.connect_timeout_s, args.json)
 
 
 def run_doctor(iface: str | None, dist_timeout_s: float, connect_timeout_s: float, json_path: str | None) -> int:

@@ -13,8 +13,8 @@ import torch
 from ds_bench.comm.bandwidth import COLLECTIVES
 from ds_bench.comm.pairs import DEFAULT_SLOW_LINK_PCT
 from ds_bench.config import argcheck
+from ds_bench.config.parsers import parse_size
 from ds_bench.errors import UserError
-from ds_bench.machine.memory import parse_size
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
           "float64": torch.float64}

@@ -13,69 +13,132 @@ import os
 from dataclasses import dataclass
 
 from ds_bench.config import argcheck
-from ds_bench.engines.plan import check_engine
 from ds_bench.errors import UserError
+
+ENGINES = ("deepspeed", "ddp", "fsdp")
+"""What can train the model (``--engine``), from the same DeepSpeed config (``ds_bench.engines``)."""
+REQUIRED = dataclasses.MISSING
+"""``option``'s default for a flag the user must give."""
+
+
+def option(default, flag: str, **argparse_kwargs):
+    """A ``RunConfig`` field that is also the ``ds-bench run`` flag ``flag`` (its argparse keyword
+    arguments beside it); ``default`` is both the field's and the flag's."""
+    metadata = {"flag": flag, "argparse": argparse_kwargs}
+    if default is REQUIRED:
+        return dataclasses.field(metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def size_argument(text: str) -> int:
+    """``--cpu-mem-limit`` and friends: ``4GiB``, ``512MB``, ``1e9`` -> bytes (argparse type)."""
+    import argparse
+
+    from ds_bench.config.parsers import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """One benchmark run, as every rank executes it."""
+    """One benchmark run, as every rank executes it. Each field is also its ``ds-bench run`` flag
+    (``ds_bench.config.run_flags`` builds the parser from these fields and their ``option`` metadata)."""
 
-    workload: str
+    workload: str = option(REQUIRED, "--workload", help="mnist | resnet | gpt2")
     """Registered workload name (``ds_bench.workloads.REGISTRY``)."""
-    ds_config: str
+    ds_config: str = option(REQUIRED, "--ds-config", help="DeepSpeed JSON config (ds_configs/)")
     """Path of the DeepSpeed JSON config."""
-    steps: int = 50
+    steps: int = option(50, "--steps", help="total steps, warm-up included (default 50)")
     """Total optimizer steps, warm-up included."""
-    warmup: int = 5
+    warmup: int = option(5, "--warmup", help="leading steps not timed (default 5)")
     """Leading steps excluded from every timing statistic."""
-    micro_batch: int | None = None
+    micro_batch: int | None = option(None, "--micro-batch", help="per-device micro-batch (default: config, else 32)")
     """Samples per device per micro-step; None: the config's value, else 32."""
-    data: str = "synthetic"
+    data: str = option("synthetic", "--data", help="synthetic (default) or a data path")
     """``synthetic`` or a path the workload knows how to read."""
-    results: str = "results/results.jsonl"
+    results: str = option("results/results.jsonl", "--results", help="JSON-lines results file")
     """JSON-lines file rank 0 appends one record per run to."""
-    seed: int = 0
-    overrides: tuple[str, ...] = ()
+    seed: int = option(0, "--seed")
+    overrides: tuple[str, ...] = option((), "--set", action="append", metavar="KEY=VALUE",
+                                        help="override a DeepSpeed config key by dotted path, e.g. "
+                                             "zero_optimization.stage=3")
     """``--set KEY=VALUE`` DeepSpeed overrides, dotted keys."""
-    size: str | None = None
+    size: str | None = option(None, "--size", help="named model size of the workload")
     """Named model size (workload flavour); None: the workload's default."""
-    seq_len: int = 1024
-    image_size: int | None = None
-    num_classes: int | None = None
-    model_path: str | None = None
-    activation_checkpointing: bool = False
-    peak_tflops: float | None = None
+    seq_len: int = option(1024, "--seq-len", help="GPT-2 sequence length (default 1024)")
+    image_size: int | None = option(None, "--image-size", help="ResNet input side (default 224)")
+    num_classes: int | None = option(None, "--num-classes", help="ResNet classes (default 1000)")
+    model_path: str | None = option(None, "--model", help="local pretrained weights folder")
+    activation_checkpointing: bool = option(False, "--activation-checkpointing")
+    peak_tflops: float | None = option(None, "--peak-tflops", help="per-device dense peak for MFU")
     """Override of the per-device peak used for MFU (dense TFLOP/s)."""
-    lr: float | None = None
+    lr: float | None = option(None, "--lr", help="learning rate where the config says auto")
     """Learning rate used where the config says "auto"; None: the workload's default."""
-    tag: str | None = None
+    tag: str | None = option(None, "--tag", help="label stored in the record")
     """Free label stored in the record; ``ds-bench sweep`` finds each point's run records by it."""
-    iface: str | None = None
+    iface: str | None = option(None, "--iface", help="network interface for the rendezvous")
     """Network interface for the rendezvous (``--iface``); None: chosen automatically."""
-    dist_timeout_s: float = 300.0
+    dist_timeout_s: float = option(300.0, "--dist-timeout", help="seconds before process-group init or a "
+                                                                  "collective gives up (default 300)")
     """Timeout of process-group initialisation and of every collective."""
-    connect_timeout_s: float = 30.0
+    connect_timeout_s: float = option(30.0, "--connect-timeout",
+                                      help="seconds a rank tries to reach MASTER_ADDR:MASTER_PORT (default 30)")
     """How long a non-zero rank tries to reach MASTER_ADDR:MASTER_PORT before failing."""
-    step_timeout_s: float = 1800.0
+    step_timeout_s: float = option(1800.0, "--step-timeout",
+                                   help="seconds without a finished step before the run dumps every thread's "
+                                        "stack and fails (default 1800)")
     """The step watchdog: a run in which no step finishes for this long dumps stacks and fails."""
-    cpu_mem_limit: int | None = None
+    cpu_mem_limit: int | None = option(None, "--cpu-mem-limit", type=size_argument, metavar="SIZE",
+                                       help="cap each rank's memory (RLIMIT_DATA), e.g. 4GiB: on CPU ranks a "
+                                            "micro-batch that does not fit then fails to allocate and is recorded "
+                                            "as an out-of-memory")
     """Bytes of private writable memory each rank may map (``ds_bench.machine.memory``); None: no cap."""
-    slow_rank_threshold: float = 10.0
+    slow_rank_threshold: float = option(10.0, "--slow-rank-threshold", metavar="PCT",
+                                        help="name ranks whose compute time (forward + backward) is more than "
+                                             "PCT%% above the median rank's, in the summary and the record "
+                                             "(default 10)")
     """Percent above the median rank's compute time that names a rank slow (``ds_bench.measure.slow_ranks``)."""
-    breakdown: bool = False
+    breakdown: bool = option(False, "--breakdown",
+                             help="synchronize the device after every phase (data, forward, backward, optimizer) "
+                                  "of every micro-step for an exact per-phase breakdown; costs what that "
+                                  "serializes (overlapped communication, prefetch, optimizer launches), so steps "
+                                  "can be slower than without it. Default: one synchronize per step, phases from "
+                                  "non-blocking device events")
     """Synchronize after every phase (``ds_bench.measure.loop``'s ``breakdown`` mode) instead of once per step."""
-    engine: str = "deepspeed"
+    engine: str = option("deepspeed", "--engine", metavar="{deepspeed,ddp,fsdp}",
+                         help="what trains the model, from the same DeepSpeed config (default deepspeed): ddp = "
+                              "torch DistributedDataParallel, fsdp = torch FSDP2 (fully_shard; ZeRO stage 3 -> "
+                              "reshard after forward, 2 -> keep gathered); the README's Engines table gives the "
+                              "whole mapping")
     """``deepspeed``, ``ddp`` or ``fsdp`` (``ds_bench.engines``): what trains the model, from the same config."""
-    busbw: float | None = None
+    busbw: float | None = option(None, "--busbw", metavar="GBPS",
+                                 help="busbw for the comm-bound verdict (default: the newest ds-bench comm record "
+                                      "of the same ranks in --comm-results)")
     """busbw (GB/s) for the comm-bound verdict (``ds_bench.report.comm_bound``); None: a comm record's."""
-    comm_results: str | None = None
+    comm_results: str | None = option(None, "--comm-results", metavar="PATH",
+                                      help="ds-bench comm records to take busbw from (default: comm.jsonl beside "
+                                           "--results)")
     """Where to find ``ds-bench comm`` records; None: ``comm.jsonl`` beside ``results``."""
-    checkpoint: str | None = None
+    checkpoint: str | None = option(None, "--checkpoint", metavar="DIR",
+                                    help="save a checkpoint into DIR/global_step<k> once after the last step (or "
+                                         "see --checkpoint-every), timed barrier to barrier and left out of step "
+                                         "times; then load the last one back, timed. The record and summary give "
+                                         "seconds, bytes per rank and GB/s (1e9 bytes/s). Checkpoints made are "
+                                         "kept, none is overwritten (a tag already in DIR is an error); a save "
+                                         "that fails is removed")
     """Folder to save timed checkpoints in (``ds_bench.measure.checkpoint``); None: no checkpoint I/O."""
-    checkpoint_every: int | None = None
+    checkpoint_every: int | None = option(None, "--checkpoint-every", metavar="K",
+                                          help="with --checkpoint: save after every global step that is a "
+                                               "multiple of K instead")
     """Save after every global step that is a multiple of this; None: once, after the last step."""
-    resume: str | None = None
+    resume: str | None = option(None, "--resume", metavar="DIR",
+                                help="before the first step, load the newest complete checkpoint in DIR (saved "
+                                     "by --checkpoint DIR) and continue from its step k: this run's --steps are "
+                                     "steps k+1.., each rank skips the k x accumulation micro-batches already "
+                                     "used. Same --seed, world size, micro-batch and accumulation required")
     """Folder whose newest complete ds_bench checkpoint is loaded before the first step."""
 
     def __post_init__(self) -> None:
@@ -111,6 +174,12 @@ class RunConfig:
 
     def comm_results_path(self) -> str:
         return self.comm_results or os.path.join(os.path.dirname(self.results), "comm.jsonl")
+
+
+def check_engine(name: str) -> None:
+    """``--engine`` must name one of ``ENGINES``."""
+    if name not in ENGINES:
+        raise UserError(f"--engine {name!r} is unknown; known: {', '.join(ENGINES)}")
 
 
 def check_timeout(flag: str, seconds: float) -> None:

@@ -15,7 +15,8 @@ import torch
 
 from ds_bench.config.deepspeed import optim
 from ds_bench.config.deepspeed import prepare as ds_config
-from ds_bench.engines.plan import ENGINES, TorchPlan, check_engine, plan
+from ds_bench.config.run_config import ENGINES, check_engine
+from ds_bench.engines.plan import TorchPlan, plan
 from ds_bench.engines.torch_engine import DTYPES, TorchEngine, wrap_ddp, wrap_fsdp
 
 __all__ = ["ENGINES", "EngineChoice", "choose", "build"]

@@ -30,14 +30,6 @@ from ds_bench.config.deepspeed.prepare import precision_of, zero_stage
 from ds_bench.config.deepspeed.sections import offload_device
 from ds_bench.errors import UserError
 
-ENGINES = ("deepspeed", "ddp", "fsdp")
-
-
-def check_engine(name: str) -> None:
-    """``--engine`` must name one of ``ENGINES``."""
-    if name not in ENGINES:
-        raise UserError(f"--engine {name!r} is unknown; known: {', '.join(ENGINES)}")
-
 
 @dataclass(frozen=True)
 class TorchPlan:

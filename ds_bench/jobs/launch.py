@@ -15,16 +15,45 @@ runs it (``--dry-run``: print only). Builders return argv lists and are tested o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import socket
 import subprocess
 import sys
+from dataclasses import dataclass
 
 from ds_bench.cluster.hostfile import filter_slots, load_hostfile, world_info
 from ds_bench.config import argcheck
 from ds_bench.errors import UserError
 
 LAUNCHERS = ("mpirun", "deepspeed", "torchrun", "srun")
+DEFAULT_COMMAND = ("run", "--workload", "mnist", "--ds-config", "ds_configs/zero2.json")
+"""What ``ds-bench launch`` starts when nothing follows ``--``."""
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """One launch, typed: the ``ds-bench launch`` flags, or what a sweep or scaling job asks for."""
+
+    launcher: str
+    run_args: tuple[str, ...] = ()
+    """The ds-bench command every rank runs (``run ...``, ``comm ...``); empty: ``DEFAULT_COMMAND``."""
+    hostfile: str | None = None
+    include: str = ""
+    exclude: str = ""
+    nnodes: int | None = None
+    nproc_per_node: int | None = None
+    node_rank: int = 0
+    master_addr: str | None = None
+    master_port: int = 29500
+    iface: str | None = None
+    mpi: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> LaunchSpec:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in vars(args).items() if k in names and k != "run_args"},
+                   run_args=tuple(args.run_args))
 
 
 def mpirun_command(slots: dict[str, list[int]], run_args: list[str], *, python: str,
@@ -92,65 +121,58 @@ def own_host_names() -> tuple[str, ...]:
     return (full, full.split(".")[0], socket.getfqdn())
 
 
-def check_args(args: argparse.Namespace) -> None:
-    """Launch arguments, before anything is built or started."""
-    argcheck.at_least("--nnodes", args.nnodes, 1)
-    argcheck.at_least("--nproc-per-node", args.nproc_per_node, 1)
-    argcheck.at_least("--node-rank", args.node_rank, 0)
-    argcheck.port("--master-port", args.master_port)
-    if (args.include or args.exclude) and not args.hostfile:
-        raise UserError(f"--{'include' if args.include else 'exclude'} filters the hosts of a hostfile: "
+def check_args(spec: LaunchSpec) -> None:
+    """Launch arguments, before anything is built or started (the command after ``--`` is checked by
+    the CLI router, which knows every command's flags)."""
+    argcheck.at_least("--nnodes", spec.nnodes, 1)
+    argcheck.at_least("--nproc-per-node", spec.nproc_per_node, 1)
+    argcheck.at_least("--node-rank", spec.node_rank, 0)
+    argcheck.port("--master-port", spec.master_port)
+    if (spec.include or spec.exclude) and not spec.hostfile:
+        raise UserError(f"--{'include' if spec.include else 'exclude'} filters the hosts of a hostfile: "
                         "give --hostfile too")
-    if args.mpi and args.launcher != "srun":
-        raise UserError(f"--mpi is an srun option; ds-bench launch {args.launcher} does not use it")
-    if args.run_args:
-        from ds_bench.cli import build_parser
-
-        try:
-            build_parser().parse_args(args.run_args)
-        except UserError as e:
-            raise UserError(f"the ds-bench command after '--' ({' '.join(args.run_args)}): {e}") from None
+    if spec.mpi and spec.launcher != "srun":
+        raise UserError(f"--mpi is an srun option; ds-bench launch {spec.launcher} does not use it")
 
 
-def build(args: argparse.Namespace) -> list[str]:
-    check_args(args)
-    run_args = list(args.run_args) or ["run", "--workload", "mnist", "--ds-config",
-                                                           "ds_configs/zero2.json"]
-    slots = _slots(args)
-    nnodes = args.nnodes or (len(slots) if slots else 1)
-    per_node = args.nproc_per_node or (max(len(s) for s in slots.values()) if slots else 1)
-    if args.node_rank >= nnodes:
-        raise UserError(f"--node-rank must be below the number of nodes ({nnodes}), got {args.node_rank}")
-    master = args.master_addr or (next(iter(slots)) if slots else "127.0.0.1")
-    if args.iface and args.launcher != "mpirun":
-        run_args = run_args[:1] + ["--iface", args.iface] + run_args[1:]
-    if args.launcher == "mpirun":
-        return mpirun_command(_need(slots, args), run_args, python=sys.executable, iface=args.iface)
-    if args.launcher == "deepspeed":
-        _need(slots, args)
+def build(spec: LaunchSpec) -> list[str]:
+    check_args(spec)
+    run_args = list(spec.run_args or DEFAULT_COMMAND)
+    slots = _slots(spec)
+    nnodes = spec.nnodes or (len(slots) if slots else 1)
+    per_node = spec.nproc_per_node or (max(len(s) for s in slots.values()) if slots else 1)
+    if spec.node_rank >= nnodes:
+        raise UserError(f"--node-rank must be below the number of nodes ({nnodes}), got {spec.node_rank}")
+    master = spec.master_addr or (next(iter(slots)) if slots else "127.0.0.1")
+    if spec.iface and spec.launcher != "mpirun":
+        run_args = run_args[:1] + ["--iface", spec.iface] + run_args[1:]
+    if spec.launcher == "mpirun":
+        return mpirun_command(_need(slots, spec), run_args, python=sys.executable, iface=spec.iface)
+    if spec.launcher == "deepspeed":
+        _need(slots, spec)
         local = all(is_local_host(h, own_host_names()) for h in slots)
-        return deepspeed_command(args.hostfile, run_args, master_addr=master, master_port=args.master_port,
-                                 include=args.include, exclude=args.exclude, local_only=local)
-    if args.launcher == "torchrun":
-        return torchrun_command(run_args, nnodes=nnodes, nproc_per_node=per_node, node_rank=args.node_rank,
-                                master_addr=master, master_port=args.master_port)
-    return srun_command(run_args, nnodes=nnodes, tasks_per_node=per_node, python=sys.executable, mpi=args.mpi)
+        return deepspeed_command(spec.hostfile, run_args, master_addr=master, master_port=spec.master_port,
+                                 include=spec.include, exclude=spec.exclude, local_only=local)
+    if spec.launcher == "torchrun":
+        return torchrun_command(run_args, nnodes=nnodes, nproc_per_node=per_node, node_rank=spec.node_rank,
+                                master_addr=master, master_port=spec.master_port)
+    return srun_command(run_args, nnodes=nnodes, tasks_per_node=per_node, python=sys.executable, mpi=spec.mpi)
 
 
-def _slots(args: argparse.Namespace) -> dict[str, list[int]]:
-    if not args.hostfile:
+def _slots(spec: LaunchSpec) -> dict[str, list[int]]:
+    if not spec.hostfile:
         return {}
-    return filter_slots(load_hostfile(args.hostfile), args.include, args.exclude)
+    return filter_slots(load_hostfile(spec.hostfile), spec.include, spec.exclude)
 
 
-def _need(slots: dict[str, list[int]], args: argparse.Namespace) -> dict[str, list[int]]:
+def _need(slots: dict[str, list[int]], spec: LaunchSpec) -> dict[str, list[int]]:
     if not slots:
-        raise UserError(f"ds-bench launch {args.launcher}: --hostfile is required")
+        raise UserError(f"ds-bench launch {spec.launcher}: --hostfile is required")
     return slots
 
 
 def main(args: argparse.Namespace) -> int:
-    argv = build(args)
+    argv = build(LaunchSpec.from_args(args))
     print(shlex.join(argv), flush=True)
     if args.dry_run:
         return 0

@@ -14,7 +14,7 @@ import dataclasses
 import itertools
 from dataclasses import asdict, dataclass
 
-from ds_bench.engines.plan import ENGINES
+from ds_bench.config.run_config import ENGINES
 
 OFFLOADS = ("none", "optimizer", "all")
 """``optimizer``: ``offload_optimizer`` to CPU (ZeRO-Offload); ``all``: optimizer and parameters

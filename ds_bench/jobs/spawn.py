@@ -13,7 +13,6 @@ only when no process of the job is left, so the next point starts on a free devi
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
@@ -42,10 +41,8 @@ def command(spec, run_args: list[str], port: int) -> list[str]:
     if spec.launcher == "srun":
         nodes = int(os.environ.get("SLURM_JOB_NUM_NODES", "1"))
         return launch.srun_command(run_args, nnodes=nodes, tasks_per_node=spec.nproc, python=sys.executable)
-    ns = argparse.Namespace(launcher=spec.launcher, hostfile=spec.hostfile, include="", exclude="", nnodes=None,
-                            nproc_per_node=spec.nproc, node_rank=0, master_addr=None, master_port=port, iface=None,
-                            mpi=None, run_args=run_args)
-    argv = launch.build(ns)
+    argv = launch.build(launch.LaunchSpec(spec.launcher, tuple(run_args), hostfile=spec.hostfile,
+                                          nproc_per_node=spec.nproc, master_port=port))
     return [beside_python(argv[0]), *argv[1:]] if argv[0] in ("deepspeed", "torchrun") else argv
 
 

@@ -17,27 +17,12 @@ error was an out-of-memory.
 
 from __future__ import annotations
 
-import re
 import resource
 
 import psutil
 import torch
 
-_UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30,
-          "t": 2**40, "tib": 2**40, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 CPU_ALLOCATOR_FAILURE = "DefaultCPUAllocator: can't allocate memory"
-
-
-def parse_size(text: str) -> int:
-    """``4GiB``, ``512MiB``, ``3G`` (binary), ``2GB`` (decimal) or plain bytes -> bytes (pure)."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text)
-    unit = m and m.group(2).lower()
-    if not m or unit not in _UNITS:
-        raise ValueError(f"{text!r} is not a size; expected e.g. 4GiB, 512MiB or a number of bytes")
-    value = int(float(m.group(1)) * _UNITS[unit])
-    if value <= 0:
-        raise ValueError(f"{text!r}: a size must be > 0")
-    return value
 
 
 def cap_process_memory(limit_bytes: int) -> None:

@@ -32,7 +32,13 @@ def show(results_path: str, tag: str | None, plot_path: str | None) -> int:
     return 0
 
 
-def report_main(args: argparse.Namespace) -> int:
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", nargs="?", default="results/results.jsonl")
+    p.add_argument("--tag", default=None, help="only records with this tag")
+    p.add_argument("--plot", default=None, help="write a PNG plot here")
+
+
+def main(args: argparse.Namespace) -> int:
     if os.path.isfile(args.results) and _has_sweep_records(args.results) and args.tag is None:
         from ds_bench.report.sweep_report import report_sweep
 

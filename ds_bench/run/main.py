@@ -7,6 +7,7 @@ the run exits non-zero (1, or 128 + signal; ``ds_bench.cluster.faults``).
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 
@@ -14,6 +15,7 @@ import torch
 
 from ds_bench.cluster import faults, join, process
 from ds_bench.config.run_config import RunConfig
+from ds_bench.config.run_flags import add_run_arguments, run_config
 from ds_bench.errors import UserError
 from ds_bench.logs import quiet_deepspeed
 from ds_bench.record import store as results
@@ -21,6 +23,14 @@ from ds_bench.report import summary
 from ds_bench.run.measure import measure
 from ds_bench.run.prepare import prepare
 from ds_bench.run.record import Started, record_failure, run_record
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_run_arguments(p)
+
+
+def main(args: argparse.Namespace) -> int:
+    return run_benchmark(run_config(args))
 
 
 def run_benchmark(cfg: RunConfig) -> int:

@@ -77,7 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def parse_counts(flag: str, text: str) -> tuple[int, ...]:
     """``"1,2,4"`` -> ``(1, 2, 4)``: positive integers, strictly increasing (pure)."""
-    from ds_bench.sweep.spec import parse_items
+    from ds_bench.config.parsers import parse_items
 
     values = parse_items(flag, text, kind=int)
     if any(b <= a for a, b in itertools.pairwise(values)):
@@ -118,8 +118,8 @@ def _node_plan(path: str, nodes: tuple[int, ...]) -> tuple[Point, ...]:
 
 
 def from_args(args: argparse.Namespace, device_type: str, devices: int) -> ScalingSpec:
+    from ds_bench.config.parsers import config_path, parse_duration
     from ds_bench.config.preflight import check_results_path
-    from ds_bench.sweep.spec import config_path, parse_duration
     from ds_bench.workloads import REGISTRY
 
     points = plan(args, device_type, devices)
@@ -145,17 +145,14 @@ OWNED = {"results": "--results", "tag": "--tag", "workload": "--workload", "ds_c
 
 
 def _run_namespace(workload: str, path: str, tail: list[str]) -> argparse.Namespace:
-    from ds_bench.cli import build_parser
+    from ds_bench.config.run_flags import parse_run_tail
 
-    parser = build_parser()
-    head = ["run", "--workload", workload, "--ds-config", path]
     try:
-        ns = parser.parse_args([*head, *tail])
+        ns, given = parse_run_tail(["--workload", workload, "--ds-config", path], tail)
     except UserError as e:
         raise UserError(f"run arguments after '--' ({' '.join(tail)}): {e}") from None
-    defaults = parser.parse_args(head)
     for name, flag in OWNED.items():
-        if getattr(ns, name) != getattr(defaults, name):
+        if name in given:
             raise UserError(f"run argument {flag} after '--': ds-bench scaling sets it"
                             + (" per point" if name in ("results", "tag") else f"; give {flag} before '--'"))
     return ns

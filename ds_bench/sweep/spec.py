@@ -13,15 +13,14 @@ import hashlib
 import json
 import math
 import os
-import re
 from dataclasses import dataclass, field
 
 from ds_bench.config import argcheck
-from ds_bench.engines.plan import ENGINES
+from ds_bench.config.parsers import CONFIG_DIR, config_path, parse_duration, parse_list, parse_size
+from ds_bench.config.run_config import ENGINES
+from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
 from ds_bench.jobs.points import OFFLOADS, PRECISIONS, Point, parse_key
-
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "ds_configs")
 
 
 @dataclass(frozen=True)
@@ -110,48 +109,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the planned points, run nothing")
 
 
-def parse_list(flag: str, text: str, allowed=None, kind=str) -> tuple:
-    """``"a,b,a"`` -> ``(a, b)``: checked items, repeats dropped (pure)."""
-    return tuple(dict.fromkeys(parse_items(flag, text, allowed, kind)))
-
-
-def parse_items(flag: str, text: str, allowed=None, kind=str) -> list:
-    """Every item of a comma-separated flag value, in order, each converted by ``kind`` and checked
-    (an ``int`` without ``allowed`` must be >= 1); a one-line ``UserError`` naming the flag otherwise."""
-    items = [t.strip() for t in text.split(",")]
-    if not text.strip() or not all(items):
-        raise UserError(f"{flag} {text!r}: expected a comma-separated list, e.g. {_example(flag)}")
-    out = []
-    for item in items:
-        try:
-            value = kind(item)
-        except ValueError:
-            raise UserError(f"{flag} {text!r}: {item!r} is not {'an integer' if kind is int else 'valid'}") from None
-        if allowed is not None and value not in allowed:
-            raise UserError(f"{flag} {text!r}: {item!r} is not one of {', '.join(map(str, allowed))}")
-        if kind is int and allowed is None and value < 1:
-            raise UserError(f"{flag} {text!r}: {item!r} must be a positive integer")
-        out.append(value)
-    return out
-
-
-def _example(flag: str) -> str:
-    return {"--stages": "0,1,2,3", "--offload": "none,optimizer", "--precision": "fp32,bf16",
-            "--micro-batch": "1,2,4 or auto", "--grad-accum": "1,4", "--engines": "deepspeed,ddp,fsdp", "--ranks": "1,2,4", "--nodes": "1,2,4"
-            }.get(flag, "a,b")
-
-
-def parse_duration(flag: str, text: str) -> float:
-    """``90s``, ``15m``, ``1h`` or plain seconds -> seconds (pure)."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smh]?)\s*", text or "")
-    if not m:
-        raise UserError(f"{flag} {text!r}: expected a duration such as 90s, 15m or 1h")
-    seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise UserError(f"{flag} {text!r}: must be more than 0 seconds")
-    return seconds
-
-
 def parse_micro_batches(text: str | None, base_value: int | None) -> tuple[int, ...] | None:
     if text is None:
         return (base_value,) if base_value else None
@@ -180,15 +137,9 @@ def check_numbers(args: argparse.Namespace) -> None:
     check_results_path(args.results)
 
 
-def config_path(name: str) -> str:
-    """A config as given when that file exists, else the one of that name in ds_configs/."""
-    return name if os.path.isfile(name) else os.path.join(CONFIG_DIR, name)
-
-
 def from_args(args: argparse.Namespace, run_tail: list[str], gpu: bool, native_bf16: bool) -> tuple[SweepSpec, dict]:
     """The validated spec and the base config (``--ds-config`` with ``--set`` applied, not resolved)."""
     from ds_bench.config.deepspeed import prepare as ds_config
-    from ds_bench.machine.memory import parse_size
     from ds_bench.sweep import preset
     from ds_bench.sweep.derive import axes_of
     from ds_bench.workloads import REGISTRY
@@ -250,18 +201,14 @@ def _run_args(args: argparse.Namespace, tail: list[str]) -> tuple[str, ...]:
         if value is not None:
             out += [flag, str(value)]
     out += list(tail)
-    from ds_bench.cli import build_parser
-
-    parser = build_parser()
     try:
-        ns = parser.parse_args(["run", "--workload", args.workload, "--ds-config", "-", *out])
+        _, given = parse_run_tail(["--workload", args.workload, "--ds-config", "-"], out)
     except UserError as e:
         raise UserError(f"run arguments ({' '.join(out)}): {e}") from None
     owned = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
              "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit", "engine": "--engine"}
-    defaults = parser.parse_args(["run", "--workload", args.workload, "--ds-config", "-"])
     for name, flag in owned.items():
-        if getattr(ns, name) != getattr(defaults, name):
+        if name in given:
             raise UserError(f"run argument {flag} after '--': the sweep sets it per point; "
                             f"use the sweep's own {flag} (or the axis option)")
     return tuple(out)

@@ -1,0 +1,69 @@
+"""``ds-bench run``'s flags, built from ``RunConfig``'s fields (each flag is defined once, there), and the
+one parser of a command's trailing run flags (``ds-bench sweep|scaling ... -- RUN OPTIONS``).
+
+Errors are one line naming the flag (``UserError``, exit 2), as every ds_bench parser's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+
+from ds_bench.config.run_config import REQUIRED, RunConfig
+from ds_bench.errors import UserError
+
+RUN_PROG = "ds-bench run"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose own errors are one line and exit 2 (a ``UserError``), never a usage dump."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        raise UserError(f"{self.prog}: {message}")
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """Every ``RunConfig`` field as its flag, with the field's default."""
+    hints = typing.get_type_hints(RunConfig)
+    for f in dataclasses.fields(RunConfig):
+        kwargs = dict(f.metadata["argparse"])
+        if f.default is REQUIRED:
+            kwargs["required"] = True
+        elif hints[f.name] is bool:
+            kwargs.update(action="store_true", default=f.default)
+        elif kwargs.get("action") == "append":
+            kwargs["default"] = list(f.default)
+        else:
+            kwargs.setdefault("type", _scalar(hints[f.name]))
+            kwargs["default"] = f.default
+        p.add_argument(f.metadata["flag"], dest=f.name, **kwargs)
+    add_local_rank(p)
+
+
+def add_local_rank(p: argparse.ArgumentParser) -> None:
+    """The deepspeed launcher appends ``--local_rank=N``; accepted and ignored (LOCAL_RANK is read from
+    the environment)."""
+    p.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)
+
+
+def run_config(args: argparse.Namespace) -> RunConfig:
+    """The validated ``RunConfig`` of parsed run flags."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)}
+    return RunConfig(**{**values, "overrides": tuple(args.overrides)})
+
+
+def parse_run_tail(head: list[str], tail: list[str]) -> tuple[argparse.Namespace, set[str]]:
+    """Parse ``head + tail`` as ``ds-bench run`` flags: the namespace, and the fields whose values the
+    tail changed from ``head`` alone (so a command can refuse flags it sets itself)."""
+    parser = Parser(prog=RUN_PROG)
+    add_run_arguments(parser)
+    ns = parser.parse_args([*head, *tail])
+    defaults = parser.parse_args(head)
+    return ns, {f.name for f in dataclasses.fields(RunConfig) if getattr(ns, f.name) != getattr(defaults, f.name)}
+
+
+def _scalar(hint) -> type:
+    """``int | None`` -> ``int``: the argparse type of a field."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if args else hint
