@@ -13,7 +13,7 @@ Conventions, shared by every workload:
   recomputation is not counted; MFU stays comparable across memory-saving choices.
   ``gpt2_hardware_flops_per_token`` gives the recomputing count (an extra forward) for reference.
 
-Run ``python -m ds_bench.workloads.flops`` for the GPT-2 figures at the standard sizes.
+Run ``python -m ds_bench.workloads`` for the GPT-2 figures at the standard sizes.
 """
 
 from __future__ import annotations
@@ -89,15 +89,3 @@ def gpt2_hardware_flops_per_token(n_layer: int, d_model: int, d_ff: int, vocab: 
     blocks = gpt2_matmul_params(n_layer, d_model, d_ff, vocab) - vocab * d_model
     recompute = 2.0 * blocks + 4.0 * n_layer * d_model * seq_len
     return gpt2_flops_per_token(n_layer, d_model, d_ff, vocab, seq_len) + recompute
-
-
-def _main() -> None:
-    from ds_bench.workloads.gpt2 import SHAPES
-
-    for name, (n_layer, d, _heads) in SHAPES.items():
-        per_token = gpt2_flops_per_token(n_layer, d, 4 * d, 50257, 1024)
-        print(f"gpt2 {name:6s} seq 1024: {per_token / 1e9:7.3f} GFLOP per token trained")
-
-
-if __name__ == "__main__":
-    _main()

@@ -1,0 +1,181 @@
+"""The package's structure, read from its source (ast): folders by stage of the data flow, each
+importing only folders before it; commands that never import each other; ``cli`` imported by
+nothing but ``__main__``; no import circle between modules.
+
+Run ``python -m tests.test_architecture`` for the figures the README's Layout section quotes
+(modules per folder, import arrows, circles).
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "ds_bench"
+LAYERS = (
+    ("errors", "logs"),
+    ("config",),
+    ("machine",),
+    ("cluster",),
+    ("data", "engines"),
+    ("workloads",),
+    ("measure",),
+    ("record",),
+    ("jobs",),
+    ("report",),
+    ("run", "sweep", "scaling", "comm"),
+    ("cli", "__main__"),
+)
+"""Folders (or root modules) in data-flow order: each may import its own folder and those before it."""
+COMMANDS = ("run", "sweep", "scaling", "comm")
+
+
+def modules(root: Path = PACKAGE) -> dict[str, Path]:
+    """Dotted module name (``ds_bench.x.y``) -> file, packages by their ``__init__``."""
+    out = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the ds_bench modules it imports (anywhere in the file, lazy imports included)."""
+    known = modules(root)
+    graph: dict[str, set[str]] = {name: set() for name in known}
+    for name, path in known.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            for target in _targets(node, package):
+                while target and target not in known:
+                    target = target.rpartition(".")[0]
+                if target and target != name and target.startswith("ds_bench."):
+                    graph[name].add(target)
+    return graph
+
+
+def _targets(node: ast.AST, package: str) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = node.module or ""
+    if node.level:
+        parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join(parts + ([node.module] if node.module else []))
+    return [f"{base}.{a.name}" for a in node.names]  # a submodule, else trimmed back to the module
+
+
+def folder(module: str) -> str:
+    """``ds_bench.cluster.join`` -> ``cluster``; ``ds_bench.errors`` -> ``errors``."""
+    return module.split(".")[1] if "." in module else ""
+
+
+def layer_of(module: str) -> int:
+    top = folder(module)
+    for i, names in enumerate(LAYERS):
+        if top in names:
+            return i
+    raise AssertionError(f"{module}: folder {top!r} is in no layer of LAYERS; add it where it belongs")
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), each a circle of imports."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that breaks a rule, one line each."""
+    out = []
+    for src, targets in sorted(graph.items()):
+        if src == "ds_bench":
+            continue
+        for dst in sorted(targets):
+            if dst == "ds_bench":
+                continue
+            a, b = folder(src), folder(dst)
+            if b == "cli":
+                if a != "__main__":
+                    out.append(f"{src} imports {dst}: nothing imports the CLI router")
+            elif a in COMMANDS and b in COMMANDS and a != b:
+                out.append(f"{src} imports {dst}: commands never import each other (share through jobs/ or report/)")
+            elif a != b and layer_of(dst) >= layer_of(src):
+                out.append(f"{src} imports {dst}: {b}/ comes after {a}/ in the data flow")
+    return out
+
+
+def test_the_rules_hold_and_there_is_no_circle():
+    graph = import_graph()
+    assert violations(graph) == []
+    assert cycles(graph) == []
+
+
+def test_the_checker_sees_upward_imports_command_to_command_and_circles(tmp_path):
+    pkg = tmp_path / "ds_bench"
+    for name, text in {"__init__.py": "", "errors.py": "", "cli.py": "",
+                       "config/__init__.py": "", "config/a.py": "from ds_bench.machine import b\n",
+                       "machine/__init__.py": "", "machine/b.py": "from ds_bench.config import a\n",
+                       "sweep/__init__.py": "", "sweep/main.py": "def f():\n    from ds_bench.scaling import main\n",
+                       "scaling/__init__.py": "", "scaling/main.py": "from ds_bench import cli\n"}.items():
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(text)
+    graph = import_graph(pkg)
+    found = violations(graph)
+    assert any("config.a imports ds_bench.machine.b" in v for v in found)
+    assert any("sweep.main imports ds_bench.scaling.main: commands never" in v for v in found)
+    assert any("scaling.main imports ds_bench.cli: nothing imports" in v for v in found)
+    assert cycles(graph) == [["ds_bench.config.a", "ds_bench.machine.b"]]
+
+
+@pytest.mark.parametrize("module", sorted(modules()))
+def test_every_module_says_what_it_owns(module):
+    tree = ast.parse(modules()[module].read_text())
+    assert ast.get_docstring(tree), f"{module}: no module docstring"
+
+
+def summary() -> str:
+    graph = import_graph()
+    per_folder = collections.Counter(folder(m) or "(root)" for m in graph if m != "ds_bench")
+    lines = [f"{len(graph)} modules, {sum(len(t) for t in graph.values())} import arrows, "
+             f"{len(cycles(graph))} circles, {len(violations(graph))} rule violations"]
+    lines += [f"  {name or '(root)'}: {count}" for name, count in sorted(per_folder.items())]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(summary())
