@@ -20,9 +20,10 @@ import pytest
 
 from ds_bench.errors import UserError
 from ds_bench.measure import checkpoint
-from ds_bench.measure.checkpoint import bytes_per_rank, figures, mismatch, plan, save_steps, skip, timed
+from ds_bench.measure.checkpoint import figures, mismatch, plan, save_steps, skip, timed
 from ds_bench.measure.checkpoint_disk import (
     MARKER,
+    bytes_per_rank,
     check_target,
     discard,
     newest_complete,

@@ -11,7 +11,8 @@ import types
 import pytest
 
 from ds_bench.cluster import discovery
-from ds_bench.cluster.discovery import RankInfo, complete_with_mpi, discover
+from ds_bench.cluster.discovery import RankInfo, discover
+from ds_bench.cluster.mpi_discovery import complete_with_mpi
 from ds_bench.errors import UserError
 
 
@@ -308,7 +309,8 @@ def test_complete_rank0_failure_reaches_every_rank(monkeypatch):
 
 REAL_MPI_SCRIPT = """
 import json
-from ds_bench.cluster.discovery import complete_with_mpi, discover
+from ds_bench.cluster.discovery import discover
+from ds_bench.cluster.mpi_discovery import complete_with_mpi
 from mpi4py import MPI
 got = complete_with_mpi(discover({}), lambda spans: ("192.0.2.7", 29555), timeout_s=30)
 print(json.dumps([got.rank, got.world_size, got.local_rank, got.local_world_size, got.node_rank,

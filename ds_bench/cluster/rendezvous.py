@@ -22,7 +22,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from ds_bench.cluster.discovery import RankInfo, complete_with_mpi, discover
+from ds_bench.cluster.discovery import RankInfo, discover
+from ds_bench.cluster.mpi_discovery import complete_with_mpi
 from ds_bench.cluster.netif import IfaceChoice, choose_interface, env_for_choice, read_interfaces, resolve_hostname_addr
 from ds_bench.errors import UserError
 

@@ -31,7 +31,6 @@ created that holds no complete checkpoint at the end is removed; completed check
 from __future__ import annotations
 
 import os
-import re
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -40,6 +39,7 @@ from dataclasses import dataclass, field
 from ds_bench.cluster import faults
 from ds_bench.errors import UserError
 from ds_bench.measure.checkpoint_disk import (
+    bytes_per_rank,
     check_target,
     discard,
     free_bytes,
@@ -54,8 +54,6 @@ CLIENT_KEY = "ds_bench"
 MATCHED = {"workload": "--workload", "seed": "--seed", "world_size": "world size", "micro_batch": "micro-batch",
            "grad_accum": "gradient accumulation"}
 """What a resumed run must share with the saving run: the data stream and its skip depend on them."""
-_RANK_FILES = (re.compile(r"zero_pp_rank_(\d+)_"), re.compile(r"(?:^|/)__(\d+)_\d+\.distcp$"),
-               re.compile(r"^offloaded_tensors/rank(\d+)/"))
 
 
 class CheckpointError(RuntimeError):
@@ -68,15 +66,6 @@ def save_steps(start: int, steps: int, every: int | None) -> list[int]:
     if every is None:
         return [start + steps]
     return [s for s in range(start + 1, start + steps + 1) if s % every == 0]
-
-
-def bytes_per_rank(files: dict[str, int], world_size: int) -> dict[str, int]:
-    """Bytes written by each rank (keys as in the JSON record), from relative file names and sizes."""
-    out = {str(r): 0 for r in range(world_size)}
-    for name, size in files.items():
-        rank = str(next((int(m.group(1)) for p in _RANK_FILES if (m := p.search(name))), 0))
-        out[rank] = out.get(rank, 0) + size
-    return out
 
 
 def gbps(nbytes: int, seconds: float) -> float:

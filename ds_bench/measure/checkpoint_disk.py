@@ -13,12 +13,27 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 from ds_bench.config import preflight
 from ds_bench.errors import UserError
 
 MARKER = "ds_bench_checkpoint.json"
+
+
+_RANK_FILES = (re.compile(r"zero_pp_rank_(\d+)_"), re.compile(r"(?:^|/)__(\d+)_\d+\.distcp$"),
+               re.compile(r"^offloaded_tensors/rank(\d+)/"))
+"""Which rank wrote a file, by name: DeepSpeed's ZeRO shards, torch DCP's, offloaded tensors."""
+
+
+def bytes_per_rank(files: dict[str, int], world_size: int) -> dict[str, int]:
+    """Bytes written by each rank (keys as in the JSON record), from relative file names and sizes."""
+    out = {str(r): 0 for r in range(world_size)}
+    for name, size in files.items():
+        rank = str(next((int(m.group(1)) for p in _RANK_FILES if (m := p.search(name))), 0))
+        out[rank] = out.get(rank, 0) + size
+    return out
 
 
 def tag_for(step: int) -> str:
