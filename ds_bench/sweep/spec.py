@@ -139,13 +139,28 @@ def check_numbers(args: argparse.Namespace) -> None:
 
 def from_args(args: argparse.Namespace, run_tail: list[str], gpu: bool, native_bf16: bool) -> tuple[SweepSpec, dict]:
     """The validated spec and the base config (``--ds-config`` with ``--set`` applied, not resolved)."""
-    from ds_bench.config.deepspeed import prepare as ds_config
     from ds_bench.sweep import preset
-    from ds_bench.sweep.derive import axes_of
-    from ds_bench.workloads import REGISTRY
 
     notes = preset.apply(args, gpu) if args.workload is None else []
     check_numbers(args)
+    path, base = _base_config(args)
+    axes = _axes(args, base, gpu or native_bf16, notes)
+    spec = SweepSpec(
+        workload=args.workload, ds_config=path, overrides=tuple(args.overrides), **axes,
+        run_args=_run_args(args, run_tail), nproc=args.nproc or default_nproc(gpu), steps=args.steps,
+        warmup=args.warmup, repeats=args.repeats, timeout_s=parse_duration("--timeout", args.timeout),
+        results=args.results, headroom_pct=args.headroom, baseline=args.baseline, prune=args.prune,
+        max_micro_batch=args.max_micro_batch, cpu_mem_limit=_memory_cap(args.cpu_mem_limit),
+        launcher=args.launcher or "deepspeed", hostfile=args.hostfile, master_port=args.master_port,
+        device_type="cuda" if gpu else "cpu", notes=tuple(notes))
+    return dataclasses.replace(spec, extra_points=_extra_points(args.points or (), spec)), base
+
+
+def _base_config(args: argparse.Namespace) -> tuple[str, dict]:
+    """The base config's path and content (``--set`` applied), the workload checked."""
+    from ds_bench.config.deepspeed import prepare as ds_config
+    from ds_bench.workloads import REGISTRY
+
     if args.workload not in REGISTRY:
         raise UserError(f"--workload {args.workload!r} is unknown; known: {', '.join(sorted(REGISTRY))}")
     if args.ds_config is None:
@@ -153,34 +168,36 @@ def from_args(args: argparse.Namespace, run_tail: list[str], gpu: bool, native_b
     path = config_path(args.ds_config)
     if not os.path.isfile(path):
         raise UserError(f"--ds-config {args.ds_config}: file not found (as given, or in {CONFIG_DIR})")
-    base = ds_config.apply_overrides(ds_config.load_json(path), tuple(args.overrides))
+    return path, ds_config.apply_overrides(ds_config.load_json(path), tuple(args.overrides))
+
+
+def _axes(args: argparse.Namespace, base: dict, bf16_native: bool, notes: list[str]) -> dict:
+    """Every axis from its flag, else the base config's own value; a CPU without native bf16 sweeps
+    fp32 unless ``--precision`` says otherwise (and ``notes`` says so)."""
+    from ds_bench.sweep.derive import axes_of
+
     axes = axes_of(base)
     precision_text = args.precision
-    if precision_text is None and axes["precision"] == "bf16" and not gpu and not native_bf16:
+    if precision_text is None and axes["precision"] == "bf16" and not bf16_native:
         precision_text = "fp32"
         notes.append("this CPU has no native bf16 (torch would emulate it, ~9x slower): sweeping fp32; "
                      "measure bf16 anyway with --precision bf16")
-    cap = None
-    if args.cpu_mem_limit is not None:
-        try:
-            cap = parse_size(args.cpu_mem_limit)
-        except ValueError as e:
-            raise UserError(f"--cpu-mem-limit {e}") from None
-    spec = SweepSpec(
-        workload=args.workload, ds_config=path, overrides=tuple(args.overrides),
+    return dict(
         stages=parse_list("--stages", args.stages, allowed=(0, 1, 2, 3), kind=int) if args.stages else (axes["stage"],),
         offloads=parse_list("--offload", args.offload, allowed=OFFLOADS) if args.offload else (axes["offload"],),
         precisions=parse_list("--precision", precision_text, allowed=PRECISIONS) if precision_text else (axes["precision"],),
         micro_batches=parse_micro_batches(args.micro_batch, axes["micro_batch"]),
         grad_accums=parse_list("--grad-accum", args.grad_accum, kind=int) if args.grad_accum else (axes["grad_accum"],),
-        engines=parse_list("--engines", args.engines, allowed=ENGINES) if args.engines else ("deepspeed",),
-        run_args=_run_args(args, run_tail), nproc=args.nproc or default_nproc(gpu), steps=args.steps,
-        warmup=args.warmup, repeats=args.repeats, timeout_s=parse_duration("--timeout", args.timeout),
-        results=args.results, headroom_pct=args.headroom, baseline=args.baseline, prune=args.prune,
-        max_micro_batch=args.max_micro_batch, cpu_mem_limit=cap, launcher=args.launcher or "deepspeed",
-        hostfile=args.hostfile, master_port=args.master_port, device_type="cuda" if gpu else "cpu",
-        notes=tuple(notes))
-    return dataclasses.replace(spec, extra_points=_extra_points(args.points or (), spec)), base
+        engines=parse_list("--engines", args.engines, allowed=ENGINES) if args.engines else ("deepspeed",))
+
+
+def _memory_cap(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise UserError(f"--cpu-mem-limit {e}") from None
 
 
 def _extra_points(texts, spec: SweepSpec) -> tuple[Point, ...]:
