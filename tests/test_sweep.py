@@ -248,11 +248,17 @@ def test_the_recommended_point_is_the_fastest_that_fits_and_its_config_runs(capp
     line = next(x for x in proc.stdout.splitlines() if x.startswith("recommended: "))
     assert line.startswith(f"recommended: {best['key']} "), (line, [(r["key"], r["throughput"]) for r in fitting])
     config = results.parent / "s-recommended.json"
-    assert json.loads(config.read_text()) == best["ds_config"]
-    run = run_cmd(["deepspeed", "--num_gpus", "2", "--master_port", "29671", "--module", "ds_bench", "run", "--workload", "gpt2",
-                   "--size", "tiny", "--seq-len", "512", "--ds-config", str(config), "--steps", "3", "--warmup", "1",
-                   "--results", str(tmp_path / "r.jsonl")], timeout=300, HF_HUB_OFFLINE="1")
-    assert run.returncode == 0, explain(run)
-    (r,) = records(tmp_path / "r.jsonl")
-    assert r["status"] == "ok" and r["micro_batch"] == best["point"]["micro_batch"]
+    written = json.loads(config.read_text())
+    assert "train_batch_size" not in written  # measured at 2 ranks, it must run at any world size
+    assert written == {k: v for k, v in best["ds_config"].items() if k != "train_batch_size"}
+    assert "measured at 2 rank(s)" in next(x for x in proc.stdout.splitlines() if x.startswith("config: "))
+    for ranks in (1, 2):
+        out = tmp_path / f"r{ranks}.jsonl"
+        run = run_cmd(["deepspeed", "--num_gpus", str(ranks), "--master_port", "29671", "--module", "ds_bench", "run",
+                       "--workload", "gpt2", "--size", "tiny", "--seq-len", "512", "--ds-config", str(config),
+                       "--steps", "3", "--warmup", "1", "--results", str(out)], timeout=300, HF_HUB_OFFLINE="1")
+        assert run.returncode == 0, explain(run)
+        (r,) = records(out)
+        assert r["status"] == "ok" and r["micro_batch"] == best["point"]["micro_batch"] and r["world_size"] == ranks
+        assert r["train_batch_size"] == ranks * r["micro_batch"] * r["grad_accum"]
     assert r["zero_stage"] == best["point"]["stage"]

@@ -1,7 +1,8 @@
 """A sweep's outputs from its records, beside the results file: the ranked table (``.md``, ``.csv``,
 and on the terminal), the recommendation line, the winning DeepSpeed config (``-recommended.json``:
-the resolved config of the recommended point, which ``ds-bench run --ds-config`` and
-``deepspeed.initialize`` take as it is) and the plots (``-*.png``). Used by ``ds-bench sweep`` at its
+the resolved config of the recommended point with its per-device micro-batch and accumulation, and no
+``train_batch_size``, so ``ds-bench run --ds-config`` and ``deepspeed.initialize`` take it as it is at
+any world size) and the plots (``-*.png``). Used by ``ds-bench sweep`` at its
 end and by ``ds-bench report``.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 
+from ds_bench.config.deepspeed.prepare import portable
 from ds_bench.errors import UserError
 from ds_bench.jobs.outcome import was_busy
 from ds_bench.record import store as results
@@ -42,12 +44,22 @@ def report_sweep(results_path: str, sweep_id: str | None = None, headroom_pct: f
               f"{', ...' if len(busy) > 5 else ''}): other processes used CPU or GPU time; their figures may be low")
     print("\n" + rank.recommendation_line(ranking, unit))
     if ranking.recommended is not None and ranking.recommended.ds_config and write_config:
-        path = stem + "-recommended.json"
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(ranking.recommended.ds_config, f, indent=2)
-        engine = ranking.recommended.point.engine
-        print(f"config:  {path}" + (f" (run it with --engine {engine})" if engine != "deepspeed" else ""))
+        world = next((r.get("world_size") for r in records if r.get("key") == ranking.recommended.key), None)
+        print(write_recommended(stem + "-recommended.json", ranking.recommended.ds_config, world,
+                                ranking.recommended.point.engine))
     print(f"table:   {stem}.md, {stem}.csv")
     for path in plots.write_plots(ranking, stem):
         print(f"plot:    {path}")
     return 0 if ranking.recommended is not None else 1
+
+
+def write_recommended(path: str, ds_cfg: dict, world_size: int | None, engine: str) -> str:
+    """Write the winning config as a job of any size takes it (``portable``); the line saying where,
+    the per-device batch it fixes and the world size it was measured at."""
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(portable(ds_cfg), f, indent=2)
+    os.replace(path + ".tmp", path)
+    at = f", measured at {world_size} rank(s)" if world_size else ""
+    how = f"; run it with --engine {engine}" if engine != "deepspeed" else ""
+    return (f"config:  {path} (per device: micro-batch {ds_cfg['train_micro_batch_size_per_gpu']} x accumulation "
+            f"{ds_cfg['gradient_accumulation_steps']}{at}; train_batch_size follows the world size{how})")

@@ -53,6 +53,13 @@ def prepare(path: str, overrides: tuple[str, ...], ctx: RunContext) -> dict:
     return cfg
 
 
+def portable(ds_cfg: dict) -> dict:
+    """A resolved config to carry from a measurement to a job of any size: the per-device micro-batch
+    and the accumulation kept, ``train_batch_size`` left out (DeepSpeed derives it as micro-batch x
+    accumulation x world size), so the same file runs on 1 rank or on 16 nodes."""
+    return {key: value for key, value in ds_cfg.items() if key != "train_batch_size"}
+
+
 def load_json(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as f:
