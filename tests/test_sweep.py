@@ -25,9 +25,9 @@ import pytest
 from ds_bench.config import parsers
 from ds_bench.errors import UserError
 from ds_bench.jobs import outcome
+from ds_bench.jobs.derive import axes_of, derive
 from ds_bench.jobs.points import Point, grid, invalid_reason, next_auto_micro_batch, parse_key
 from ds_bench.sweep import ledger, spec
-from ds_bench.sweep.derive import axes_of, derive
 from tests.conftest import REPO, child_env, ds_bench, explain, records, run_cmd
 
 BASE = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",

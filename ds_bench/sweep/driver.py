@@ -24,12 +24,12 @@ from ds_bench.cluster.rendezvous import free_port
 from ds_bench.errors import UserError
 from ds_bench.jobs import outcome, predict
 from ds_bench.jobs import spawn as jobs
+from ds_bench.jobs.derive import derive
 from ds_bench.jobs.points import Point, families, invalid_reason, next_auto_micro_batch
 from ds_bench.record import store as results
 from ds_bench.report.ranking import GIB
 from ds_bench.report.sweep_table import brief
 from ds_bench.sweep import ledger
-from ds_bench.sweep.derive import derive
 
 log = logging.getLogger("ds_bench")
 

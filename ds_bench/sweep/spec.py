@@ -174,7 +174,7 @@ def _base_config(args: argparse.Namespace) -> tuple[str, dict]:
 def _axes(args: argparse.Namespace, base: dict, bf16_native: bool, notes: list[str]) -> dict:
     """Every axis from its flag, else the base config's own value; a CPU without native bf16 sweeps
     fp32 unless ``--precision`` says otherwise (and ``notes`` says so)."""
-    from ds_bench.sweep.derive import axes_of
+    from ds_bench.jobs.derive import axes_of
 
     axes = axes_of(base)
     precision_text = args.precision
