@@ -1,4 +1,4 @@
-"""Command line: ``ds-bench run | sweep | bench | comm | scaling | doctor | launch | report``
+"""Command line: ``ds-bench run | sweep | bench | comm | scaling | capacity | doctor | launch | report``
 (also ``python -m ds_bench``).
 
 A router only: each command's module gives ``add_arguments(parser)`` and ``main(args) -> int``;
@@ -29,13 +29,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "comm": ("ds_bench.comm.main", "collective bandwidth (nccl-tests busbw) and correctness on the launched ranks"),
     "scaling": ("ds_bench.scaling.main", "one config at 1, 2, 4, ... ranks (or nodes): per-device throughput and "
                                          "weak-scaling efficiency, table and plot"),
+    "capacity": ("ds_bench.capacity.main", "the largest model of a family that trains on these ranks, per layout "
+                                           "(ZeRO stage, offload, pipeline stages)"),
     "doctor": ("ds_bench.comm.doctor", "per-rank network/device/version report and an all_reduce check"),
     "launch": ("ds_bench.jobs.launch", "build (and run) an mpirun/deepspeed/torchrun/srun command"),
     "report": ("ds_bench.report.main", "table (and plot) of a results file"),
 }
 """Command name -> (module with ``add_arguments`` and ``main``, help line)."""
-TAKES_TAIL = ("sweep", "bench", "launch", "scaling")
-"""Commands that take arguments after ``--``: run flags for every point (sweep, bench, scaling), the
+TAKES_TAIL = ("sweep", "bench", "launch", "scaling", "capacity")
+"""Commands that take arguments after ``--``: run flags for every point (sweep, bench, scaling, capacity), the
 ds-bench command to launch (launch)."""
 
 

@@ -106,6 +106,7 @@ def gpu_others(own_pids: set[int] | None = None) -> list[dict]:
             apps.append({"pid": int(parts[0]), "used_mib": float(parts[1]) if parts[1].replace(".", "").isdigit() else None})
     return apps
 
+
 BUSY_OTHER_CORES = 0.5
 """Other processes using half a core or more during a point make its timing suspect."""
 

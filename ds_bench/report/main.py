@@ -2,7 +2,8 @@
 
 A file of sweep records (``ds-bench sweep``) gets the sweep's ranked table and recommendation
 (``ds_bench.report.sweep_report``); a file of scaling records (``ds-bench scaling``) the latest one's
-table (``ds_bench.report.scaling_table``); a file of run records gets one row per run (``summary.table``).
+table (``ds_bench.report.scaling_table``); a capacity file the latest search's table
+(``ds_bench.report.capacity_table``); a file of run records gets one row per run (``summary.table``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ def main(args: argparse.Namespace) -> int:
         from ds_bench.report.scaling_table import show_last
 
         return show_last(args.results)
+    if os.path.isfile(args.results) and _has_kind(args.results, "capacity") and args.tag is None:
+        from ds_bench.report.capacity_table import show_last as show_capacity
+
+        return show_capacity(args.results)
     return show(args.results, args.tag, args.plot)
 
 

@@ -1,0 +1,170 @@
+"""One layout's search: probe family members as real jobs until the largest that trains is known.
+
+Each probe is a fresh job (``jobs.attempt``: the sweep's launcher, isolation, out-of-memory
+classification and timeout) running ``ds-bench run`` for a few steps. The first probe (the smallest
+member) calibrates the memory prediction (``jobs.predict``: DeepSpeed's estimators for the model
+states, the measured baseline, and activations scaled from the probe by layers x width, an
+approximation); members predicted above twice the memory are then not run (one calibration run
+over-predicts by up to 1.8x, ``jobs.predict``), and the rest is bisected (``capacity.search``).
+Pipeline layouts are not predicted (their model states split by stage are not modelled): only run.
+The results file is the state: a probe recorded for the same search, layout and member is not run
+again; ``timeout`` and ``crashed`` probes are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+
+from tqdm import tqdm
+
+from ds_bench.capacity import search
+from ds_bench.capacity.family import Member
+from ds_bench.capacity.spec import CapacitySpec, Layout
+from ds_bench.config.deepspeed.prepare import portable
+from ds_bench.jobs import predict
+from ds_bench.jobs.attempt import new_tag, run_attempt, slug
+from ds_bench.jobs.derive import derive
+from ds_bench.record import store
+
+FINAL = ("ok", "oom")
+TOO_BIG_FACTOR = 2.0
+
+
+class LayoutSearch:
+    def __init__(self, spec: CapacitySpec, layout: Layout, world: int, per_node: int, capacity: int, done: dict):
+        self.spec, self.layout, self.world, self.per_node, self.capacity = spec, layout, world, per_node, capacity
+        self.capacity_id = spec.capacity_id()
+        self.probes = {r["index"]: r for r in done.values() if r["layout"] == layout.key}
+        self.calibration = None
+
+    def run(self) -> search.Answer:
+        known = {i: r["status"] for i, r in self.probes.items() if r["status"] in FINAL}
+        self._calibrate()
+        n = len(self.spec.members)
+        while (i := search.next_probe(n, self._with_predictions(known))) is not None:
+            record = self._probe(i)
+            known[i] = record["status"]
+            self._calibrate()
+        return search.answer(n, self._with_predictions(known))
+
+    def summary(self, answer: search.Answer) -> dict:
+        """The layout's ``kind: capacity`` record: the largest member that ran and the next one's fate."""
+        best = self.probes.get(answer.largest) if answer.largest is not None else None
+        nxt = self.spec.members[answer.next] if answer.next is not None else None
+        config = self._write_largest_config(best) if best else None
+        return {"kind": "capacity", "capacity": self.capacity_id, "layout": self.layout.key,
+                "point": self.layout.point.to_dict(), "pipeline_stages": self.layout.pipeline_stages,
+                "data_parallel_size": self.world // self.layout.pipeline_stages, "world_size": self.world,
+                "family": self.spec.family, "status": "ok" if best else "failed",
+                "largest": _member_dict(self.spec.members[answer.largest], best) if best else None,
+                "next": {**_member_dict(nxt, self.probes.get(answer.next)), "why": answer.why,
+                         "reason": (self.probes.get(answer.next) or {}).get("reason")} if nxt else None,
+                "capacity_bytes": self.capacity, "config": config, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+    def summary_skipped(self, why: str) -> dict:
+        """The ``kind: capacity`` record of a layout DeepSpeed cannot train here."""
+        return {**self.summary(search.Answer(None, None, None)), "status": "skipped", "reason": why}
+
+    def _with_predictions(self, known: dict[int, str]) -> dict[int, str]:
+        if not self.spec.prune:
+            return known
+        out = dict(known)
+        for i, m in enumerate(self.spec.members):
+            predicted = self.predict(m)
+            if i not in out and predicted is not None and predicted > TOO_BIG_FACTOR * self.capacity:
+                out[i] = search.PREDICTED
+        return out
+
+    def _calibrate(self) -> None:
+        first = min((i for i, r in self.probes.items() if r["status"] == "ok"), default=None)
+        if first is None or self.layout.pipeline_stages > 1:
+            return
+        r = self.probes[first]
+        run = {"status": "ok", "params": r["params"], "largest_layer_params": r["largest_layer_params"],
+               "metrics": {"peak_mem_bytes": r["peak_mem_bytes"], "baseline_mem_bytes": r["baseline_mem_bytes"]}}
+        calibration = predict.calibrate(run, self.layout.point, self.world, self.per_node, self.spec.device_type)
+        self.calibration = (calibration, self.spec.members[first]) if calibration else None
+
+    def predict(self, m: Member) -> int | None:
+        if self.calibration is None:
+            return None
+        calibration, measured = self.calibration
+        grown = (m.layers * m.hidden) / (measured.layers * measured.hidden)  # activations ~ layers x width
+        per_sample = calibration.activation_bytes_per_sample * grown
+        scaled = dataclasses.replace(calibration, activation_bytes_per_sample=per_sample)
+        return predict.predict_peak_bytes(predict.ModelShape(m.params, m.largest_layer_params), self.layout.point,
+                                          self.world, self.per_node, self.spec.device_type, scaled)
+
+    def _probe(self, i: int) -> dict:
+        s, m = self.spec, self.spec.members[i]
+        tag = new_tag(f"capacity-{self.capacity_id}", f"{self.layout.key} {m.name}")
+        run_args = ["run", "--workload", "gpt2", "--ds-config", self._write_config(), *m.run_args,
+                    "--seq-len", str(s.seq_len), "--micro-batch", str(self.layout.point.micro_batch),
+                    "--steps", str(s.steps), "--warmup", str(s.warmup), "--results", s.runs_path, "--tag", tag,
+                    "--step-timeout", str(s.timeout_s),
+                    *(["--pipeline-stages", str(self.layout.pipeline_stages)] if self.layout.pipeline_stages > 1 else []),
+                    *(["--cpu-mem-limit", str(s.cpu_mem_limit)] if s.cpu_mem_limit else []), *s.run_args]
+        log = os.path.join(s.output_path(".logs"), f"{slug(self.layout.key)}-{slug(m.name)}-{tag[-6:]}.log")
+        attempt = run_attempt(s, run_args, tag, log)
+        record = probe_record(self, i, attempt)
+        store.append_record(s.results, record)
+        self.probes[i] = record
+        tqdm.write(probe_line(record, self.capacity), file=sys.stdout)
+        return record
+
+    def _config_path(self) -> str:
+        return os.path.join(self.spec.output_path(".configs"), f"{slug(self.layout.key)}.json")
+
+    def _write_config(self) -> str:
+        path = self._config_path()
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        _write_json(path, derive(self.spec.base, self.layout.point))
+        return path
+
+    def _write_largest_config(self, best: dict) -> str | None:
+        if not best.get("ds_config"):
+            return None
+        path = self.spec.output_path(f"-{slug(self.layout.key)}-largest.json")
+        _write_json(path, portable(best["ds_config"]))
+        return path
+
+
+def probe_record(search_: LayoutSearch, index: int, attempt) -> dict:
+    m, run = search_.spec.members[index], attempt.run or {}
+    metrics = run.get("metrics") or {}
+    ok = attempt.status == "ok"
+    return {"kind": "capacity_probe", "capacity": search_.capacity_id, "layout": search_.layout.key,
+            "index": index, "member": m.name, "run_args": list(m.run_args), "params": run.get("params") or m.params,
+            "largest_layer_params": run.get("largest_layer_params") or m.largest_layer_params,
+            "status": attempt.status, "reason": attempt.reason, "world_size": search_.world,
+            "peak_mem_bytes": metrics.get("peak_mem_bytes") if ok else None,
+            "baseline_mem_bytes": metrics.get("baseline_mem_bytes"),
+            "predicted_mem_bytes": search_.predict(m), "capacity_bytes": search_.capacity,
+            "step_s": metrics["step_ms_median"] / 1e3 if ok else None,
+            "tokens_per_s": metrics.get("tokens_per_s") if ok else None,
+            "tflops_per_device": metrics.get("tflops_per_device") if ok else None,
+            "run_id": run.get("run_id"), "ds_config": run.get("ds_config"), "log": attempt.log,
+            "wall_s": round(attempt.job.ended_at - attempt.job.started_at, 2), "busy": attempt.busy,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def probe_line(record: dict, capacity: int) -> str:
+    head = f"{record['layout']:<28} {record['member']:<18} {record['params'] / 1e6:9.1f}M"
+    if record["status"] == "ok":
+        return f"{head}  ok   peak {record['peak_mem_bytes'] / 2**30:.2f} of {capacity / 2**30:.2f} GiB"
+    return f"{head}  {record['status']}: {(record['reason'] or '-').splitlines()[0][:100]}"
+
+
+def _member_dict(m: Member, probe: dict | None) -> dict:
+    keys = ("status", "peak_mem_bytes", "predicted_mem_bytes", "step_s", "tokens_per_s", "tflops_per_device", "run_id")
+    return {"member": m.name, "params": (probe or {}).get("params") or m.params, **{k: (probe or {}).get(k) for k in keys}}
+
+
+def _write_json(path: str, value: dict) -> None:
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=2)
+    os.replace(path + ".tmp", path)

@@ -1,0 +1,85 @@
+"""``ds-bench capacity``: for each layout asked (ZeRO stage, offload, pipeline stages, at micro-batch 1
+unless given), the largest model of a family that trains on these ranks (``capacity.driver``), as a
+table in the spirit of BigScience's GPT-2 experiments: ranks, layout, the largest size that ran, the
+next size and why it failed, time per iteration, tokens/s, TFLOP/s per device, peak memory against
+the capacity, predicted/measured memory.
+
+    ds-bench capacity --ds-config zero1.json --stages 0,3 --family gpt3 --micro-batch 1
+    ds-bench capacity --ds-config zero1.json --stages 0,3 --offload none,optimizer --scale layers \\
+        --layers 2 --hidden 64 --heads 2 --seq-len 64 --cpu-mem-limit 1GiB
+
+Every probe appends a ``capacity_probe`` record to ``--results`` (the search's state: re-running the
+same command goes on from there, and Ctrl-C keeps finished probes); each layout then a ``capacity``
+record; ``ds-bench report`` prints their table again. Exit 0 when some layout trained a member.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ds_bench.capacity.driver import LayoutSearch
+from ds_bench.capacity.spec import CapacitySpec, Layout, add_arguments, from_args, layout_invalid_reason
+from ds_bench.jobs import predict, spawn
+from ds_bench.record import store
+from ds_bench.report import capacity_table
+
+__all__ = ["add_arguments", "main"]
+
+
+def main(args: argparse.Namespace) -> int:
+    import torch
+
+    from ds_bench.machine.cpu_features import this_cpu_has_native_bf16
+
+    gpu = torch.cuda.is_available()
+    spec = from_args(args, gpu, gpu or this_cpu_has_native_bf16())
+    world, per_node = spawn.world_of(spec)
+    capacity = predict.device_capacity_bytes(spec.device_type, per_node, spec.cpu_mem_limit)
+    print(f"capacity {spec.capacity_id()}: {spec.family}, {len(spec.members)} member(s), {world} rank(s), "
+          f"{capacity / 2**30:.2f} GiB per rank, results {spec.results}", flush=True)
+    if args.dry_run:
+        print(plan_text(spec, world))
+        return 0
+    done = load_probes(spec.results, spec.capacity_id())
+    spawn.sigterm_as_interrupt()
+    summaries = []
+    try:
+        for layout in spec.layouts:
+            summaries.append(_search(spec, layout, world, per_node, capacity, done))
+    except KeyboardInterrupt:
+        kept = len(load_probes(spec.results, spec.capacity_id()))
+        print(f"\ncapacity search interrupted: {kept} probe(s) recorded in {spec.results}; re-run the same "
+              "command to go on from there", flush=True)
+        return 130
+    for record in summaries:
+        store.append_record(spec.results, record)
+    print("\n" + capacity_table.table(summaries))
+    print(f"results: {spec.results} (probes' runs: {spec.runs_path})")
+    return 0 if any(r["status"] == "ok" for r in summaries) else 1
+
+
+def _search(spec: CapacitySpec, layout: Layout, world: int, per_node: int, capacity: int, done: dict) -> dict:
+    why = layout_invalid_reason(layout, world, spec.device_type)
+    search = LayoutSearch(spec, layout, world, per_node, capacity, done)
+    if why is not None:
+        print(f"{layout.key}: skipped: {why}", flush=True)
+        return {**search.summary_skipped(why)}
+    return search.summary(search.run())
+
+
+def load_probes(path: str, capacity_id: str) -> dict[tuple[str, int], dict]:
+    """The latest probe of each (layout, member) of this search."""
+    if not os.path.isfile(path):
+        return {}
+    return {(r["layout"], r["index"]): r for r in store.read_records(path)
+            if r.get("kind") == "capacity_probe" and r.get("capacity") == capacity_id}
+
+
+def plan_text(spec: CapacitySpec, world: int) -> str:
+    lines = ["layouts:"]
+    lines += [f"  {layout.key}" + (f"  skipped: {why}" if (why := layout_invalid_reason(layout, world, spec.device_type))
+                                   else "") for layout in spec.layouts]
+    lines.append("family, smallest first:")
+    lines += [f"  {m.name:<18} {m.params / 1e6:10.1f}M parameters  ({' '.join(m.run_args)})" for m in spec.members]
+    return "\n".join(lines)

@@ -1,0 +1,214 @@
+"""``ds-bench capacity`` flags into a checked ``CapacitySpec``: every bad value is one line naming the
+flag (exit 2) before any job is launched or any file written.
+
+A layout is a sweep point without its micro-batch axis (ZeRO stage, offload, precision, micro-batch,
+accumulation: ``jobs.points.Point``) plus the pipeline stages; the family is ``--family gpt3`` or
+``--scale layers|hidden`` from a base shape (``ds_bench.capacity.family``). ``run`` options after
+``--`` pass to every probe, checked by ``run``'s own parser; the ones capacity sets itself are refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import os
+from dataclasses import dataclass
+
+from ds_bench.capacity.family import FAMILIES, SCALES, Member, named_family, scaled_family
+from ds_bench.config import argcheck
+from ds_bench.config.parsers import config_path, parse_duration, parse_list, parse_size
+from ds_bench.config.run_flags import parse_run_tail
+from ds_bench.errors import UserError
+from ds_bench.jobs.points import OFFLOADS, PRECISIONS, Point
+
+OWNED = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
+         "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit", "size": "--size", "seq_len": "--seq-len"}
+"""Run options capacity sets for every probe (its own flags of the same names)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    point: Point
+    """Stage, offload, precision, micro-batch and accumulation, as a sweep point."""
+    pipeline_stages: int = 1
+
+    @property
+    def key(self) -> str:
+        return (f"pp{self.pipeline_stages} " if self.pipeline_stages > 1 else "") + self.point.key
+
+
+@dataclass(frozen=True)
+class CapacitySpec:
+    ds_config: str
+    base: dict
+    """The base config with ``--set`` applied (each layout's config is derived from it)."""
+    layouts: tuple[Layout, ...]
+    members: tuple[Member, ...]
+    family: str
+    """``gpt3`` or ``scale layers from 2 x 64 x 2``: what the table says it searched."""
+    seq_len: int
+    run_args: tuple[str, ...]
+    nproc: int
+    launcher: str = "deepspeed"
+    hostfile: str | None = None
+    steps: int = 4
+    warmup: int = 1
+    timeout_s: float = 900.0
+    cpu_mem_limit: int | None = None
+    results: str = "results/capacity.jsonl"
+    master_port: int = 29800
+    prune: bool = True
+    device_type: str = "cpu"
+
+    @property
+    def runs_path(self) -> str:
+        return os.path.splitext(self.results)[0] + ".runs.jsonl"
+
+    def output_path(self, suffix: str) -> str:
+        return os.path.splitext(self.results)[0] + suffix
+
+    def capacity_id(self) -> str:
+        """What makes two searches comparable: config, family, run arguments, ranks, steps, memory cap."""
+        key = json.dumps([self.base, [m.run_args for m in self.members], self.seq_len, self.run_args, self.nproc,
+                          self.launcher, self.hostfile, self.steps, self.warmup, self.cpu_mem_limit],
+                         sort_keys=True, default=str)
+        return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ds-config", required=True, help="base DeepSpeed JSON config (ds_configs/)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key of the base config by dotted path")
+    p.add_argument("--stages", default=None, help="ZeRO stages, e.g. 0,3 (default: the base config's)")
+    p.add_argument("--offload", default="none", help="none,optimizer,all (default none)")
+    p.add_argument("--pipeline-stages", default="1", help="pipeline stages per layout, e.g. 1,2 (default 1)")
+    p.add_argument("--precision", default=None, help="fp32 or bf16 (default: the base config's)")
+    p.add_argument("--micro-batch", type=int, default=1, help="per-device micro-batch (default 1)")
+    p.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps (default 1)")
+    p.add_argument("--family", default=None, help="named family to search: gpt3 (GPT-3 paper shapes)")
+    p.add_argument("--scale", default=None, help="layers | hidden: grow the base shape (--layers/--hidden/--heads)")
+    p.add_argument("--layers", type=int, default=None, help="base shape for --scale: transformer blocks")
+    p.add_argument("--hidden", type=int, default=None, help="base shape for --scale: width")
+    p.add_argument("--heads", type=int, default=None, help="base shape for --scale: attention heads")
+    p.add_argument("--max-scale", type=int, default=8, help="--scale: up to this many times the base (default 8)")
+    p.add_argument("--seq-len", type=int, default=1024, help="sequence length (default 1024)")
+    p.add_argument("--nproc", type=int, default=None, help="ranks on this node (default: all GPUs; on CPU 2)")
+    p.add_argument("--launcher", default="deepspeed", choices=("deepspeed", "mpirun", "srun"))
+    p.add_argument("--hostfile", default=None, help="DeepSpeed hostfile (deepspeed or mpirun across nodes)")
+    p.add_argument("--steps", type=int, default=4, help="steps per probe, warm-up included (default 4)")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--timeout", default="15m", help="wall-clock limit per probe: 90s, 15m, 1h (default 15m)")
+    p.add_argument("--cpu-mem-limit", default=None, metavar="SIZE", help="cap each CPU rank's memory, e.g. 3GiB")
+    p.add_argument("--results", default="results/capacity.jsonl", help="the probes' records; also the state")
+    p.add_argument("--master-port", type=int, default=29800)
+    p.add_argument("--no-prune", dest="prune", action="store_false", help="run members predicted not to fit")
+    p.add_argument("--dry-run", action="store_true", help="print the layouts and the family, run nothing")
+
+
+def from_args(args: argparse.Namespace, gpu: bool, native_bf16: bool) -> CapacitySpec:
+    from ds_bench.config.deepspeed import prepare as ds_config
+    from ds_bench.config.preflight import check_results_path
+    from ds_bench.jobs.derive import axes_of
+
+    _check_numbers(args)
+    path = config_path(args.ds_config)
+    if not os.path.isfile(path):
+        raise UserError(f"--ds-config {args.ds_config}: file not found (as given, or in ds_configs/)")
+    base = ds_config.apply_overrides(ds_config.load_json(path), tuple(args.overrides))
+    axes = axes_of(base)
+    family, members = _family(args)
+    check_results_path(args.results)
+    cap = None
+    if args.cpu_mem_limit is not None:
+        try:
+            cap = parse_size(args.cpu_mem_limit)
+        except ValueError as e:
+            raise UserError(f"--cpu-mem-limit {e}") from None
+    precision = args.precision or ("fp32" if axes["precision"] == "bf16" and not (gpu or native_bf16)
+                                   else axes["precision"])
+    return CapacitySpec(
+        ds_config=path, base=base, layouts=_layouts(args, axes["stage"], precision), members=tuple(members),
+        family=family, seq_len=args.seq_len, run_args=_run_args(args), nproc=args.nproc or (
+            _gpus() if gpu else 2), launcher=args.launcher, hostfile=args.hostfile, steps=args.steps,
+        warmup=args.warmup, timeout_s=parse_duration("--timeout", args.timeout), cpu_mem_limit=cap,
+        results=args.results, master_port=args.master_port, prune=args.prune, device_type="cuda" if gpu else "cpu")
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    for flag, value in (("--micro-batch", args.micro_batch), ("--grad-accum", args.grad_accum),
+                        ("--seq-len", args.seq_len), ("--max-scale", args.max_scale), ("--nproc", args.nproc)):
+        argcheck.at_least(flag, value, 1)
+    argcheck.steps("--steps", args.steps, args.warmup)
+    argcheck.port("--master-port", args.master_port)
+    if args.hostfile and args.launcher == "srun":
+        raise UserError("--hostfile is for --launcher deepspeed or mpirun, not srun")
+    if args.launcher == "mpirun" and not args.hostfile:
+        raise UserError("--launcher mpirun needs --hostfile (the hosts and their slots)")
+
+
+def _family(args: argparse.Namespace) -> tuple[str, list[Member]]:
+    shape = {"--layers": args.layers, "--hidden": args.hidden, "--heads": args.heads}
+    if (args.family is None) == (args.scale is None):
+        raise UserError("give one of --family gpt3 or --scale layers|hidden (with --layers, --hidden, --heads)")
+    if args.family is not None:
+        if args.family not in FAMILIES:
+            raise UserError(f"--family {args.family!r} is unknown; known: {', '.join(FAMILIES)}")
+        if any(v is not None for v in shape.values()):
+            raise UserError("--layers/--hidden/--heads give the base shape of --scale; --family has its own shapes")
+        return args.family, named_family(args.family, args.seq_len)
+    if args.scale not in SCALES:
+        raise UserError(f"--scale {args.scale!r} is unknown; known: {', '.join(SCALES)}")
+    missing = [flag for flag, v in shape.items() if v is None]
+    if missing:
+        raise UserError(f"--scale {args.scale} needs the base shape: {', '.join(missing)} missing")
+    for flag, value in shape.items():
+        argcheck.at_least(flag, value, 1)
+    if args.hidden % args.heads:
+        raise UserError(f"--hidden {args.hidden} is not divisible by --heads {args.heads}")
+    members = scaled_family(args.scale, args.layers, args.hidden, args.heads, args.max_scale, args.seq_len)
+    return f"scale {args.scale} from {args.layers} x {args.hidden} x {args.heads}", members
+
+
+def _layouts(args: argparse.Namespace, base_stage: int, precision: str) -> tuple[Layout, ...]:
+    stages = parse_list("--stages", args.stages, allowed=(0, 1, 2, 3), kind=int) if args.stages else (base_stage,)
+    offloads = parse_list("--offload", args.offload, allowed=OFFLOADS)
+    pipes = parse_list("--pipeline-stages", args.pipeline_stages, kind=int)
+    if precision not in PRECISIONS:
+        raise UserError(f"--precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    return tuple(Layout(Point(s, o, precision, args.micro_batch, args.grad_accum), p)
+                 for p, s, o in itertools.product(pipes, stages, offloads))
+
+
+def _run_args(args: argparse.Namespace) -> tuple[str, ...]:
+    tail = list(args.run_args)
+    try:
+        _, given = parse_run_tail(["--workload", "gpt2", "--ds-config", "-"], tail)
+    except UserError as e:
+        raise UserError(f"run arguments after '--' ({' '.join(tail)}): {e}") from None
+    for name, flag in OWNED.items():
+        if name in given:
+            raise UserError(f"run argument {flag} after '--': ds-bench capacity sets it for every probe; "
+                            f"use capacity's own {flag}" + (" (or --family/--scale)" if name == "size" else ""))
+    return tuple(tail)
+
+
+def layout_invalid_reason(layout: Layout, world_size: int, device_type: str) -> str | None:
+    """Why DeepSpeed cannot train this layout on these ranks, or None (pure)."""
+    from ds_bench.jobs.points import invalid_reason
+
+    p = layout.pipeline_stages
+    if p > 1 and layout.point.stage > 1:
+        return f"a pipeline ({p} stages) takes ZeRO stage 0 or 1 only (DeepSpeed's pipeline engine)"
+    if p > 1 and layout.point.offload != "none":
+        return f"a pipeline ({p} stages) cannot offload: it takes ZeRO stage 0 or 1 only"
+    if world_size % p:
+        return f"{p} pipeline stages do not divide the {world_size} ranks"
+    return invalid_reason(layout.point, device_type)
+
+
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count()

@@ -1,0 +1,60 @@
+"""The table of ``ds-bench capacity`` records: per layout the largest model that trained on these ranks
+and what became of the next size (columns as BigScience's GPT-2 experiments put them: ranks, layout,
+size, time per iteration, throughput, TFLOP/s per device, memory).
+
+Units: parameters in millions (M) or billions (B); s/iter is the median optimizer step (warm-up
+excluded); tokens/s over all ranks; TFLOP/s per device from model FLOPs (``ds_bench.workloads.flops``);
+peak and capacity in GiB (2^30 bytes) per rank; predicted/measured is the memory prediction's ratio.
+"""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from ds_bench.record import store
+
+HEADERS = ["ranks", "layout", "largest that ran", "params", "next size", "why not", "s/iter", "tokens/s",
+           "TFLOP/s/dev", "peak / capacity GiB", "predicted/measured"]
+
+
+def params_text(n: int | None) -> str:
+    if not n:
+        return "-"
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
+
+
+def layout_text(r: dict) -> str:
+    """``pp2 dp1 z1 off=none`` (data-parallel degree = ranks / pipeline stages)."""
+    point = r["point"]
+    return (f"pp{r['pipeline_stages']} dp{r['data_parallel_size']} z{point['stage']} off={point['offload']} "
+            f"{point['precision']} mbs={point['micro_batch']}")
+
+
+def row(r: dict) -> list:
+    best, nxt = r.get("largest") or {}, r.get("next") or {}
+    peak, cap = best.get("peak_mem_bytes"), r.get("capacity_bytes")
+    ratio = (best["predicted_mem_bytes"] / peak) if best.get("predicted_mem_bytes") and peak else None
+    why = nxt.get("why") or ("-" if best else r.get("reason") or r["status"])
+    if why == "predicted":
+        why = f"predicted {nxt['predicted_mem_bytes'] / 2**30:.2f} GiB" if nxt.get("predicted_mem_bytes") else why
+    return [r["world_size"], layout_text(r), best.get("member") or "-", params_text(best.get("params")),
+            nxt.get("member") or ("(family's last)" if best else "-"), why,
+            f"{best['step_s']:.3f}" if best.get("step_s") else "-",
+            f"{best['tokens_per_s']:,.0f}" if best.get("tokens_per_s") else "-",
+            f"{best['tflops_per_device']:.3g}" if best.get("tflops_per_device") else "-",
+            f"{peak / 2**30:.2f} / {cap / 2**30:.2f}" if peak and cap else "-",
+            f"{ratio:.2f}" if ratio else "-"]
+
+
+def table(records: list[dict]) -> str:
+    return tabulate([row(r) for r in records], headers=HEADERS, tablefmt="simple", disable_numparse=True)
+
+
+def show_last(path: str) -> int:
+    """``ds-bench report`` of a capacity results file: the latest search's layouts."""
+    records = [r for r in store.read_records(path) if r.get("kind") == "capacity"]
+    latest = records[-1]["capacity"]
+    mine = [r for r in records if r["capacity"] == latest]
+    print(f"capacity {latest}: {mine[0]['family']}")
+    print(table(mine))
+    return 0 if any(r["status"] == "ok" for r in mine) else 1

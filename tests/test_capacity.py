@@ -1,0 +1,78 @@
+"""``ds-bench capacity``: the search along a family (pure), the family, the flags, the table; and a real
+search under a memory cap on 2 CPU ranks (``dist``)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from ds_bench.capacity import search
+from ds_bench.capacity.family import scaled_family
+from ds_bench.capacity.spec import Layout, layout_invalid_reason
+from ds_bench.jobs.points import Point
+from ds_bench.report import capacity_table
+from ds_bench.workloads import gpt2
+
+
+def run_search(n: int, fits_up_to: int, predicted_from: int | None = None) -> tuple[search.Answer, list[int]]:
+    """Drive the search against a family where members 0..fits_up_to train (pure)."""
+    known, probed = {}, []
+    while (i := search.next_probe(n, {**known, **_predicted(n, predicted_from, known)})) is not None:
+        probed.append(i)
+        known[i] = "ok" if i <= fits_up_to else "oom"
+    return search.answer(n, {**known, **_predicted(n, predicted_from, known)}), probed
+
+
+def _predicted(n, start, known):
+    return {} if start is None else {i: search.PREDICTED for i in range(start, n) if i not in known}
+
+
+@pytest.mark.parametrize("n,fits_up_to", [(1, 0), (8, 0), (8, 3), (8, 7), (13, 5), (32, 20)])
+def test_the_search_finds_the_largest_member_that_trains_and_its_neighbour(n, fits_up_to):
+    answer, probed = run_search(n, fits_up_to)
+    assert answer.largest == fits_up_to
+    assert answer.next == (fits_up_to + 1 if fits_up_to + 1 < n else None)
+    assert answer.why == ("oom" if answer.next is not None else None)
+    assert probed[0] == 0 and len(probed) == len(set(probed)) <= 2 + n.bit_length()  # bisection, not a scan
+
+
+def test_nothing_fits_and_a_prediction_stops_the_search_without_a_run():
+    answer, probed = run_search(8, -1)
+    assert (answer.largest, answer.next, answer.why, probed) == (None, 0, "oom", [0])
+    answer, probed = run_search(16, 12, predicted_from=6)  # members 6.. predicted too big: never run
+    assert (answer.largest, answer.next, answer.why) == (5, 6, "predicted") and max(probed) == 5
+
+
+def test_a_scaled_family_grows_one_dimension_and_counts_parameters_like_hf():
+    layers = scaled_family("layers", 2, 64, 2, 3, seq_len=64)
+    assert [(m.layers, m.hidden, m.heads) for m in layers] == [(2, 64, 2), (4, 64, 2), (6, 64, 2)]
+    wide = scaled_family("hidden", 2, 64, 2, 3, seq_len=64)
+    assert [(m.hidden, m.heads) for m in wide] == [(64, 2), (128, 4), (192, 6)]
+    assert wide[1].run_args == ("--layers", "2", "--hidden", "128", "--heads", "4")
+    assert gpt2.parameter_count(12, 768, 50257, 1024) == 124_439_808  # GPT-2 small, as HF counts it
+    assert gpt2.parameter_count(48, 1600, 50257, 1024) == 1_557_611_200  # XL
+
+
+def test_layouts_deepspeed_cannot_train_are_named():
+    point = Point(2, "none", "fp32", 1)
+    assert "stage 0 or 1" in layout_invalid_reason(Layout(point, 2), 2, "cpu")
+    assert "do not divide the 3 ranks" in layout_invalid_reason(Layout(Point(1, "none", "fp32", 1), 2), 3, "cpu")
+    assert "cannot offload" in layout_invalid_reason(Layout(Point(1, "optimizer", "fp32", 1), 2), 2, "cpu")
+    assert layout_invalid_reason(Layout(Point(0, "optimizer", "fp32", 1)), 2, "cpu") == \
+        "offload needs ZeRO stage 1, 2 or 3"
+    assert layout_invalid_reason(Layout(Point(1, "none", "fp32", 1), 2), 2, "cpu") is None
+    assert Layout(Point(1, "none", "fp32", 1), 2).key == "pp2 z1 off=none fp32 mbs=1"
+
+
+def test_the_table_names_the_largest_size_and_why_the_next_did_not_run():
+    record = {"kind": "capacity", "capacity": "c", "world_size": 2, "pipeline_stages": 1, "data_parallel_size": 2,
+              "point": Point(3, "none", "fp32", 1).to_dict(), "status": "ok", "family": "gpt3",
+              "largest": {"member": "gpt3-350m", "params": 354_823_168, "peak_mem_bytes": 3 * 2**30,
+                          "predicted_mem_bytes": 3.3 * 2**30, "step_s": 1.5, "tokens_per_s": 1365.3,
+                          "tflops_per_device": 1.5},
+                          "next": {"member": "gpt3-760m", "why": "oom"}, "capacity_bytes": 4 * 2**30}
+    text = capacity_table.table([record])
+    for part in ("pp1 dp2 z3 off=none fp32 mbs=1", "gpt3-350m", "354.8M", "gpt3-760m", "oom", "1.500", "1,365",
+                 "3.00 / 4.00", "1.10"):
+        assert part in text, (part, text)
