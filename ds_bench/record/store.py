@@ -1,4 +1,4 @@
-"""The results record: one JSON line per run, appended atomically by rank 0.
+"""The results file: typed records (``ds_bench.record.schema``) as JSON lines, appended atomically.
 
 Atomic means a whole line or nothing: the line is written with one ``write`` on an ``O_APPEND``
 descriptor under an exclusive ``flock`` and fsync'ed, so concurrent runs sharing a results file
@@ -18,22 +18,31 @@ import subprocess
 import time
 import uuid
 from importlib import metadata
+from typing import TypeVar
 
 import torch
+from pydantic import ValidationError
+
+from ds_bench.record.schema import Record, model_of
+
+R = TypeVar("R", bound=Record)
 
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
 
-def append_record(path: str, record: dict) -> None:
-    """Append ``record`` as one whole JSON line, or nothing.
+def append_record(path: str, record: Record) -> None:
+    """Append ``record`` as one whole JSON line, or nothing: the keys its writer set, its ``kind``
+    and ``schema_version`` (``Record.to_json_dict``).
 
     A write the file system cuts short (disk full, ``RLIMIT_FSIZE``, quota) is truncated back to the
     line's start and raised as a ``UserError`` naming the file and the reason, so the CLI reports
     it as one line and a non-zero exit rather than a traceback.
     """
-    line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+    if not isinstance(record, Record):
+        raise TypeError(f"append_record takes a record model (ds_bench.record.schema), not {type(record).__name__}")
+    line = (json.dumps(record.to_json_dict(), sort_keys=True, default=str) + "\n").encode()
     parent = os.path.dirname(os.path.abspath(path))
     try:
         if not os.path.lexists(parent):  # a parent that is a file: let open say "Not a directory"
@@ -71,9 +80,11 @@ def _append_error(path: str, e: OSError):
     return UserError(f"{path}: could not append a whole results line: {e.strerror or e}")
 
 
-def read_records(path: str, missing_ok: bool = False) -> list[dict]:
-    """Run records of a results file (other kinds, e.g. ``doctor --json`` lines, are skipped);
-    ``missing_ok``: a file not written yet holds none."""
+def read_records(path: str, kind: type[R] = Record, missing_ok: bool = False) -> list[R]:
+    """The records of ``kind`` (a model of ``ds_bench.record.schema``; default: every kind) in a results
+    file, typed, in file order; lines of other kinds (and of kinds this version does not know) are
+    skipped. ``missing_ok``: a file not written yet holds none. A line that is not JSON, or one of
+    ``kind`` that does not fit its model, is a ``UserError`` naming the line."""
     from ds_bench.errors import UserError
 
     if missing_ok and not os.path.isfile(path):
@@ -84,12 +95,24 @@ def read_records(path: str, missing_ok: bool = False) -> list[dict]:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                data = json.loads(line)
             except json.JSONDecodeError as e:
                 raise UserError(f"{path}:{lineno}: not a JSON line ({e.msg}); was the file edited by hand?") from None
-            if isinstance(record, dict) and "workload" in record:
-                out.append(record)
+            model = model_of(data)
+            if model is None or not issubclass(model, kind):
+                continue
+            try:
+                out.append(model.model_validate(data))
+            except ValidationError as e:
+                raise UserError(f"{path}:{lineno}: not a valid {data.get('kind', 'run')} record: {_first_error(e)}") from None
     return out
+
+
+def _first_error(e: ValidationError) -> str:
+    err = e.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+    return f"{where}: {err['msg']}{more}"
 
 
 def versions() -> dict:
@@ -122,5 +145,6 @@ def hardware(device: torch.device) -> dict:
 
 
 def base_record(run_id: str, run_cfg: dict) -> dict:
+    """The ``schema.Stamped`` fields of a run, scaling or comm record: who wrote it, where, with what."""
     return {"run_id": run_id, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
             "versions": versions(), "git_sha": git_sha(), "config": run_cfg}

@@ -1,0 +1,64 @@
+"""The parts every record kind shares: the schema version, the base model, the fields
+``store.base_record`` fills (who wrote the record, where, with what) and the ``busy`` probe.
+
+Every model keeps keys it does not declare (``extra="allow"``), so a record from a newer or older
+writer survives a round trip; every field an older record may lack has a default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+"""Written into every record as ``schema_version``; records from before it was written read as 0."""
+
+
+class Block(BaseModel):
+    """A typed block inside a record (a table row, the metrics); keeps undeclared keys."""
+
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+
+
+class Record(Block):
+    """A top-level record: one JSON line of a results file."""
+
+    schema_version: int = 0
+    """``SCHEMA_VERSION`` of the writer (stamped by ``store.append_record``); 0: written before it existed."""
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The line's content: the keys the writer set (none invented), its ``kind`` and this schema version."""
+        out = self.model_dump(mode="python", exclude_unset=True)
+        out["kind"] = getattr(self, "kind")
+        out["schema_version"] = SCHEMA_VERSION
+        return out
+
+
+class Stamped(Record):
+    """The fields ``store.base_record`` writes: run, scaling and comm records."""
+
+    run_id: str | None = None
+    """``YYYYmmddTHHMMSS-<8 hex>``, shared by every rank's record of one run."""
+    time: str | None = None
+    """Local time the record was written, ``%Y-%m-%dT%H:%M:%S%z``."""
+    host: str | None = None
+    """Host name of the writing rank."""
+    versions: dict[str, str | None] = Field(default_factory=dict)
+    """python, torch, deepspeed, transformers, datasets, mpi4py, cuda, nccl (None: not installed)."""
+    git_sha: str | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+    """The command's resolved options (``RunConfig.to_dict``, ``ScalingSpec.to_dict``, ``CommSpec.to_dict``)."""
+
+
+class Busy(Block):
+    """Other work on the machine while a job ran (``ds_bench.jobs.outcome.BusyProbe``)."""
+
+    load_before: float | None = None
+    """1-minute load average before the job started."""
+    load_after: float | None = None
+    other_cores: float | None = None
+    """CPU time of other processes / wall time: cores' worth of other work (0.5: half a core)."""
+    cores: int | None = None
+    gpu_others: list[dict[str, Any]] = Field(default_factory=list)
+    """Compute processes on the GPUs that were not the job's: ``pid``, ``used_mib``."""

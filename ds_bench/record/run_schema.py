@@ -1,0 +1,154 @@
+"""The ``run`` record (``ds-bench run``, ``ds_bench.run.record``): one per run from rank 0 when it
+ended ok, one per failing rank when it failed; its ``metrics`` block and its ``failure``.
+
+Records written before ``kind`` was (no ``kind`` key) are run records. Definitions of the metrics:
+``ds_bench.measure.metrics`` (reductions over ranks) and ``ds_bench.run.measure`` (throughput, FLOPs).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from ds_bench.record.base_schema import Block, Stamped
+
+
+class RunMetrics(Block):
+    """What a run measured, over the measured steps only (warm-up excluded). Empty on a failed run
+    that finished no step; on a failed run, the failing rank's own figures (``partial_from_rank``)."""
+
+    steps_measured: int | None = None
+    samples_per_s: float | None = None
+    """Global samples (images, sequences) per second: train_batch_size x steps / sum of straggler step times."""
+    samples_per_s_per_device: float | None = None
+    """``samples_per_s`` / world size."""
+    tokens_per_s: float | None = None
+    """``samples_per_s`` x tokens per sample (token workloads only)."""
+    sample_unit: str | None = None
+    """What a sample is: ``images``, ``sequences``, ``samples``."""
+    step_ms_median: float | None = None
+    """Median step time in ms; a step's time is the slowest rank's (the straggler)."""
+    step_ms_p90: float | None = None
+    step_ms_mean: float | None = None
+    step_ms_min: float | None = None
+    step_ms_max: float | None = None
+    breakdown_ms_median: dict[str, float] | None = None
+    """Phase (data, forward, backward, optimizer) -> median straggler time in ms."""
+    timing_mode: str | None = None
+    """``step`` (one synchronize per step) or ``breakdown`` (one per phase; ``--breakdown``)."""
+    syncs_per_step: int | None = None
+    peak_mem_bytes: int | None = None
+    """Bytes, max over ranks of each rank's peak (GPU: max allocated; CPU: peak RSS)."""
+    peak_mem_bytes_mean: int | None = None
+    """Bytes, mean over ranks of each rank's peak."""
+    peak_mem_kind: str | None = None
+    """``allocated`` (GPU) or ``rss`` (CPU): what ``peak_mem_bytes`` counts."""
+    peak_mem_reserved_bytes: int | None = None
+    """GPU only: bytes, max over ranks of the caching allocator's peak reserved memory."""
+    baseline_mem_bytes: int | None = None
+    """Bytes, max over ranks of what a rank held before the model was built."""
+    loss_first: float | None = None
+    loss_last: float | None = None
+    loss_curve: list[float] | None = None
+    """Loss of every step (warm-up included), mean over ranks, rounded to 6 digits."""
+    compute_ms_per_rank: list[float] | None = None
+    """Each rank's median forward + backward time in ms, indexed by rank."""
+    host_per_rank: list[str] | None = None
+    window_wall_s: float | None = None
+    """Seconds, wall time of the measured window, barrier to barrier (max over ranks)."""
+    steps_sum_s: float | None = None
+    """Seconds, sum of the straggler step times (what ``samples_per_s`` divides by)."""
+    steps_vs_wall_pct: float | None = None
+    """(steps_sum_s / window_wall_s - 1) x 100."""
+    rank_steps_vs_wall_pct: float | None = None
+    """The rank whose own steps differ most from its own window, in % (a check of the harness's clock)."""
+    tflops_per_device: float | None = None
+    """Model FLOPs x samples/s / devices / 1e12."""
+    mfu: float | None = None
+    """Model FLOPs utilisation, a fraction of ``peak_tflops`` (0.4 = 40 %); None without a peak."""
+    mfu_note: str | None = None
+    """Where the peak came from, or why there is no MFU."""
+    peak_tflops: float | None = None
+    """Dense peak TFLOP/s per device the MFU is taken against."""
+    model_flops_per_step: float | None = None
+    """Model FLOPs of one optimizer step over the whole batch."""
+    hardware_tflops_per_device: float | None = None
+    """As ``tflops_per_device``, counting recomputed FLOPs (activation checkpointing)."""
+    hfu: float | None = None
+    """Hardware FLOPs utilisation (fraction), with recomputation."""
+    partial_from_rank: int | None = None
+    """Failed runs: the rank whose own, unreduced, figures these are."""
+
+
+class Failure(Block):
+    """Why a rank's run ended early (``ds_bench.run.record.failure_record``)."""
+
+    kind: str
+    """``oom``, ``stalled``, ``terminated`` or ``error``."""
+    steps_done: int | None = None
+    rank: int | None = None
+    host: str | None = None
+    signal: str | None = None
+    """Name of the termination signal received, e.g. ``SIGTERM``."""
+    stalled_s: float | None = None
+    """Seconds without a finished step before the step watchdog fired."""
+    peers: dict[str, str] = Field(default_factory=dict)
+    """Rank (as text) -> state of a peer process on this host that is gone or stopped."""
+
+
+class SlowRank(Block):
+    """A rank whose compute time is above the median rank's by more than the threshold."""
+
+    rank: int
+    host: str | None = None
+    compute_ms: float
+    vs_median_pct: float
+    """How much slower than the median rank, in percent (25.0: 1.25 x the median)."""
+
+
+class RunRecord(Stamped):
+    kind: Literal["run"] = "run"
+    workload: str
+    status: str | None = None
+    """``ok`` or ``failed``."""
+    error: str | None = None
+    """Failed runs: why, in one line."""
+    size: str | None = None
+    tag: str | None = None
+    """``--tag``; a sweep or scaling point finds its runs by it."""
+    world_size: int | None = None
+    launcher: str | None = None
+    master_addr: str | None = None
+    rendezvous: dict[str, Any] | None = None
+    backend: str | None = None
+    engine: str = "deepspeed"
+    """``deepspeed``, ``ddp`` or ``fsdp`` (records from before engines were choosable: deepspeed)."""
+    engine_plan: dict[str, Any] | None = None
+    """DDP/FSDP: how the DeepSpeed config was mapped (``ds_bench.engines.plan``); None for DeepSpeed."""
+    ds_config: dict[str, Any] | None = None
+    """The resolved DeepSpeed config, as ``deepspeed.initialize`` got it."""
+    zero_stage: int | None = None
+    precision: str | None = None
+    optimizer: dict[str, Any] | None = None
+    micro_batch: int | None = None
+    grad_accum: int | None = None
+    train_batch_size: int | None = None
+    hardware: dict[str, Any] = Field(default_factory=dict)
+    """``device``, ``device_type``; on CPU also ``cpu_count``, ``torch_threads``."""
+    metrics: RunMetrics = Field(default_factory=RunMetrics)
+    failure: Failure | None = None
+    loop_started_at: float | None = None
+    """Unix time (s) the timed loop started: a sweep point's launch overhead is from its launch to this."""
+    params: int | None = None
+    largest_layer_params: int | None = None
+    hosts: list[str] | None = None
+    slow_ranks: list[SlowRank] | None = None
+    comm_bound: dict[str, Any] | None = None
+    """The comm-bound verdict (``ds_bench.report.comm_bound.for_run``): a ``note``, or bus bytes per step,
+    busbw (GB/s), the lower bound of communication time (ms) and its fraction of the step."""
+    checkpoint: dict[str, Any] | None = None
+    """``--checkpoint``: save and load-back times (s), bytes and GB/s (``ds_bench.measure.checkpoint.figures``)."""
+    resumed_from_step: int | None = None
+    resume: dict[str, Any] | None = None
+    """``--resume``: the checkpoint loaded (``dir``, ``tag``), its load time (s), bytes and GB/s."""
