@@ -306,5 +306,5 @@ def test_the_newest_ok_comm_record_of_the_same_ranks_is_used(tmp_path):
                                rec("wide", 4.0, world_size=4), rec("nccl", 5.0, backend="nccl"),
                                rec("elsewhere", 6.0, hosts=["n2", "n2"]), json.dumps({"kind": "run"})]) + "\n")
     found = latest_comm_record(str(path), ["n1"], 2, "gloo")
-    assert found["run_id"] == "new" and busbw_from_comm_record(found) == {"all_reduce": 2.0}
+    assert found.run_id == "new" and busbw_from_comm_record(found) == {"all_reduce": 2.0}
     assert latest_comm_record(str(tmp_path / "none.jsonl"), ["n1"], 2, "gloo") is None

@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 
 from ds_bench.errors import UserError
+from ds_bench.record.schema import DoctorRecord, Record, RunRecord
 from ds_bench.record.store import append_record, read_records, versions
 from tests.conftest import fill_up
 
@@ -17,7 +18,7 @@ PAD = 10_000  # ~10 KB lines: larger than a pipe's atomic write and a page, so i
 
 def _writer(path, k):
     for i in range(50):
-        append_record(path, {"workload": "w", "writer": k, "i": i, "pad": "x" * PAD})
+        append_record(path, RunRecord(workload="w", writer=k, i=i, pad="x" * PAD))
 
 
 def test_concurrent_appends_never_interleave(tmp_path):
@@ -37,21 +38,21 @@ def test_concurrent_appends_never_interleave(tmp_path):
 
 def test_full_disk_is_named_and_leaves_no_partial_line(small_tmpfs):
     path = small_tmpfs / "r.jsonl"
-    append_record(str(path), {"workload": "first"})
+    append_record(str(path), RunRecord(workload="first"))
     before = path.read_bytes()
     free = fill_up(small_tmpfs, leave_bytes=4096)
     assert 0 < free < PAD  # room for part of the next line only: the write is cut short, not refused
     with pytest.raises(UserError, match=r"r\.jsonl: could not append a whole results line: No space left on device"):
-        append_record(str(path), {"workload": "second", "pad": "x" * PAD})
+        append_record(str(path), RunRecord(workload="second", pad="x" * PAD))
     assert path.read_bytes() == before
-    assert [r["workload"] for r in read_records(str(path))] == ["first"]
+    assert [r.workload for r in read_records(str(path))] == ["first"]
 
 
 def _append_under_fsize_limit(path, limit, queue):
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # else the kernel kills the process at the limit
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
     try:
-        append_record(path, {"workload": "second", "pad": "x" * PAD})
+        append_record(path, RunRecord(workload="second", pad="x" * PAD))
         queue.put("appended")
     except UserError as e:
         queue.put(str(e))
@@ -59,7 +60,7 @@ def _append_under_fsize_limit(path, limit, queue):
 
 def test_file_size_limit_is_named_and_leaves_no_partial_line(tmp_path):
     path = tmp_path / "r.jsonl"
-    append_record(str(path), {"workload": "first"})
+    append_record(str(path), RunRecord(workload="first"))
     before = path.read_bytes()
     queue = mp.Queue()
     child = mp.Process(target=_append_under_fsize_limit, args=(str(path), len(before) + PAD // 2, queue))
@@ -73,7 +74,7 @@ def test_file_size_limit_is_named_and_leaves_no_partial_line(tmp_path):
 def test_unopenable_results_file_is_one_user_error(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     with pytest.raises(UserError, match=r"file/r\.jsonl: could not append a whole results line: Not a directory"):
-        append_record(str(tmp_path / "file" / "r.jsonl"), {"workload": "w"})
+        append_record(str(tmp_path / "file" / "r.jsonl"), RunRecord(workload="w"))
 
 
 def test_versions_name_the_stack():
@@ -81,16 +82,34 @@ def test_versions_name_the_stack():
     assert v["torch"] and v["deepspeed"] and v["python"]
 
 
-def test_reading_skips_other_kinds_and_names_a_broken_line(tmp_path):
+def test_reading_picks_a_kind_skips_unknown_ones_and_names_a_broken_line(tmp_path):
     import pytest
 
     from ds_bench.errors import UserError
 
     path = tmp_path / "r.jsonl"
-    append_record(str(path), {"workload": "mnist", "status": "ok"})
-    append_record(str(path), {"kind": "doctor", "ranks": []})
-    assert [r["workload"] for r in read_records(str(path))] == ["mnist"]
+    append_record(str(path), RunRecord(workload="mnist", status="ok"))
+    append_record(str(path), DoctorRecord(kind="doctor", ranks=[]))
+    with open(path, "a") as f:
+        f.write('{"kind": "from_a_newer_version"}\n{"no": "kind and no workload"}\n')
+    assert [r.workload for r in read_records(str(path), RunRecord)] == ["mnist"]
+    assert [r.kind for r in read_records(str(path))] == ["run", "doctor"]  # unknown kinds skipped
+    assert isinstance(read_records(str(path), Record)[1], DoctorRecord)
     with open(path, "a") as f:
         f.write("{half a line\n")
-    with pytest.raises(UserError, match=r"r\.jsonl:3: not a JSON line"):
+    with pytest.raises(UserError, match=r"r\.jsonl:5: not a JSON line"):
         read_records(str(path))
+
+
+def test_a_record_that_does_not_fit_its_model_is_named(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"kind": "sweep_point", "sweep": "s", "key": "k", "status": "ok", "repeat": "first"}\n')
+    with pytest.raises(UserError, match=r"r\.jsonl:1: not a valid sweep_point record: repeat: Input should be a valid"):
+        read_records(str(path))
+    assert read_records(str(path), RunRecord) == []  # another kind than asked: not validated
+
+
+def test_append_takes_a_record_model(tmp_path):
+    with pytest.raises(TypeError, match="record model"):
+        append_record(str(tmp_path / "r.jsonl"), {"workload": "w"})
+    assert not (tmp_path / "r.jsonl").exists()

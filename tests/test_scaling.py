@@ -12,6 +12,7 @@ from ds_bench import cli
 from ds_bench.errors import UserError
 from ds_bench.jobs import spawn as jobs
 from ds_bench.record import store as results
+from ds_bench.record.schema import RunRecord
 from ds_bench.scaling import efficiency, points
 from ds_bench.scaling import main as scaling_main
 from ds_bench.scaling.spec import parse_counts
@@ -55,25 +56,26 @@ def test_every_cpu_point_gets_the_threads_of_the_largest():
 
 def _row(n, status="ok", per_device=None, threads=1):
     point = points.Point(n, 1, n)
-    run = {"run_id": f"r{n}", "world_size": n, "micro_batch": 16, "grad_accum": 1, "train_batch_size": 16 * n,
-           "hardware": {"torch_threads": threads},
-           "metrics": {"samples_per_s": per_device * n, "samples_per_s_per_device": per_device, "step_ms_median": 10.0,
-                       "step_ms_p90": 12.0, "sample_unit": "images"}} if status == "ok" else None
+    run = RunRecord.model_validate({
+        "workload": "mnist", "run_id": f"r{n}", "world_size": n, "micro_batch": 16, "grad_accum": 1,
+        "train_batch_size": 16 * n, "hardware": {"torch_threads": threads},
+        "metrics": {"samples_per_s": per_device * n, "samples_per_s_per_device": per_device, "step_ms_median": 10.0,
+                    "step_ms_p90": 12.0, "sample_unit": "images"}}) if status == "ok" else None
     return efficiency.row(point, status, None if status == "ok" else "crashed: exit code 1", run, tag=f"t{n}", log=None)
 
 
 def test_efficiency_is_per_device_throughput_over_the_smallest_ok_point():
     rows, base = efficiency.with_efficiency([_row(1, "failed"), _row(2, per_device=400.0), _row(4, per_device=300.0)])
     assert base == 2
-    assert [r["efficiency"] for r in rows] == [None, 1.0, 0.75]
-    assert rows[2]["global_batch"] == 64 and rows[2]["unit"] == "images/s"
+    assert [r.efficiency for r in rows] == [None, 1.0, 0.75]
+    assert rows[2].global_batch == 64 and rows[2].unit == "images/s"
     assert efficiency.with_efficiency([_row(1, "failed")]) == ([_row(1, "failed")], None)
 
 
 def test_a_point_is_failed_unless_its_run_is_ok_at_the_planned_world_size():
-    assert efficiency.point_status("ok", None, {"world_size": 2}, 2) == ("ok", None)
+    assert efficiency.point_status("ok", None, RunRecord(workload="mnist", world_size=2), 2) == ("ok", None)
     assert efficiency.point_status("timeout", "no result within 3 s", None, 2) == ("failed", "timeout: no result within 3 s")
-    status, reason = efficiency.point_status("ok", None, {"world_size": 1}, 2)
+    status, reason = efficiency.point_status("ok", None, RunRecord(workload="mnist", world_size=1), 2)
     assert status == "failed" and "says 1 rank(s), expected 2" in reason
 
 
@@ -117,11 +119,11 @@ def test_a_failed_point_is_a_row_and_the_exit_is_1(tmp_path, monkeypatch, capsys
     def fake_job(argv, log_path, timeout_s, env=None):
         tag = argv[argv.index("--tag") + 1]
         if tag.endswith(":n2"):
-            results.append_record(str(runs), {"workload": "mnist", "tag": tag, "status": "ok", "world_size": 2,
-                                              "run_id": "x", "micro_batch": 16, "grad_accum": 1, "train_batch_size": 32,
-                                              "hardware": {"torch_threads": int(env["OMP_NUM_THREADS"])},
-                                              "metrics": {"samples_per_s": 500.0, "samples_per_s_per_device": 250.0,
-                                                          "step_ms_median": 64.0, "step_ms_p90": 70.0}})
+            results.append_record(str(runs), RunRecord.model_validate({
+                "workload": "mnist", "tag": tag, "status": "ok", "world_size": 2, "run_id": "x", "micro_batch": 16,
+                "grad_accum": 1, "train_batch_size": 32, "hardware": {"torch_threads": int(env["OMP_NUM_THREADS"])},
+                "metrics": {"samples_per_s": 500.0, "samples_per_s_per_device": 250.0, "step_ms_median": 64.0,
+                            "step_ms_p90": 70.0}}))
         return jobs.JobEnd(0 if tag.endswith(":n2") else 1, False, 0.0, 1.0)
 
     monkeypatch.setattr(jobs, "run_job", fake_job)

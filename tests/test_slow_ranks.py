@@ -15,6 +15,7 @@ import torch
 
 from ds_bench.measure import slow_ranks
 from ds_bench.measure.loop import DeviceClock
+from ds_bench.record.schema import RunRecord
 from ds_bench.report.summary import one_run
 from tests.conftest import BIN, REPO, child_env, explain, records, run_cmd
 
@@ -72,9 +73,9 @@ def test_record_entries_and_the_summary_line():
               "metrics": {**metrics, "samples_per_s": 1.0, "samples_per_s_per_device": 0.3, "step_ms_median": 1.0,
                           "step_ms_p90": 1.0, "steps_measured": 3, "breakdown_ms_median": {}, "peak_mem_bytes": 0,
                           "peak_mem_kind": "rss", "loss_first": 1.0, "loss_last": 1.0}}
-    text = one_run(record, "r.jsonl")
+    text = one_run(RunRecord.model_validate(record), "r.jsonl")
     assert "slow rank    rank 1 on n1: compute 80.0 ms, 60% slower than the median rank (threshold 10%)" in text
-    assert "slow rank" not in one_run({**record, "slow_ranks": []}, "r.jsonl")
+    assert "slow rank" not in one_run(RunRecord.model_validate({**record, "slow_ranks": []}), "r.jsonl")
 
 
 def test_compute_time_ends_with_autograd_not_with_what_follows_backward():

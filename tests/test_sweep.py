@@ -27,6 +27,7 @@ from ds_bench.errors import UserError
 from ds_bench.jobs import outcome
 from ds_bench.jobs.derive import axes_of, derive
 from ds_bench.jobs.points import Point, grid, invalid_reason, next_auto_micro_batch, parse_key
+from ds_bench.record.schema import RunRecord
 from ds_bench.sweep import ledger, spec
 from tests.conftest import REPO, child_env, ds_bench, explain, records, run_cmd
 
@@ -98,19 +99,22 @@ def test_derive_keeps_the_base_offload_settings():
 
 
 def _failed(kind, peers=None, error="why"):
-    return {"status": "failed", "error": error, "failure": {"kind": kind, "peers": peers or {}}}
+    return RunRecord(workload="mnist", status="failed", error=error, failure={"kind": kind, "peers": peers or {}})
+
+
+OK_RUN = RunRecord(workload="mnist", status="ok")
 
 
 def test_classification_reads_records_and_exit_status():
-    assert outcome.classify([{"status": "ok"}], 0, False, 60) == ("ok", None)
-    assert outcome.classify([{"status": "ok"}], 0, True, 60)[0] == "timeout"
+    assert outcome.classify([OK_RUN], 0, False, 60) == ("ok", None)
+    assert outcome.classify([OK_RUN], 0, True, 60)[0] == "timeout"
     lost_peer = _failed("error", peers={"1": "gone"}, error="peer gone")
     assert outcome.classify([lost_peer, _failed("oom", error="rank 1: out of memory")], 1, False, 60) == \
         ("oom", "rank 1: out of memory")
     assert outcome.classify([lost_peer, _failed("error", error="own")], 1, False, 60) == ("crashed", "own")
     assert outcome.classify([], -9, False, 60) == ("crashed", "killed by SIGKILL with no record")
     assert outcome.classify([], 139, False, 60) == ("crashed", "exit code 139 (SIGSEGV) with no record")
-    assert outcome.classify([{"status": "ok"}], 1, False, 60)[0] == "crashed"  # ok record, failed job
+    assert outcome.classify([OK_RUN], 1, False, 60)[0] == "crashed"  # ok record, failed job
 
 
 def test_parsers_of_the_axes():
@@ -130,7 +134,7 @@ def test_the_ledger_keeps_the_latest_attempt_and_only_final_ones(tmp_path):
             {"kind": "sweep_point", "sweep": "B", "key": "x", "repeat": 0, "status": "ok", "workload": "m"}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     done = ledger.load(str(path), "A")
-    assert set(done) == {("k", 0), ("t", 0)} and done[("k", 0)]["status"] == "ok"
+    assert set(done) == {("k", 0), ("t", 0)} and done[("k", 0)].status == "ok"
     assert ledger.final(done, "k", 0) and ledger.final(done, "t", 0) is None
 
 

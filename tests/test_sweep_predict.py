@@ -17,6 +17,7 @@ from ds_bench.jobs.predict import (
     model_states_bytes,
     predict_peak_bytes,
 )
+from ds_bench.record.schema import RunRecord
 from tests.conftest import explain, records, run_cmd
 
 PSI, LAYER = 1_000_000, 100_000
@@ -78,8 +79,9 @@ def test_bf16_stage_3_uses_deepspeeds_estimator():
 
 
 def ok_record(peak_mib, baseline_mib, params=PSI, layer=LAYER):
-    return {"status": "ok", "params": params, "largest_layer_params": layer,
-            "metrics": {"peak_mem_bytes": peak_mib * MiB, "baseline_mem_bytes": baseline_mib * MiB}}
+    return RunRecord.model_validate({"workload": "mnist", "status": "ok", "params": params, "largest_layer_params": layer,
+                                     "metrics": {"peak_mem_bytes": int(peak_mib * MiB),
+                                                 "baseline_mem_bytes": int(baseline_mib * MiB)}})
 
 
 def test_calibration_from_one_run():
@@ -108,6 +110,7 @@ def test_calibration_from_two_runs_separates_the_fixed_part():
     {"status": "ok", "params": 5, "largest_layer_params": 1, "metrics": {"peak_mem_bytes": 9}},
 ])
 def test_no_calibration_from_a_failed_or_incomplete_record(record):
+    record = None if record is None else RunRecord.model_validate({"workload": "mnist", **record})
     assert calibrate(record, Point(0, "none", "fp32", 4), 2, 2, "cpu") is None
 
 
@@ -163,8 +166,9 @@ def test_prediction_against_real_runs(tmp_path):
     recs = records(results)
     assert len(recs) == len(plan) and all(r["status"] == "ok" for r in recs)
     shape = ModelShape(recs[0]["params"], recs[0]["largest_layer_params"])
-    one = calibrate(recs[0], plan[0], 2, 2, "cpu")
-    two = calibrate(recs[0], plan[0], 2, 2, "cpu", second=(recs[1], plan[1]))
+    first, second = RunRecord.model_validate(recs[0]), RunRecord.model_validate(recs[1])
+    one = calibrate(first, plan[0], 2, 2, "cpu")
+    two = calibrate(first, plan[0], 2, 2, "cpu", second=(second, plan[1]))
     rows = []
     for point, rec in zip(plan[2:], recs[2:]):
         measured = rec["metrics"]["peak_mem_bytes"]

@@ -11,6 +11,7 @@ import pytest
 
 from ds_bench.jobs.outcome import was_busy
 from ds_bench.jobs.points import Point
+from ds_bench.record.schema import Record, SweepPointRecord
 from ds_bench.report.ranking import GIB, rank, recommendation_line, summarize_points
 from ds_bench.report.sweep_plots import pareto_front, write_plots
 from ds_bench.report.sweep_table import NOTE_CHARS, brief, markdown, terminal, write_csv
@@ -19,20 +20,20 @@ CAP = 80 * GIB
 
 
 def rec(stage=2, offload="none", precision="bf16", mbs=8, *, repeat=0, status="ok", tput=1000.0,
-        peak=40 * GIB, predicted=None, capacity=CAP, reason=None, busy=None, grad_accum=1, **extra) -> dict:
+        peak=40 * GIB, predicted=None, capacity=CAP, reason=None, busy=None, grad_accum=1, **extra) -> SweepPointRecord:
     point = Point(stage, offload, precision, mbs, grad_accum)
     ok = status == "ok"
-    return {"kind": "sweep_point", "sweep": "s1", "key": point.key, "point": point.to_dict(),
+    return SweepPointRecord.model_validate({"kind": "sweep_point", "sweep": "s1", "key": point.key, "point": point.to_dict(),
             "repeat": repeat, "status": status, "reason": reason, "workload": "gpt2", "size": "tiny",
             "world_size": 2, "unit": "tokens/s", "throughput": tput if ok else None,
             "peak_mem_bytes": peak if ok else None, "predicted_mem_bytes": predicted, "capacity_bytes": capacity,
             "run_id": f"run-{point.key}-{repeat}", "ds_config": {"mbs": mbs, "repeat": repeat},
             "log": f"logs/{repeat}.log", "wall_s": 10.0, "time": "2026-01-01T00:00:00",
             "busy": busy or {"load_before": 0.1, "load_after": 0.2, "other_cores": 0.0, "gpu_others": []},
-            **extra}
+            **extra})
 
 
-def repeats(tputs, **kw) -> list[dict]:
+def repeats(tputs, **kw) -> list[SweepPointRecord]:
     return [rec(repeat=i, tput=t, **kw) for i, t in enumerate(tputs)]
 
 
@@ -104,13 +105,13 @@ def test_was_busy():
     assert was_busy(rec(busy={**quiet, "gpu_others": [{"pid": 7}]}), cores=2)
     assert was_busy(rec(busy={**quiet, "load_before": 2.0}), cores=2)
     assert not was_busy(rec(busy={**quiet, "load_before": 2.0}))  # cores unknown: load not judged
-    assert not was_busy({"status": "ok"}, cores=2)
+    assert not was_busy(SweepPointRecord(kind="sweep_point", sweep="s1", key="k", status="ok"), cores=2)
     rows = summarize_points([rec(repeat=0), rec(repeat=1, busy={**quiet, "other_cores": 1.5})], cores=2)
     assert rows[0].busy
 
 
 def test_other_record_kinds_are_ignored_and_key_order_kept():
-    rows = summarize_points([rec(mbs=4), {"kind": "sweep_start", "sweep": "s1"}, rec(mbs=2), rec(mbs=4, repeat=1)])
+    rows = summarize_points([rec(mbs=4), Record.model_validate({"kind": "sweep_start", "sweep": "s1"}), rec(mbs=2), rec(mbs=4, repeat=1)])
     assert [r.point.micro_batch for r in rows] == [4, 2]
 
 

@@ -27,6 +27,7 @@ from ds_bench.config.run_config import check_timeout
 from ds_bench.config.run_flags import add_local_rank
 from ds_bench.machine import shm
 from ds_bench.record import store as results
+from ds_bench.record.schema import DoctorRecord
 
 ENV_PREFIXES = ("NCCL_", "GLOO_", "CUDA_", "MASTER_", "OMP_NUM_THREADS", "DS_BENCH_")
 ALLREDUCE_BYTES = 8 * 2**20
@@ -164,5 +165,5 @@ def run_doctor(iface: str | None, dist_timeout_s: float, connect_timeout_s: floa
     if state.rank == 0:
         print(report(facts, problems, timing, links), flush=True)
         if json_path:
-            results.append_record(json_path, {"kind": "doctor", "ranks": facts, "problems": problems, **timing})
+            results.append_record(json_path, DoctorRecord(kind="doctor", ranks=facts, problems=problems, **timing))
     return 1 if verdict[0] else 0

@@ -31,6 +31,7 @@ from ds_bench.comm.spec import (
 )
 from ds_bench.comm.topology import link_groups, make_groups
 from ds_bench.record import store as results
+from ds_bench.record.schema import CommRecord
 
 log = logging.getLogger("ds_bench")
 MAX_PRINTED = 12
@@ -107,24 +108,24 @@ def _record(spec: CommSpec, state: process.DistState, rows: list[dict], hosts: l
             error: str | None) -> list[str]:
     """Rank 0: print the table, append the record, write the plot; returns the problems."""
     problems = ([error] if error else []) + report.wrong_results(rows) + report.gate(rows, spec.expect_busbw)
-    record = {**results.base_record(results.new_run_id(), spec.to_dict()), "kind": "comm",
-              "status": "failed" if problems else "ok", "problems": problems, "world_size": state.world_size,
-              "hosts": hosts, "launcher": state.launcher, "backend": state.backend,
-              "rendezvous": state.rendezvous, "hardware": results.hardware(state.device),
-              "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
-              "dtype": spec.dtype, "warmup": spec.warmup, "iters": spec.iters, "results": rows}
+    record = CommRecord(**results.base_record(results.new_run_id(), spec.to_dict()), kind="comm",
+                        status="failed" if problems else "ok", problems=problems, world_size=state.world_size,
+                        hosts=hosts, launcher=state.launcher, backend=state.backend,
+                        rendezvous=state.rendezvous, hardware=results.hardware(state.device),
+                        env={k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
+                        dtype=spec.dtype, warmup=spec.warmup, iters=spec.iters, results=rows)
     link_lines = _pairs_verdict(spec, rows, record) if spec.pairs else []
     if state.world_size == 1:
-        record["note"] = ONE_RANK_NOTE
+        record.note = ONE_RANK_NOTE
         print(f"NOTE: {ONE_RANK_NOTE}", flush=True)
     results.append_record(spec.results, record)
     if rows:
         print(report.table(rows), flush=True)
-        title = f"{state.world_size} ranks, {state.backend}, {record['hardware']['device']}, {spec.dtype}"
+        title = f"{state.world_size} ranks, {state.backend}, {record.hardware['device']}, {spec.dtype}"
         print(f"plot:    {report.write_plot(rows, spec.plot, title)}", flush=True)
     for line in link_lines:
         print(line, flush=True)
-    print(f"results: {spec.results} (run {record['run_id']})", flush=True)
+    print(f"results: {spec.results} (run {record.run_id})", flush=True)
     for line in problems[:MAX_PRINTED]:
         print(f"PROBLEM: {line}", flush=True)
     if len(problems) > MAX_PRINTED:
@@ -132,9 +133,9 @@ def _record(spec: CommSpec, state: process.DistState, rows: list[dict], hosts: l
     return problems
 
 
-def _pairs_verdict(spec: CommSpec, rows: list[dict], record: dict) -> list[str]:
+def _pairs_verdict(spec: CommSpec, rows: list[dict], record: CommRecord) -> list[str]:
     """``slow_links`` and ``suspect_hosts`` into the record; the lines to print."""
     pair_rows = [r for r in rows if r["scope"] == "pair"]
     slow = pairs.slow_links(pair_rows, spec.slow_link_threshold)
-    record["slow_links"], record["suspect_hosts"] = slow, pairs.suspect_hosts(pair_rows, slow)
-    return pairs.describe(pair_rows, slow, record["suspect_hosts"], spec.slow_link_threshold)
+    record.slow_links, record.suspect_hosts = slow, pairs.suspect_hosts(pair_rows, slow)
+    return pairs.describe(pair_rows, slow, record.suspect_hosts, spec.slow_link_threshold)

@@ -28,20 +28,22 @@ from dataclasses import dataclass
 
 import psutil
 
+from ds_bench.record.schema import Busy, RunRecord, ScalingRow, SweepPointRecord
 
-def classify(records: list[dict], exit_code: int | None, timed_out: bool, timeout_s: float) -> tuple[str, str | None]:
+
+def classify(records: list[RunRecord], exit_code: int | None, timed_out: bool, timeout_s: float) -> tuple[str, str | None]:
     """(status, reason) of one attempt (pure)."""
     if timed_out:
         return "timeout", f"no result within {timeout_s:g} s (--timeout); the point was stopped"
-    failed = [r for r in records if r.get("status") == "failed"]
-    oom = [r for r in failed if (r.get("failure") or {}).get("kind") == "oom"]
+    failed = [r for r in records if r.status == "failed"]
+    oom = [r for r in failed if r.failure is not None and r.failure.kind == "oom"]
     if oom:
-        return "oom", oom[0].get("error")
-    if exit_code == 0 and any(r.get("status") == "ok" for r in records):
+        return "oom", oom[0].error
+    if exit_code == 0 and any(r.status == "ok" for r in records):
         return "ok", None
     if failed:
-        own = [r for r in failed if not (r.get("failure") or {}).get("peers")] or failed
-        return "crashed", own[0].get("error")
+        own = [r for r in failed if r.failure is None or not r.failure.peers] or failed
+        return "crashed", own[0].error
     return "crashed", f"{describe_exit(exit_code)} with no record"
 
 
@@ -111,11 +113,11 @@ BUSY_OTHER_CORES = 0.5
 """Other processes using half a core or more during a point make its timing suspect."""
 
 
-def was_busy(record: dict, cores: int | None = None) -> bool:
-    """Whether the machine was shared while this attempt ran: other processes used half a core or
-    more, other processes held the GPU, or the load average before it started was already at least
-    ``cores`` (skipped when ``cores`` is None)."""
-    busy = record.get("busy") or {}
-    if (busy.get("other_cores") or 0.0) >= BUSY_OTHER_CORES or busy.get("gpu_others"):
+def was_busy(record: SweepPointRecord | ScalingRow, cores: int | None = None) -> bool:
+    """Whether the machine was shared while this attempt (a sweep point's record, a scaling row) ran:
+    other processes used half a core or more, other processes held the GPU, or the load average
+    before it started was already at least ``cores`` (skipped when ``cores`` is None)."""
+    busy = record.busy or Busy()
+    if (busy.other_cores or 0.0) >= BUSY_OTHER_CORES or busy.gpu_others:
         return True
-    return cores is not None and (busy.get("load_before") or 0.0) >= cores
+    return cores is not None and (busy.load_before or 0.0) >= cores

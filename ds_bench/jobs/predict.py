@@ -55,6 +55,7 @@ from dataclasses import dataclass
 import psutil
 
 from ds_bench.jobs.points import Point
+from ds_bench.record.schema import RunRecord
 
 ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 BUFFER_FACTOR = 1.5
@@ -135,8 +136,8 @@ def _fp32_states(psi: int, layer: int, point: Point, n: int) -> tuple[float, flo
     return 4 * layer, 20 * psi / n
 
 
-def calibrate(record: dict, point: Point, world_size: int, ranks_per_node: int, device_type: str,
-              second: tuple[dict, Point] | None = None) -> Calibration | None:
+def calibrate(record: RunRecord | None, point: Point, world_size: int, ranks_per_node: int, device_type: str,
+              second: tuple[RunRecord, Point] | None = None) -> Calibration | None:
     """The calibration from an ``ok`` run record of ``point``; None when it cannot give one.
 
     ``second``: an ``ok`` record of the same family at another micro-batch; then the per-sample
@@ -155,15 +156,13 @@ def calibrate(record: dict, point: Point, world_size: int, ranks_per_node: int, 
     return Calibration(baseline, slope, point.precision, fixed, source=f"{point.key}; {second[1].key}")
 
 
-def _measured(record: dict | None) -> tuple[int, int, ModelShape] | None:
-    if not record or record.get("status") != "ok":
+def _measured(record: RunRecord | None) -> tuple[int, int, ModelShape] | None:
+    if record is None or record.status != "ok":
         return None
-    metrics = record.get("metrics") or {}
-    try:
-        shape = ModelShape(int(record["params"]), int(record["largest_layer_params"]))
-        return int(metrics["peak_mem_bytes"]), int(metrics["baseline_mem_bytes"]), shape
-    except (KeyError, TypeError, ValueError):  # a record from before these fields existed
-        return None
+    m = record.metrics
+    if None in (record.params, record.largest_layer_params, m.peak_mem_bytes, m.baseline_mem_bytes):
+        return None  # a record from before these fields existed
+    return m.peak_mem_bytes, m.baseline_mem_bytes, ModelShape(record.params, record.largest_layer_params)
 
 
 def predict_peak_bytes(shape: ModelShape, point: Point, world_size: int, ranks_per_node: int,

@@ -34,6 +34,8 @@ from __future__ import annotations
 import json
 import os
 
+from ds_bench.record.schema import CommRecord, parse_record
+
 BOUND_FRACTION = 0.5
 BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 COMM_DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "half": 2, "bf16": 2, "bfloat16": 2}
@@ -72,26 +74,30 @@ def grad_bytes_of(ds_cfg: dict, precision: str) -> int:
     return COMM_DTYPE_BYTES.get(str(ds_cfg.get("communication_data_type") or "").lower(), BYTES[precision])
 
 
-def busbw_from_comm_record(record: dict) -> dict[str, float]:
+def busbw_from_comm_record(record: CommRecord) -> dict[str, float]:
     """Collective -> busbw (GB/s) at its largest message, over all ranks of a ``kind: comm`` record."""
-    world = [r for r in record.get("results", []) if r.get("scope", "world") == "world" and not r.get("wrong")]
-    return {name: row["busbw_GBps"] for name, row in largest(world).items() if row["busbw_GBps"] > 0}
+    best: dict[str, float] = {}
+    top: dict[str, int] = {}
+    for row in record.results:
+        if row.scope == "world" and not row.wrong and row.size_bytes > top.get(row.collective, -1):
+            top[row.collective], best[row.collective] = row.size_bytes, row.busbw_GBps
+    return {name: busbw for name, busbw in best.items() if busbw > 0}
 
 
-def latest_comm_record(path: str, hosts: list[str], world_size: int, backend: str) -> dict | None:
-    """The newest ok ``comm`` record in ``path`` measured on the same hosts, rank count and backend."""
+def latest_comm_record(path: str, hosts: list[str], world_size: int, backend: str) -> CommRecord | None:
+    """The newest ok ``comm`` record in ``path`` measured on the same hosts, rank count and backend; lines
+    that are not JSON or not a valid record are passed over (a run must not fail on them)."""
     if not os.path.isfile(path):
         return None
     found = None
     with open(path, encoding="utf-8") as f:
         for line in f:
             try:
-                rec = json.loads(line)
-            except ValueError:
+                rec = parse_record(json.loads(line))
+            except ValueError:  # not JSON, or a pydantic.ValidationError
                 continue
-            if (isinstance(rec, dict) and rec.get("kind") == "comm" and rec.get("status") == "ok"
-                    and rec.get("world_size") == world_size and rec.get("backend") == backend
-                    and sorted(set(rec.get("hosts") or [])) == sorted(hosts)):
+            if (isinstance(rec, CommRecord) and rec.status == "ok" and rec.world_size == world_size
+                    and rec.backend == backend and sorted(set(rec.hosts)) == sorted(hosts)):
                 found = rec
     return found
 
@@ -125,7 +131,7 @@ def for_run(*, stage: int, precision: str, ds_cfg: dict, params: int, world_size
     if record is None:
         return {"note": f"no comm record of these {world_size} {backend} ranks in {comm_results}: run ds-bench comm "
                         "under the same launcher first, or pass --busbw", "bus_bytes_per_step": moved}
-    return judge(moved, busbw_from_comm_record(record), f"comm run {record['run_id']} of {record['time']}", step_ms)
+    return judge(moved, busbw_from_comm_record(record), f"comm run {record.run_id} of {record.time}", step_ms)
 
 
 def describe(entry: dict) -> str:

@@ -14,6 +14,7 @@ import os
 from ds_bench.config import argcheck
 from ds_bench.errors import UserError
 from ds_bench.record import store as results
+from ds_bench.record.schema import KINDS, RunRecord
 from ds_bench.report import plots, summary
 
 
@@ -23,7 +24,7 @@ def show(results_path: str, tag: str | None, plot_path: str | None) -> int:
     if not os.path.isfile(results_path):
         raise UserError(f"{results_path}: no results file")
     argcheck.output_folder("--plot", plot_path)
-    records = [r for r in results.read_records(results_path) if tag is None or r.get("tag") == tag]
+    records = [r for r in results.read_records(results_path, RunRecord) if tag is None or r.tag == tag]
     if not records:
         raise UserError(f"{results_path}: no records" + (f" with tag {tag}" if tag else ""))
     print(summary.table(records))
@@ -60,4 +61,4 @@ def _has_sweep_records(path: str) -> bool:
 
 
 def _has_kind(path: str, kind: str) -> bool:
-    return any(r.get("kind") == kind for r in results.read_records(path))
+    return bool(results.read_records(path, KINDS[kind]))

@@ -7,6 +7,8 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ds_bench.record.schema import RunRecord
+
 MIB = 2**20
 
 
@@ -30,24 +32,24 @@ def figure(path: str, nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, f
         plt.close(fig)
 
 
-def _label(r: dict) -> str:
+def _label(r: RunRecord) -> str:
     from ds_bench.report.summary import config_name
 
-    return f"{r['workload']} {config_name(r)} {r.get('precision')} x{r.get('world_size')}"
+    return f"{r.workload} {config_name(r)} {r.precision} x{r.world_size}"
 
 
-def bench_plot(records: list[dict], path: str) -> bool:
+def bench_plot(records: list[RunRecord], path: str) -> bool:
     """Two bar charts side by side; returns False when no record has metrics."""
-    ok = [r for r in records if r.get("status") == "ok" and r.get("metrics")]
+    ok = [r for r in records if r.status == "ok" and r.metrics.samples_per_s is not None]
     if not ok:
         return False
     labels = [_label(r) for r in ok]
     x = list(range(len(ok)))  # numeric positions: equal labels must not stack onto one bar
     with figure(path, 1, 2, figsize=(max(8, 1.6 * len(ok)), 4)) as (_, (ax1, ax2)):
-        ax1.bar(x, [r["metrics"]["samples_per_s"] for r in ok], color="tab:blue")
+        ax1.bar(x, [r.metrics.samples_per_s for r in ok], color="tab:blue")
         ax1.set_ylabel("samples/s (global)")
         ax1.set_title("Throughput (warm-up excluded)")
-        ax2.bar(x, [r["metrics"]["peak_mem_bytes"] / MIB for r in ok], color="tab:orange")
+        ax2.bar(x, [r.metrics.peak_mem_bytes / MIB for r in ok], color="tab:orange")
         ax2.set_ylabel("MiB (max over ranks)")
         ax2.set_title("Peak memory per rank")
         for ax in (ax1, ax2):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ds_bench.jobs.outcome import was_busy
 from ds_bench.jobs.points import Point
+from ds_bench.record.schema import SweepPointRecord
 
 GIB = 2**30
 NOISY_CV_PCT = 5.0
@@ -60,59 +61,58 @@ class PointRow:
         return (self.throughput_max - self.throughput_min) / self.throughput_median * 100
 
 
-def latest_attempts(records: list[dict]) -> dict[str, list[dict]]:
+def latest_attempts(records: list[SweepPointRecord]) -> dict[str, list[SweepPointRecord]]:
     """Per key, in first-seen order, the latest record of each repeat (file order: a re-run of an
-    attempt supersedes it), ordered by when that latest record was written."""
-    by_key: dict[str, dict[int, tuple[int, dict]]] = {}
+    attempt supersedes it), ordered by when that latest record was written; other kinds are ignored."""
+    by_key: dict[str, dict[int, tuple[int, SweepPointRecord]]] = {}
     for i, r in enumerate(records):
-        if r.get("kind", "sweep_point") == "sweep_point":
-            by_key.setdefault(r["key"], {})[int(r.get("repeat", 0))] = (i, r)
+        if isinstance(r, SweepPointRecord):
+            by_key.setdefault(r.key, {})[r.repeat] = (i, r)
     return {key: [r for _, r in sorted(repeats.values(), key=lambda e: e[0])] for key, repeats in by_key.items()}
 
 
-def _last_known(attempts: list[dict], name: str):
-    return next((a[name] for a in reversed(attempts) if a.get(name) is not None), None)
+def _last_known(attempts: list[SweepPointRecord], name: str):
+    return next((getattr(a, name) for a in reversed(attempts) if getattr(a, name) is not None), None)
 
 
-def _median_attempt(ok: list[dict]) -> dict:
+def _median_attempt(ok: list[SweepPointRecord]) -> SweepPointRecord:
     """The ok repeat at the median (the lower middle one for an even count)."""
-    return sorted(ok, key=lambda a: a["throughput"])[(len(ok) - 1) // 2]
+    return sorted(ok, key=lambda a: a.throughput)[(len(ok) - 1) // 2]
 
 
-def _failed_repeats_reason(attempts: list[dict]) -> str | None:
-    failed = [a for a in attempts if a["status"] != "ok"]
+def _failed_repeats_reason(attempts: list[SweepPointRecord]) -> str | None:
+    failed = [a for a in attempts if a.status != "ok"]
     if not failed:
         return None
     last = failed[-1]
-    return f"{len(failed)} of {len(attempts)} repeats {last['status']}" + (
-        f": {last['reason']}" if last.get("reason") else "")
+    return f"{len(failed)} of {len(attempts)} repeats {last.status}" + (f": {last.reason}" if last.reason else "")
 
 
-def summarize_point(attempts: list[dict], cores: int | None = None) -> PointRow:
-    ok = [a for a in attempts if a["status"] == "ok" and a.get("throughput") is not None]
+def summarize_point(attempts: list[SweepPointRecord], cores: int | None = None) -> PointRow:
+    ok = [a for a in attempts if a.status == "ok" and a.throughput is not None]
     latest = attempts[-1]
-    tput = [a["throughput"] for a in ok]
+    tput = [a.throughput for a in ok]
     median = statistics.median(tput) if tput else None
     cv = statistics.stdev(tput) / statistics.fmean(tput) * 100 if len(tput) >= 2 and median else None
-    peaks = [a["peak_mem_bytes"] for a in ok if a.get("peak_mem_bytes") is not None]
+    peaks = [a.peak_mem_bytes for a in ok if a.peak_mem_bytes is not None]
     peak = max(peaks) if peaks else None
     predicted, capacity = _last_known(attempts, "predicted_mem_bytes"), _last_known(attempts, "capacity_bytes")
     chosen = _median_attempt(ok) if ok else latest
     return PointRow(
-        point=Point.from_dict(latest["point"]), key=latest["key"],
-        status="ok" if ok else latest["status"],
-        reason=_failed_repeats_reason(attempts) if ok else latest.get("reason"),
+        point=Point.from_dict(latest.point), key=latest.key,
+        status="ok" if ok else latest.status,
+        reason=_failed_repeats_reason(attempts) if ok else latest.reason,
         repeats=len(attempts), repeats_ok=len(ok),
         throughput_median=median, throughput_min=min(tput, default=None), throughput_max=max(tput, default=None),
         cv_pct=cv, noisy=cv is not None and cv > NOISY_CV_PCT,
         peak_mem_bytes=peak, predicted_mem_bytes=predicted, capacity_bytes=capacity,
         headroom_pct=(capacity - peak) / capacity * 100 if capacity and peak is not None else None,
         prediction_ratio=predicted / peak if predicted is not None and peak else None,
-        busy=any(was_busy(a, cores) for a in attempts), unit=latest.get("unit"),
-        run_id=chosen.get("run_id"), log=chosen.get("log"), ds_config=chosen.get("ds_config"))
+        busy=any(was_busy(a, cores) for a in attempts), unit=latest.unit,
+        run_id=chosen.run_id, log=chosen.log, ds_config=chosen.ds_config)
 
 
-def summarize_points(records: list[dict], cores: int | None = None) -> list[PointRow]:
+def summarize_points(records: list[SweepPointRecord], cores: int | None = None) -> list[PointRow]:
     """One row per point key, in the order the keys first appear in ``records``."""
     return [summarize_point(attempts, cores) for attempts in latest_attempts(records).values()]
 

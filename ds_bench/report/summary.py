@@ -10,23 +10,24 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from ds_bench.measure import slow_ranks
+from ds_bench.record.schema import RunRecord
 from ds_bench.report import comm_bound as verdict
 
 MIB = 2**20
 
-def config_name(record: dict) -> str:
-    path = (record.get("config") or {}).get("ds_config") or "-"
+def config_name(record: RunRecord) -> str:
+    path = record.config.get("ds_config") or "-"
     return path.rsplit("/", 1)[-1].removesuffix(".json")
 
 
 COLUMNS = [
-    ("workload", lambda r: r["workload"] + (f"/{r['size']}" if r.get("size") else "")),
+    ("workload", lambda r: r.workload + (f"/{r.size}" if r.size else "")),
     ("config", config_name),
-    ("engine", lambda r: r.get("engine", "deepspeed")),
-    ("zero", lambda r: r.get("zero_stage")),
-    ("prec", lambda r: r.get("precision")),
-    ("world", lambda r: r.get("world_size")),
-    ("mbs", lambda r: r.get("micro_batch")),
+    ("engine", lambda r: r.engine),
+    ("zero", lambda r: r.zero_stage),
+    ("prec", lambda r: r.precision),
+    ("world", lambda r: r.world_size),
+    ("mbs", lambda r: r.micro_batch),
     ("samples/s", lambda r: _m(r, "samples_per_s", "{:.1f}")),
     ("step ms p50", lambda r: _m(r, "step_ms_median", "{:.1f}")),
     ("step ms p90", lambda r: _m(r, "step_ms_p90", "{:.1f}")),
@@ -35,78 +36,76 @@ COLUMNS = [
     ("MFU", lambda r: _m(r, "mfu", "{:.1%}")),
     ("loss first", lambda r: _m(r, "loss_first", "{:.3f}")),
     ("loss last", lambda r: _m(r, "loss_last", "{:.3f}")),
-    ("status", lambda r: r.get("status")),
+    ("status", lambda r: r.status),
 ]
 
 
-def _m(record: dict, key: str, fmt: str, scale: float = 1.0) -> str:
-    value = record.get("metrics", {}).get(key)
+def _m(record: RunRecord, key: str, fmt: str, scale: float = 1.0) -> str:
+    value = getattr(record.metrics, key, None)
     return "-" if value is None else fmt.format(value * scale)
 
 
-def one_per_run(records: list[dict]) -> list[dict]:
+def one_per_run(records: list[RunRecord]) -> list[RunRecord]:
     """First record of each run_id: a failed run may be recorded by several of its ranks."""
     seen, out = set(), []
     for r in records:
-        if r.get("run_id") not in seen or r.get("run_id") is None:
-            seen.add(r.get("run_id"))
+        if r.run_id not in seen or r.run_id is None:
+            seen.add(r.run_id)
             out.append(r)
     return out
 
 
-def table(records: list[dict], fmt: str = "github") -> str:
+def table(records: list[RunRecord], fmt: str = "github") -> str:
     rows = [[get(r) for _, get in COLUMNS] for r in one_per_run(records)]
     return tabulate(rows, headers=[name for name, _ in COLUMNS], tablefmt=fmt, disable_numparse=True)
 
 
-def _engine(record: dict) -> str:
+def _engine(record: RunRecord) -> str:
     """``ZeRO-2`` (DeepSpeed), ``DDP``, ``FSDP (ZeRO-3 equivalent)``."""
-    engine = record.get("engine", "deepspeed")
-    if engine == "deepspeed":
-        return f"ZeRO-{record['zero_stage']}"
-    return "DDP" if engine == "ddp" else f"FSDP (ZeRO-{record['zero_stage']} equivalent)"
+    if record.engine == "deepspeed":
+        return f"ZeRO-{record.zero_stage}"
+    return "DDP" if record.engine == "ddp" else f"FSDP (ZeRO-{record.zero_stage} equivalent)"
 
 
-def one_run(record: dict, results_path: str) -> str:
-    m = record["metrics"]
-    unit = m.get("sample_unit", "samples")
-    phases = " | ".join(f"{k} {v:.1f}" for k, v in m["breakdown_ms_median"].items())
+def one_run(record: RunRecord, results_path: str) -> str:
+    m = record.metrics
+    unit = m.sample_unit or "samples"
+    phases = " | ".join(f"{k} {v:.1f}" for k, v in (m.breakdown_ms_median or {}).items())
     lines = [
-        f"ds_bench {record['workload']}: {_engine(record)} {record['precision']}, "
-        f"{record['world_size']} x {record['hardware']['device_type']} rank(s) via {record['launcher']}, "
-        f"batch {record['micro_batch']} x {record['grad_accum']} accum x {record['world_size']} = "
-        f"{record['train_batch_size']}",
-        f"  throughput   {m['samples_per_s']:.1f} {unit}/s ({m['samples_per_s_per_device']:.1f} per device)"
-        + (f", {m['tokens_per_s']:.0f} tokens/s" if m.get("tokens_per_s") else ""),
-        f"  step time    median {m['step_ms_median']:.1f} ms, p90 {m['step_ms_p90']:.1f} ms over "
-        f"{m['steps_measured']} measured steps  [ms: {phases}]",
-        f"  peak memory  {m['peak_mem_bytes'] / MIB:.0f} MiB on the largest rank ({m['peak_mem_kind']})",
-        f"  loss         {m['loss_first']:.4f} -> {m['loss_last']:.4f}",
+        f"ds_bench {record.workload}: {_engine(record)} {record.precision}, "
+        f"{record.world_size} x {record.hardware['device_type']} rank(s) via {record.launcher}, "
+        f"batch {record.micro_batch} x {record.grad_accum} accum x {record.world_size} = {record.train_batch_size}",
+        f"  throughput   {m.samples_per_s:.1f} {unit}/s ({m.samples_per_s_per_device:.1f} per device)"
+        + (f", {m.tokens_per_s:.0f} tokens/s" if m.tokens_per_s else ""),
+        f"  step time    median {m.step_ms_median:.1f} ms, p90 {m.step_ms_p90:.1f} ms over "
+        f"{m.steps_measured} measured steps  [ms: {phases}]",
+        f"  peak memory  {m.peak_mem_bytes / MIB:.0f} MiB on the largest rank ({m.peak_mem_kind})",
+        f"  loss         {m.loss_first:.4f} -> {m.loss_last:.4f}",
     ]
-    if (record.get("optimizer") or {}).get("source") == "ds_bench default":
-        lines.append(f"  optimizer    none in the DeepSpeed config: ds_bench supplied {record['optimizer']['type']}")
-    if m.get("tflops_per_device") is not None:
-        mfu = f"{m['mfu']:.1%}" if m.get("mfu") is not None else f"n/a ({m.get('mfu_note')})"
-        lines.append(f"  compute      {m['tflops_per_device']:.3f} TFLOP/s per device, MFU {mfu}")
-    threshold = (record.get("config") or {}).get("slow_rank_threshold", slow_ranks.DEFAULT_THRESHOLD_PCT)
-    for slow in record.get("slow_ranks") or []:
-        lines.append(f"  slow rank    {slow_ranks.describe(slow)} (threshold {threshold:g}%)")
-    if m.get("window_wall_s"):
-        lines.append(f"  timing       {m.get('timing_mode', 'step')} mode, {m.get('syncs_per_step')} synchronize(s) "
-                     f"per step; outside clock: window {m['window_wall_s']:.3f} s wall, each rank's steps within "
-                     f"{m['rank_steps_vs_wall_pct']:+.2f}%, straggler steps {m['steps_vs_wall_pct']:+.2f}%")
+    if (record.optimizer or {}).get("source") == "ds_bench default":
+        lines.append(f"  optimizer    none in the DeepSpeed config: ds_bench supplied {record.optimizer['type']}")
+    if m.tflops_per_device is not None:
+        mfu = f"{m.mfu:.1%}" if m.mfu is not None else f"n/a ({m.mfu_note})"
+        lines.append(f"  compute      {m.tflops_per_device:.3f} TFLOP/s per device, MFU {mfu}")
+    threshold = record.config.get("slow_rank_threshold", slow_ranks.DEFAULT_THRESHOLD_PCT)
+    for slow in record.slow_ranks or []:
+        lines.append(f"  slow rank    {slow_ranks.describe(slow.model_dump())} (threshold {threshold:g}%)")
+    if m.window_wall_s:
+        lines.append(f"  timing       {m.timing_mode or 'step'} mode, {m.syncs_per_step} synchronize(s) "
+                     f"per step; outside clock: window {m.window_wall_s:.3f} s wall, each rank's steps within "
+                     f"{m.rank_steps_vs_wall_pct:+.2f}%, straggler steps {m.steps_vs_wall_pct:+.2f}%")
     lines += checkpoint_lines(record)
-    if record.get("comm_bound"):
-        lines.append(f"  comm         {verdict.describe(record['comm_bound'])}")
-    lines.append(f"  results      {results_path} (run {record['run_id']})")
+    if record.comm_bound:
+        lines.append(f"  comm         {verdict.describe(record.comm_bound)}")
+    lines.append(f"  results      {results_path} (run {record.run_id})")
     return "\n".join(lines)
 
 
-def checkpoint_lines(record: dict) -> list[str]:
+def checkpoint_lines(record: RunRecord) -> list[str]:
     """A run that resumed or saved checkpoints (``ds_bench.measure.checkpoint``): load and save times, GB/s."""
-    lines, ck, resumed = [], record.get("checkpoint"), record.get("resume")
+    lines, ck, resumed = [], record.checkpoint, record.resume
     if resumed:
-        lines.append(f"  resumed      from step {record['resumed_from_step']} ({resumed['tag']} in {resumed['dir']}), "
+        lines.append(f"  resumed      from step {record.resumed_from_step} ({resumed['tag']} in {resumed['dir']}), "
                      f"loaded in {resumed['load_s']:.3f} s, {resumed['load_GBps']:.2f} GB/s")
     if ck and ck["save_s"]:
         line = (f"  checkpoint   {len(ck['save_s'])} save(s) of {ck['bytes_total'] / 1e9:.3f} GB, median "

@@ -15,6 +15,7 @@ from ds_bench.config.deepspeed.prepare import portable
 from ds_bench.errors import UserError
 from ds_bench.jobs.outcome import was_busy
 from ds_bench.record import store as results
+from ds_bench.record.schema import SweepPointRecord
 from ds_bench.report import ranking as rank
 from ds_bench.report import sweep_plots as plots
 from ds_bench.report import sweep_table as table
@@ -22,23 +23,23 @@ from ds_bench.report import sweep_table as table
 
 def report_sweep(results_path: str, sweep_id: str | None = None, headroom_pct: float = 10.0,
            baseline: str | None = None, write_config: bool = True) -> int:
-    records = [r for r in results.read_records(results_path) if r.get("kind") == "sweep_point"]
+    records = results.read_records(results_path, SweepPointRecord)
     if sweep_id is None and records:
-        sweep_id = records[-1]["sweep"]
-    records = [r for r in records if r["sweep"] == sweep_id]
+        sweep_id = records[-1].sweep
+    records = [r for r in records if r.sweep == sweep_id]
     if not records:
         raise UserError(f"{results_path}: no sweep records" + (f" of sweep {sweep_id}" if sweep_id else ""))
-    keys = {r["key"] for r in records}
+    keys = {r.key for r in records}
     if baseline is not None and baseline not in keys:
         raise UserError(f"--baseline {baseline!r}: no such point in this sweep; points: {', '.join(sorted(keys))}")
-    unit = next((r["unit"] for r in records if r.get("status") == "ok"), records[0].get("unit") or "samples/s")
+    unit = next((r.unit for r in records if r.status == "ok"), records[0].unit or "samples/s")
     ranking = rank.rank(rank.summarize_points(records), baseline_key=baseline, headroom_pct=headroom_pct)
     stem = os.path.splitext(results_path)[0]
     with open(stem + ".md", "w", encoding="utf-8") as f:
         f.write(table.markdown(ranking, unit))
     table.write_csv(ranking, stem + ".csv")
     print("\n" + table.terminal(ranking, unit))
-    busy = sorted({r["key"] for r in records if was_busy(r, os.cpu_count())})
+    busy = sorted({r.key for r in records if was_busy(r, os.cpu_count())})
     if busy:
         print(f"warning: the machine was busy during {len(busy)} point(s) ({', '.join(busy[:5])}"
               f"{', ...' if len(busy) > 5 else ''}): other processes used CPU or GPU time; their figures may be low")

@@ -23,6 +23,7 @@ from ds_bench.measure import checkpoint
 from ds_bench.measure.loop import LoopTimes
 from ds_bench.measure.metrics import RankReport, summarize
 from ds_bench.record import store as results
+from ds_bench.record.schema import Failure, RunMetrics, RunRecord
 
 log = logging.getLogger("ds_bench")
 
@@ -70,7 +71,7 @@ def record_failure(run: Started, error: BaseException | None = None, stalled_s: 
         log.error("%s (recorded in %s)", reason, run.cfg.results)
 
 
-def failure_record(run: Started, error: BaseException | None, stalled_s: float | None) -> tuple[str, dict]:
+def failure_record(run: Started, error: BaseException | None, stalled_s: float | None) -> tuple[str, RunRecord]:
     state, times = run.state, run.times
     signum = faults.received() if stalled_s is None else None
     troubled = faults.peer_states(run.peers, socket.gethostname())
@@ -82,24 +83,24 @@ def failure_record(run: Started, error: BaseException | None, stalled_s: float |
         metrics["partial_from_rank"] = state.rank
     kind = ("oom" if memory.is_out_of_memory(error) else "stalled" if stalled_s is not None
             else "terminated" if signum else "error")
-    failure = {"kind": kind, "steps_done": times.steps_done, "rank": state.rank, "host": socket.gethostname(),
-               "signal": signal.Signals(signum).name if signum else None, "stalled_s": stalled_s,
-               "peers": {str(r): s for r, s in troubled.items()}}
+    failure = Failure(kind=kind, steps_done=times.steps_done, rank=state.rank, host=socket.gethostname(),
+                      signal=signal.Signals(signum).name if signum else None, stalled_s=stalled_s,
+                      peers={str(r): s for r, s in troubled.items()})
     return reason, run_record(run, "failed", metrics=metrics, error=reason, failure=failure)
 
 
-def run_record(run: Started, status: str, metrics: dict | None = None, error: str | None = None, **extra) -> dict:
-    """The ``run`` record (``ds_bench.record``): the resolved config, where it ran, and its metrics."""
+def run_record(run: Started, status: str, metrics: dict | None = None, error: str | None = None,
+               **extra) -> RunRecord:
+    """The ``run`` record (``ds_bench.record.schema.RunRecord``): the resolved config, where it ran, and its
+    metrics (``ds_bench.measure.metrics.summarize`` and ``ds_bench.run.measure.run_metrics``)."""
     cfg, ds_cfg, state = run.cfg, run.ds_cfg, run.state
-    record = results.base_record(run.run_id, cfg.to_dict())
-    record.update(
-        status=status, error=error, workload=cfg.workload, size=run.size, tag=cfg.tag,
-        world_size=state.world_size, launcher=state.launcher, master_addr=state.master_addr,
-        rendezvous=state.rendezvous,
-        backend=state.backend, engine=run.engine.name, engine_plan=run.engine.describe(), ds_config=ds_cfg,
+    return RunRecord(
+        **results.base_record(run.run_id, cfg.to_dict()), status=status, error=error, workload=cfg.workload,
+        size=run.size, tag=cfg.tag, world_size=state.world_size, launcher=state.launcher,
+        master_addr=state.master_addr, rendezvous=state.rendezvous, backend=state.backend, engine=run.engine.name, engine_plan=run.engine.describe(), ds_config=ds_cfg,
         zero_stage=run.engine.zero_stage, precision=ds_config.precision_of(ds_cfg),
         optimizer=run.engine.optimizer_record(ds_cfg),
         micro_batch=ds_cfg["train_micro_batch_size_per_gpu"],
         grad_accum=ds_cfg["gradient_accumulation_steps"], train_batch_size=ds_cfg["train_batch_size"],
-        hardware=results.hardware(state.device), metrics=metrics or {}, **run.ckpt.record_keys(), **extra)
-    return record
+        hardware=results.hardware(state.device), metrics=RunMetrics(**(metrics or {})), **run.ckpt.record_keys(),
+        **extra)

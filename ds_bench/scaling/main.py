@@ -32,6 +32,7 @@ from ds_bench.cluster.rendezvous import free_port
 from ds_bench.jobs import outcome
 from ds_bench.jobs import spawn as jobs
 from ds_bench.record import store as results
+from ds_bench.record.schema import RunRecord, ScalingRecord, ScalingRow
 from ds_bench.report import scaling_table as report
 from ds_bench.scaling import efficiency, points
 from ds_bench.scaling.spec import (
@@ -91,7 +92,7 @@ def thread_setting(spec: ScalingSpec, environ, cores: int) -> tuple[dict[str, st
     return {**environ, "OMP_NUM_THREADS": str(threads)}, threads, note
 
 
-def execute(spec: ScalingSpec, sid: str, env: dict[str, str] | None) -> list[dict]:
+def execute(spec: ScalingSpec, sid: str, env: dict[str, str] | None) -> list[ScalingRow]:
     rows = []
     with tqdm(total=len(spec.points), unit="point", desc="scaling", file=sys.stderr, dynamic_ncols=True,
               disable=None) as bar:
@@ -103,15 +104,15 @@ def execute(spec: ScalingSpec, sid: str, env: dict[str, str] | None) -> list[dic
     return rows
 
 
-def run_point(spec: ScalingSpec, sid: str, point: points.Point, env: dict[str, str] | None) -> dict:
+def run_point(spec: ScalingSpec, sid: str, point: points.Point, env: dict[str, str] | None) -> ScalingRow:
     tag = points.tag(sid, point)
     log_path = os.path.join(spec.output_path(".logs"), f"{sid}-{point.label}.log")
     probe = outcome.BusyProbe.start_now()
     end = jobs.run_job(_command(spec, sid, point), log_path, spec.timeout_s, env=env)
     busy = probe.finish()
-    runs = [r for r in results.read_records(spec.runs_path, missing_ok=True) if r.get("tag") == tag]
+    runs = [r for r in results.read_records(spec.runs_path, RunRecord, missing_ok=True) if r.tag == tag]
     classified, reason = outcome.classify(runs, end.exit_code, end.timed_out, spec.timeout_s)
-    run = next((r for r in runs if r.get("status") == "ok"), None)
+    run = next((r for r in runs if r.status == "ok"), None)
     status, reason = efficiency.point_status(classified, reason, run, point.world_size)
     return efficiency.row(point, status, reason, run if status == "ok" else None, tag=tag, log=log_path,
                           wall_s=round(end.ended_at - end.started_at, 2), busy=busy)
@@ -133,19 +134,19 @@ def _write_hostfile(spec: ScalingSpec, sid: str, point: points.Point) -> str:
     return path
 
 
-def record(spec: ScalingSpec, sid: str, rows: list[dict], notes: list[str], threads: int | None) -> int:
+def record(spec: ScalingSpec, sid: str, rows: list[ScalingRow], notes: list[str], threads: int | None) -> int:
     """Append the scaling record, write the table and the plot, print them; 1 if any point failed."""
     rows, base = efficiency.with_efficiency(rows)
     found = efficiency.notes(rows, _cores(), spec.device_type)
     notes = notes + found
-    failed = [r for r in rows if r["status"] != "ok"]
+    failed = [r for r in rows if r.status != "ok"]
     md, png = spec.output_path(".md"), spec.plot_path
-    rec = {**results.base_record(results.new_run_id(), spec.to_dict()), "kind": "scaling", "scaling": sid,
-           "status": "failed" if failed else "ok", "workload": spec.workload, "ds_config": spec.ds_config,
-           "launcher": spec.launcher, "hostfile": spec.hostfile, "device_type": spec.device_type,
-           "machine": _machine(), "threads_per_rank": threads, "micro_batch": spec.micro_batch,
-           "grad_accum": spec.grad_accum, "baseline_world_size": base, "points": rows, "notes": notes,
-           "runs": spec.runs_path, "table": md, "plot": png if base is not None else None}
+    rec = ScalingRecord(**results.base_record(results.new_run_id(), spec.to_dict()), kind="scaling", scaling=sid,
+                        status="failed" if failed else "ok", workload=spec.workload, ds_config=spec.ds_config,
+                        launcher=spec.launcher, hostfile=spec.hostfile, device_type=spec.device_type,
+                        machine=_machine(), threads_per_rank=threads, micro_batch=spec.micro_batch,
+                        grad_accum=spec.grad_accum, baseline_world_size=base, points=rows, notes=notes,
+                        runs=spec.runs_path, table=md, plot=png if base is not None else None)
     with open(md, "w", encoding="utf-8") as f:
         f.write(f"{report.title(rec)}\n\n{report.table(rows, base, fmt='github')}\n")
     if base is not None:
@@ -159,12 +160,12 @@ def record(spec: ScalingSpec, sid: str, rows: list[dict], notes: list[str], thre
     return 1 if failed else 0
 
 
-def _line(row: dict) -> str:
-    head = f"{row['world_size']:>4} rank(s)"
-    if row["status"] == "ok":
-        return (f"{head} {row['samples_per_s_per_device']:>10,.1f} {row['unit']} per device, step "
-                f"{row['step_ms_median']:.1f} ms median  ok")
-    return f"{head}  failed: {report.brief(row['reason'])}\n    log: {row['log']}"
+def _line(row: ScalingRow) -> str:
+    head = f"{row.world_size:>4} rank(s)"
+    if row.status == "ok":
+        return (f"{head} {row.samples_per_s_per_device:>10,.1f} {row.unit} per device, step "
+                f"{row.step_ms_median:.1f} ms median  ok")
+    return f"{head}  failed: {report.brief(row.reason)}\n    log: {row.log}"
 
 
 def _machine() -> dict:

@@ -27,6 +27,7 @@ from ds_bench.jobs import spawn as jobs
 from ds_bench.jobs.derive import derive
 from ds_bench.jobs.points import Point, families, invalid_reason, next_auto_micro_batch
 from ds_bench.record import store as results
+from ds_bench.record.schema import RunMetrics, RunRecord, SweepPointRecord
 from ds_bench.report.ranking import GIB
 from ds_bench.report.sweep_table import brief
 from ds_bench.sweep import ledger
@@ -42,11 +43,11 @@ class Sweep:
         self.capacity = predict.device_capacity_bytes(spec.device_type, self.per_node, spec.cpu_mem_limit)
         self.done = ledger.load(spec.results, self.sweep_id)
         self.shape = self.calibration = None
-        self.ok_points: list[dict] = []
+        self.ok_points: list[SweepPointRecord] = []
         self.two_point = False
         self.attempts = 0
         self.bar = None
-        self._learn_from(r for r in self.done.values() if r["status"] == "ok")
+        self._learn_from(r for r in self.done.values() if r.status == "ok")
 
     # --- the plan -------------------------------------------------------------------------------
     def run(self) -> None:
@@ -90,7 +91,7 @@ class Sweep:
         status = "ok"
         for repeat in range(self.spec.repeats):
             record = ledger.final(self.done, point.key, repeat) or self._attempt(point, repeat, predicted)
-            status = record["status"]
+            status = record.status
             self._advance(1)
             if status != "ok":
                 self._advance(self.spec.repeats - repeat - 1)
@@ -127,7 +128,7 @@ class Sweep:
         return None
 
     # --- one attempt ----------------------------------------------------------------------------
-    def _attempt(self, point: Point, repeat: int, predicted: int | None) -> dict:
+    def _attempt(self, point: Point, repeat: int, predicted: int | None) -> SweepPointRecord:
         s = self.spec
         self.attempts += 1
         tag = f"sweep-{self.sweep_id}-{_slug(point.key)}-r{repeat}-{uuid.uuid4().hex[:6]}"
@@ -141,9 +142,9 @@ class Sweep:
         probe = outcome.BusyProbe.start_now()
         end = jobs.run_job(argv, log_path, s.timeout_s)
         busy = probe.finish()
-        runs = [r for r in results.read_records(s.runs_path, missing_ok=True) if r.get("tag") == tag]
+        runs = [r for r in results.read_records(s.runs_path, RunRecord, missing_ok=True) if r.tag == tag]
         status, reason = outcome.classify(runs, end.exit_code, end.timed_out, s.timeout_s)
-        chosen = next((r for r in runs if r.get("status") == "ok"), runs[0] if runs else None)
+        chosen = next((r for r in runs if r.status == "ok"), runs[0] if runs else None)
         record = ledger.point_record(sweep_id=self.sweep_id, spec=s, point=point, repeat=repeat, status=status,
                                      reason=reason, world_size=self.world, run=chosen, predicted=predicted,
                                      capacity=self.capacity, log=log_path, job=end, busy=busy)
@@ -158,17 +159,17 @@ class Sweep:
         again once a second micro-batch of that point's family ran ok: two peaks separate the
         fixed per-step cost from the per-sample one (``predict.calibrate``)."""
         for r in records:
-            deepspeed = r["point"].get("engine", "deepspeed") == "deepspeed"
-            if not r.get("params") or r.get("peak_mem_bytes") is None or not deepspeed:
+            deepspeed = r.point.get("engine", "deepspeed") == "deepspeed"
+            if not r.params or r.peak_mem_bytes is None or not deepspeed:
                 continue  # DDP/FSDP memory follows other rules than the DeepSpeed model predict.py calibrates
             self.ok_points.append(r)
             first = self.ok_points[0]
-            same_family = [x for x in self.ok_points[1:] if x["point"] | {"micro_batch": 0} == first["point"] | {"micro_batch": 0}
-                           and x["point"]["micro_batch"] != first["point"]["micro_batch"]]
+            same_family = [x for x in self.ok_points[1:] if x.point | {"micro_batch": 0} == first.point | {"micro_batch": 0}
+                           and x.point["micro_batch"] != first.point["micro_batch"]]
             if self.calibration is None or (same_family and not self.two_point):
-                self.shape = predict.ModelShape(first["params"], first.get("largest_layer_params") or 0)
-                second = (_as_run(same_family[0]), Point.from_dict(same_family[0]["point"])) if same_family else None
-                self.calibration = predict.calibrate(_as_run(first), Point.from_dict(first["point"]), self.world,
+                self.shape = predict.ModelShape(first.params, first.largest_layer_params or 0)
+                second = (_as_run(same_family[0]), Point.from_dict(same_family[0].point)) if same_family else None
+                self.calibration = predict.calibrate(_as_run(first), Point.from_dict(first.point), self.world,
                                                      self.per_node, self.spec.device_type, second=second)
                 self.two_point = second is not None
 
@@ -179,19 +180,19 @@ class Sweep:
                                           self.calibration)
 
     # --- output ---------------------------------------------------------------------------------
-    def _append(self, record: dict) -> None:
+    def _append(self, record: SweepPointRecord) -> None:
         results.append_record(self.spec.results, record)
-        self.done[(record["key"], record["repeat"])] = record
+        self.done[(record.key, record.repeat)] = record
 
     def _advance(self, n: int) -> None:
         if self.bar is not None and n > 0:
             self.bar.update(n)
 
-    def _say(self, point: Point, status: str, record: dict | None = None, reason: str | None = None,
+    def _say(self, point: Point, status: str, record: SweepPointRecord | None = None, reason: str | None = None,
              log_path: str | None = None) -> None:
         line = f"{point.key:<30}"
         if record and status == "ok":
-            line += f" {record['throughput']:>12,.0f} {record['unit']:<10} {record['peak_mem_bytes'] / GIB:6.2f} GiB  ok"
+            line += f" {record.throughput:>12,.0f} {record.unit:<10} {record.peak_mem_bytes / GIB:6.2f} GiB  ok"
         else:
             line += f"  {status}: {brief(reason or '-')}"
         tqdm.write(line, file=sys.stdout)
@@ -211,11 +212,12 @@ class Sweep:
         return path
 
 
-def _as_run(point_record: dict) -> dict:
+def _as_run(point_record: SweepPointRecord) -> RunRecord:
     """The fields of a run record that ``predict.calibrate`` reads, from a point record."""
-    return {"status": "ok", "params": point_record["params"], "largest_layer_params": point_record.get("largest_layer_params"),
-            "metrics": {"peak_mem_bytes": point_record["peak_mem_bytes"],
-                        "baseline_mem_bytes": point_record.get("baseline_mem_bytes") or 0}}
+    return RunRecord(workload=point_record.workload or "", status="ok", params=point_record.params,
+                     largest_layer_params=point_record.largest_layer_params,
+                     metrics=RunMetrics(peak_mem_bytes=point_record.peak_mem_bytes,
+                                        baseline_mem_bytes=point_record.baseline_mem_bytes or 0))
 
 
 def _smallest_oom(fits: dict[int, str]) -> int | None:
