@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("ds_bench.comm.doctor", "per-rank network/device/version report and an all_reduce check"),
     "launch": ("ds_bench.jobs.launch", "build (and run) an mpirun/deepspeed/torchrun/srun command"),
     "report": ("ds_bench.report.main", "table (and plot) of a results file"),
+    "schema": ("ds_bench.record.export", "print the JSON Schema of every record kind (docs/record.schema.json)"),
 }
 """Command name -> (module with ``add_arguments`` and ``main``, help line)."""
 TAKES_TAIL = ("sweep", "bench", "launch", "scaling", "capacity")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
@@ -33,9 +34,28 @@ def ds_bench(*args: str, timeout: float = 300, **env: str) -> subprocess.Complet
 
 
 def records(path: Path) -> list[dict]:
+    """Every record of a results file, each first checked against the record schema
+    (``docs/record.schema.json``): every real run of the suite checks what it wrote."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    out = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for record in out:
+        check_schema(record)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _validator():
+    import jsonschema
+
+    from ds_bench.record.schema import json_schema
+
+    return jsonschema.Draft202012Validator(json_schema())
+
+
+def check_schema(record: dict) -> None:
+    """``jsonschema.ValidationError`` unless ``record`` is a valid record of its kind."""
+    _validator().validate(record)
 
 
 def shm_buffers(master_port: int) -> list[str]:

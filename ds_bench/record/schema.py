@@ -9,12 +9,12 @@ before ``schema_version`` 1 is):
 - ``scaling``: ``ScalingRecord``, one per ``ds-bench scaling``, a ``ScalingRow`` per point;
 - ``comm``: ``CommRecord``, one per ``ds-bench comm``, a ``CommRow`` per collective, size and group;
 - ``doctor``: ``DoctorRecord``, ``ds-bench doctor --json``.
-``ds-bench schema`` prints the JSON Schema of them all (``json_schema``; ``docs/record.schema.json``).
+``ds-bench schema`` (``ds_bench.record.export``) prints the JSON Schema of them all (``json_schema``),
+which ``docs/record.schema.json`` is.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, TypeAdapter
@@ -207,9 +207,3 @@ def json_schema() -> dict:
     schema = TypeAdapter(AnyRecord).json_schema()
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "ds_bench record",
             "description": f"One JSON line of a ds_bench results file, schema_version {SCHEMA_VERSION}.", **schema}
-
-
-def schema_main() -> int:
-    """``ds-bench schema``: print ``json_schema`` (``docs/record.schema.json`` is its output)."""
-    print(json.dumps(json_schema(), indent=2, sort_keys=True))
-    return 0
