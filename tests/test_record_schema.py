@@ -124,6 +124,15 @@ def test_ds_bench_report_reads_old_files(name, shows, tmp_path, capsys):
     assert shows in capsys.readouterr().out
 
 
+def test_the_sweeps_end_report_writes_the_recommended_config_from_an_old_ledger(tmp_path, capsys):
+    from ds_bench.report.sweep_report import report_sweep
+
+    shutil.copy(OLD / "sweep.jsonl", tmp_path / "s.jsonl")
+    assert report_sweep(str(tmp_path / "s.jsonl")) == 0
+    assert "measured at 2 rank(s)" in capsys.readouterr().out
+    assert json.loads((tmp_path / "s-recommended.json").read_text())["train_micro_batch_size_per_gpu"] == 8
+
+
 def test_the_sweep_resumes_from_an_old_ledger_and_its_runs():
     sweep_id = old_lines("sweep")[0]["sweep"]
     done = ledger.load(str(OLD / "sweep.jsonl"), sweep_id)

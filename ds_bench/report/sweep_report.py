@@ -45,7 +45,7 @@ def report_sweep(results_path: str, sweep_id: str | None = None, headroom_pct: f
               f"{', ...' if len(busy) > 5 else ''}): other processes used CPU or GPU time; their figures may be low")
     print("\n" + rank.recommendation_line(ranking, unit))
     if ranking.recommended is not None and ranking.recommended.ds_config and write_config:
-        world = next((r.get("world_size") for r in records if r.get("key") == ranking.recommended.key), None)
+        world = next((r.world_size for r in records if r.key == ranking.recommended.key), None)
         print(write_recommended(stem + "-recommended.json", ranking.recommended.ds_config, world,
                                 ranking.recommended.point.engine))
     print(f"table:   {stem}.md, {stem}.csv")
