@@ -3,14 +3,13 @@ search under a memory cap on 2 CPU ranks (``dist``)."""
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
 from ds_bench.capacity import search
 from ds_bench.capacity.family import scaled_family
 from ds_bench.capacity.spec import Layout, layout_invalid_reason
 from ds_bench.jobs.points import Point
+from ds_bench.record.schema import CapacityRecord
 from ds_bench.report import capacity_table
 from ds_bench.workloads import gpt2
 
@@ -66,12 +65,13 @@ def test_layouts_deepspeed_cannot_train_are_named():
 
 
 def test_the_table_names_the_largest_size_and_why_the_next_did_not_run():
-    record = {"kind": "capacity", "capacity": "c", "world_size": 2, "pipeline_stages": 1, "data_parallel_size": 2,
-              "point": Point(3, "none", "fp32", 1).to_dict(), "status": "ok", "family": "gpt3",
-              "largest": {"member": "gpt3-350m", "params": 354_823_168, "peak_mem_bytes": 3 * 2**30,
-                          "predicted_mem_bytes": 3.3 * 2**30, "step_s": 1.5, "tokens_per_s": 1365.3,
-                          "tflops_per_device": 1.5},
-                          "next": {"member": "gpt3-760m", "why": "oom"}, "capacity_bytes": 4 * 2**30}
+    record = CapacityRecord.model_validate({
+        "kind": "capacity", "capacity": "c", "world_size": 2, "pipeline_stages": 1, "data_parallel_size": 2,
+        "point": Point(3, "none", "fp32", 1).to_dict(), "status": "ok", "family": "gpt3",
+        "largest": {"member": "gpt3-350m", "params": 354_823_168, "peak_mem_bytes": 3 * 2**30,
+                    "predicted_mem_bytes": int(3.3 * 2**30), "step_s": 1.5, "tokens_per_s": 1365.3,
+                    "tflops_per_device": 1.5},
+        "next": {"member": "gpt3-760m", "why": "oom"}, "capacity_bytes": 4 * 2**30})
     text = capacity_table.table([record])
     for part in ("pp1 dp2 z3 off=none fp32 mbs=1", "gpt3-350m", "354.8M", "gpt3-760m", "oom", "1.500", "1,365",
                  "3.00 / 4.00", "1.10"):

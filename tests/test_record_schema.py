@@ -19,6 +19,8 @@ from ds_bench.jobs.points import Point
 from ds_bench.record import store
 from ds_bench.record.schema import (
     SCHEMA_VERSION,
+    CapacityProbeRecord,
+    CapacityRecord,
     CommRecord,
     DoctorRecord,
     RunRecord,
@@ -59,6 +61,13 @@ INLINE = {
                        backend="gloo", results=[{"scope": "world", "group": "all ranks", "collective": "all_reduce",
                                                  "size_bytes": 1024, "count": 256, "time_us": 5.0,
                                                  "busbw_GBps": 0.2, "algbw_GBps": 0.2, "wrong": []}]),
+    "capacity_probe": CapacityProbeRecord(kind="capacity_probe", capacity="c1", layout="pp1 z1 off=none fp32 mbs=1",
+                                          index=0, member="gpt3-125m", run_args=["--size", "small"], params=125_000_000,
+                                          status="oom", reason="rank 0: out of memory", busy=BUSY),
+    "capacity": CapacityRecord(kind="capacity", capacity="c1", layout="pp1 z1 off=none fp32 mbs=1",
+                               point=Point(1, "none", "fp32", 1).to_dict(), world_size=2, status="ok",
+                               largest={"member": "gpt3-125m", "params": 125_000_000, "peak_mem_bytes": 2**30},
+                               next={"member": "gpt3-350m", "why": "oom", "reason": "out of memory"}),
     "doctor": DoctorRecord(kind="doctor", ranks=[{"rank": 0, "host": "n1"}], problems=[], allreduce_bytes=2**20,
                            allreduce_ms=1.5, busbw_GBps=None),
 }
@@ -167,3 +176,42 @@ def test_an_old_failed_run_record_is_classified_by_its_failure():
     records = [parse_record(line) for line in (peer, oom)]
     assert outcome.classify(records, 1, False, 60) == ("oom", "rank 1: out of memory at step 2")
     assert outcome.classify(records[:1], 1, False, 60) == ("crashed", "peer gone")
+
+
+def test_the_capacity_search_writes_valid_probe_and_layout_records(tmp_path):
+    """The capacity writers' ok path, in-process (the first part of ``ds-bench capacity`` cannot run a
+    member yet): a probe from an ok run record, then the layout's record naming it and the next size."""
+    from types import SimpleNamespace
+
+    from ds_bench.capacity import search
+    from ds_bench.capacity.driver import LayoutSearch, probe_record
+    from ds_bench.capacity.family import scaled_family
+    from ds_bench.capacity.spec import Layout
+    from ds_bench.jobs.spawn import JobEnd
+
+    members = scaled_family("hidden", 2, 64, 2, 2, seq_len=64)
+    layout = Layout(Point(1, "none", "fp32", 1))
+    fake = SimpleNamespace(spec=SimpleNamespace(members=members, family="hidden"), capacity_id="c1", layout=layout,
+                           world=2, capacity=2**31, probes={}, predict=lambda m: None,
+                           _write_largest_config=lambda best: None)
+    run = RunRecord(workload="gpt2", status="ok", run_id="r1", params=members[0].params, ds_config={"a": 1},
+                    metrics={"step_ms_median": 250.0, "tokens_per_s": 512.0, "peak_mem_bytes": 2**29,
+                             "baseline_mem_bytes": 2**27, "tflops_per_device": 0.01})
+    end = JobEnd(0, False, 10.0, 12.5)
+    ok = probe_record(fake, 0, SimpleNamespace(run=run, status="ok", reason=None, log="l", job=end, busy=BUSY))
+    oom = probe_record(fake, 1, SimpleNamespace(run=None, status="oom", reason="out of memory", log="l", job=end,
+                                                busy=BUSY))
+    fake.probes = {0: ok, 1: oom}
+    layout_record = LayoutSearch.summary(fake, search.Answer(0, 1, "oom"))
+    path = tmp_path / "c.jsonl"
+    for record in (ok, oom, layout_record):
+        store.append_record(str(path), record)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for line in lines:
+        check_schema(line)
+    assert lines[0]["step_s"] == 0.25 and lines[0]["peak_mem_bytes"] == 2**29 and lines[1]["peak_mem_bytes"] is None
+    assert lines[2]["largest"]["member"] == members[0].name and lines[2]["largest"]["tokens_per_s"] == 512.0
+    assert lines[2]["next"] == {**dict.fromkeys(("peak_mem_bytes", "predicted_mem_bytes", "step_s", "tokens_per_s",
+                                                 "tflops_per_device", "run_id")),
+                                "member": members[1].name, "params": members[1].params, "status": "oom",
+                                "why": "oom", "reason": "out of memory"}

@@ -29,6 +29,14 @@ from ds_bench.jobs import predict
 from ds_bench.jobs.attempt import new_tag, run_attempt, slug
 from ds_bench.jobs.derive import derive
 from ds_bench.record import store
+from ds_bench.record.schema import (
+    Busy,
+    CapacityMember,
+    CapacityProbeRecord,
+    CapacityRecord,
+    RunMetrics,
+    RunRecord,
+)
 
 FINAL = ("ok", "oom")
 TOO_BIG_FACTOR = 2.0
@@ -38,36 +46,37 @@ class LayoutSearch:
     def __init__(self, spec: CapacitySpec, layout: Layout, world: int, per_node: int, capacity: int, done: dict):
         self.spec, self.layout, self.world, self.per_node, self.capacity = spec, layout, world, per_node, capacity
         self.capacity_id = spec.capacity_id()
-        self.probes = {r["index"]: r for r in done.values() if r["layout"] == layout.key}
+        self.probes: dict[int, CapacityProbeRecord] = {r.index: r for r in done.values() if r.layout == layout.key}
         self.calibration = None
 
     def run(self) -> search.Answer:
-        known = {i: r["status"] for i, r in self.probes.items() if r["status"] in FINAL}
+        known = {i: r.status for i, r in self.probes.items() if r.status in FINAL}
         self._calibrate()
         n = len(self.spec.members)
         while (i := search.next_probe(n, self._with_predictions(known))) is not None:
             record = self._probe(i)
-            known[i] = record["status"]
+            known[i] = record.status
             self._calibrate()
         return search.answer(n, self._with_predictions(known))
 
-    def summary(self, answer: search.Answer) -> dict:
+    def summary(self, answer: search.Answer) -> CapacityRecord:
         """The layout's ``kind: capacity`` record: the largest member that ran and the next one's fate."""
         best = self.probes.get(answer.largest) if answer.largest is not None else None
         nxt = self.spec.members[answer.next] if answer.next is not None else None
+        nxt_probe = self.probes.get(answer.next) if answer.next is not None else None
         config = self._write_largest_config(best) if best else None
-        return {"kind": "capacity", "capacity": self.capacity_id, "layout": self.layout.key,
-                "point": self.layout.point.to_dict(), "pipeline_stages": self.layout.pipeline_stages,
-                "data_parallel_size": self.world // self.layout.pipeline_stages, "world_size": self.world,
-                "family": self.spec.family, "status": "ok" if best else "failed",
-                "largest": _member_dict(self.spec.members[answer.largest], best) if best else None,
-                "next": {**_member_dict(nxt, self.probes.get(answer.next)), "why": answer.why,
-                         "reason": (self.probes.get(answer.next) or {}).get("reason")} if nxt else None,
-                "capacity_bytes": self.capacity, "config": config, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        return CapacityRecord(
+            kind="capacity", capacity=self.capacity_id, layout=self.layout.key, point=self.layout.point.to_dict(),
+            pipeline_stages=self.layout.pipeline_stages, data_parallel_size=self.world // self.layout.pipeline_stages,
+            world_size=self.world, family=self.spec.family, status="ok" if best else "failed",
+            largest=_member(self.spec.members[answer.largest], best) if best else None,
+            next=_member(nxt, nxt_probe).model_copy(update={"why": answer.why,
+                                                            "reason": nxt_probe and nxt_probe.reason}) if nxt else None,
+            capacity_bytes=self.capacity, config=config, time=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
-    def summary_skipped(self, why: str) -> dict:
+    def summary_skipped(self, why: str) -> CapacityRecord:
         """The ``kind: capacity`` record of a layout DeepSpeed cannot train here."""
-        return {**self.summary(search.Answer(None, None, None)), "status": "skipped", "reason": why}
+        return self.summary(search.Answer(None, None, None)).model_copy(update={"status": "skipped", "reason": why})
 
     def _with_predictions(self, known: dict[int, str]) -> dict[int, str]:
         if not self.spec.prune:
@@ -80,12 +89,12 @@ class LayoutSearch:
         return out
 
     def _calibrate(self) -> None:
-        first = min((i for i, r in self.probes.items() if r["status"] == "ok"), default=None)
+        first = min((i for i, r in self.probes.items() if r.status == "ok"), default=None)
         if first is None or self.layout.pipeline_stages > 1:
             return
         r = self.probes[first]
-        run = {"status": "ok", "params": r["params"], "largest_layer_params": r["largest_layer_params"],
-               "metrics": {"peak_mem_bytes": r["peak_mem_bytes"], "baseline_mem_bytes": r["baseline_mem_bytes"]}}
+        run = RunRecord(workload="gpt2", status="ok", params=r.params, largest_layer_params=r.largest_layer_params,
+                        metrics=RunMetrics(peak_mem_bytes=r.peak_mem_bytes, baseline_mem_bytes=r.baseline_mem_bytes))
         calibration = predict.calibrate(run, self.layout.point, self.world, self.per_node, self.spec.device_type)
         self.calibration = (calibration, self.spec.members[first]) if calibration else None
 
@@ -99,7 +108,7 @@ class LayoutSearch:
         return predict.predict_peak_bytes(predict.ModelShape(m.params, m.largest_layer_params), self.layout.point,
                                           self.world, self.per_node, self.spec.device_type, scaled)
 
-    def _probe(self, i: int) -> dict:
+    def _probe(self, i: int) -> CapacityProbeRecord:
         s, m = self.spec, self.spec.members[i]
         tag = new_tag(f"capacity-{self.capacity_id}", f"{self.layout.key} {m.name}")
         run_args = ["run", "--workload", "gpt2", "--ds-config", self._write_config(), *m.run_args,
@@ -125,43 +134,50 @@ class LayoutSearch:
         _write_json(path, derive(self.spec.base, self.layout.point))
         return path
 
-    def _write_largest_config(self, best: dict) -> str | None:
-        if not best.get("ds_config"):
+    def _write_largest_config(self, best: CapacityProbeRecord) -> str | None:
+        if not best.ds_config:
             return None
         path = self.spec.output_path(f"-{slug(self.layout.key)}-largest.json")
-        _write_json(path, portable(best["ds_config"]))
+        _write_json(path, portable(best.ds_config))
         return path
 
 
-def probe_record(search_: LayoutSearch, index: int, attempt) -> dict:
-    m, run = search_.spec.members[index], attempt.run or {}
-    metrics = run.get("metrics") or {}
+def probe_record(search_: LayoutSearch, index: int, attempt) -> CapacityProbeRecord:
+    m, run = search_.spec.members[index], attempt.run
+    metrics = run.metrics if run is not None else RunMetrics()
     ok = attempt.status == "ok"
-    return {"kind": "capacity_probe", "capacity": search_.capacity_id, "layout": search_.layout.key,
-            "index": index, "member": m.name, "run_args": list(m.run_args), "params": run.get("params") or m.params,
-            "largest_layer_params": run.get("largest_layer_params") or m.largest_layer_params,
-            "status": attempt.status, "reason": attempt.reason, "world_size": search_.world,
-            "peak_mem_bytes": metrics.get("peak_mem_bytes") if ok else None,
-            "baseline_mem_bytes": metrics.get("baseline_mem_bytes"),
-            "predicted_mem_bytes": search_.predict(m), "capacity_bytes": search_.capacity,
-            "step_s": metrics["step_ms_median"] / 1e3 if ok else None,
-            "tokens_per_s": metrics.get("tokens_per_s") if ok else None,
-            "tflops_per_device": metrics.get("tflops_per_device") if ok else None,
-            "run_id": run.get("run_id"), "ds_config": run.get("ds_config"), "log": attempt.log,
-            "wall_s": round(attempt.job.ended_at - attempt.job.started_at, 2), "busy": attempt.busy,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    return CapacityProbeRecord(
+        kind="capacity_probe", capacity=search_.capacity_id, layout=search_.layout.key, index=index, member=m.name,
+        run_args=list(m.run_args), params=(run and run.params) or m.params,
+        largest_layer_params=(run and run.largest_layer_params) or m.largest_layer_params,
+        status=attempt.status, reason=attempt.reason, world_size=search_.world,
+        peak_mem_bytes=metrics.peak_mem_bytes if ok else None, baseline_mem_bytes=metrics.baseline_mem_bytes,
+        predicted_mem_bytes=search_.predict(m), capacity_bytes=search_.capacity,
+        step_s=metrics.step_ms_median / 1e3 if ok else None,
+        tokens_per_s=metrics.tokens_per_s if ok else None,
+        tflops_per_device=metrics.tflops_per_device if ok else None,
+        run_id=run and run.run_id, ds_config=run and run.ds_config, log=attempt.log,
+        wall_s=round(attempt.job.ended_at - attempt.job.started_at, 2), busy=Busy(**attempt.busy),
+        time=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
 
-def probe_line(record: dict, capacity: int) -> str:
-    head = f"{record['layout']:<28} {record['member']:<18} {record['params'] / 1e6:9.1f}M"
-    if record["status"] == "ok":
-        return f"{head}  ok   peak {record['peak_mem_bytes'] / 2**30:.2f} of {capacity / 2**30:.2f} GiB"
-    return f"{head}  {record['status']}: {(record['reason'] or '-').splitlines()[0][:100]}"
+def probe_line(record: CapacityProbeRecord, capacity: int) -> str:
+    head = f"{record.layout:<28} {record.member:<18} {record.params / 1e6:9.1f}M"
+    if record.status == "ok":
+        return f"{head}  ok   peak {record.peak_mem_bytes / 2**30:.2f} of {capacity / 2**30:.2f} GiB"
+    return f"{head}  {record.status}: {(record.reason or '-').splitlines()[0][:100]}"
 
 
-def _member_dict(m: Member, probe: dict | None) -> dict:
-    keys = ("status", "peak_mem_bytes", "predicted_mem_bytes", "step_s", "tokens_per_s", "tflops_per_device", "run_id")
-    return {"member": m.name, "params": (probe or {}).get("params") or m.params, **{k: (probe or {}).get(k) for k in keys}}
+def _member(m: Member, probe: CapacityProbeRecord | None) -> CapacityMember:
+    """A member as the ``capacity`` record names it, with its probe's figures (None where it was not run)."""
+    if probe is None:
+        return CapacityMember(member=m.name, params=m.params, status=None, peak_mem_bytes=None,
+                              predicted_mem_bytes=None, step_s=None, tokens_per_s=None, tflops_per_device=None,
+                              run_id=None)
+    return CapacityMember(member=m.name, params=probe.params or m.params, status=probe.status,
+                          peak_mem_bytes=probe.peak_mem_bytes, predicted_mem_bytes=probe.predicted_mem_bytes,
+                          step_s=probe.step_s, tokens_per_s=probe.tokens_per_s,
+                          tflops_per_device=probe.tflops_per_device, run_id=probe.run_id)
 
 
 def _write_json(path: str, value: dict) -> None:

@@ -22,6 +22,7 @@ from ds_bench.capacity.driver import LayoutSearch
 from ds_bench.capacity.spec import CapacitySpec, Layout, add_arguments, from_args, layout_invalid_reason
 from ds_bench.jobs import predict, spawn
 from ds_bench.record import store
+from ds_bench.record.schema import CapacityProbeRecord, CapacityRecord
 from ds_bench.report import capacity_table
 
 __all__ = ["add_arguments", "main"]
@@ -56,24 +57,24 @@ def main(args: argparse.Namespace) -> int:
         store.append_record(spec.results, record)
     print("\n" + capacity_table.table(summaries))
     print(f"results: {spec.results} (probes' runs: {spec.runs_path})")
-    return 0 if any(r["status"] == "ok" for r in summaries) else 1
+    return 0 if any(r.status == "ok" for r in summaries) else 1
 
 
-def _search(spec: CapacitySpec, layout: Layout, world: int, per_node: int, capacity: int, done: dict) -> dict:
+def _search(spec: CapacitySpec, layout: Layout, world: int, per_node: int, capacity: int,
+            done: dict) -> CapacityRecord:
     why = layout_invalid_reason(layout, world, spec.device_type)
     search = LayoutSearch(spec, layout, world, per_node, capacity, done)
     if why is not None:
         print(f"{layout.key}: skipped: {why}", flush=True)
-        return {**search.summary_skipped(why)}
+        return search.summary_skipped(why)
     return search.summary(search.run())
 
 
-def load_probes(path: str, capacity_id: str) -> dict[tuple[str, int], dict]:
+def load_probes(path: str, capacity_id: str) -> dict[tuple[str, int], CapacityProbeRecord]:
     """The latest probe of each (layout, member) of this search."""
     if not os.path.isfile(path):
         return {}
-    return {(r["layout"], r["index"]): r for r in store.read_records(path)
-            if r.get("kind") == "capacity_probe" and r.get("capacity") == capacity_id}
+    return {(r.layout, r.index): r for r in store.read_records(path, CapacityProbeRecord) if r.capacity == capacity_id}
 
 
 def plan_text(spec: CapacitySpec, world: int) -> str:

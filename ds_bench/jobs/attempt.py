@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ds_bench.cluster.rendezvous import free_port
 from ds_bench.jobs import outcome, spawn
 from ds_bench.record import store
+from ds_bench.record.schema import RunRecord
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class Attempt:
     status: str
     """``ok``, ``oom``, ``timeout`` or ``crashed`` (``outcome.classify``)."""
     reason: str | None
-    run: dict | None
+    run: RunRecord | None
     """The run record that speaks for the attempt: an ``ok`` one, else the first failed one."""
     job: spawn.JobEnd
     busy: dict
@@ -45,7 +46,7 @@ def run_attempt(spec, run_args: list[str], tag: str, log_path: str) -> Attempt:
     probe = outcome.BusyProbe.start_now()
     end = spawn.run_job(argv, log_path, spec.timeout_s)
     busy = probe.finish()
-    runs = [r for r in store.read_records(spec.runs_path, missing_ok=True) if r.get("tag") == tag]
+    runs = [r for r in store.read_records(spec.runs_path, RunRecord, missing_ok=True) if r.tag == tag]
     status, reason = outcome.classify(runs, end.exit_code, end.timed_out, spec.timeout_s)
-    chosen = next((r for r in runs if r.get("status") == "ok"), runs[0] if runs else None)
+    chosen = next((r for r in runs if r.status == "ok"), runs[0] if runs else None)
     return Attempt(status, reason, chosen, end, busy, log_path)

@@ -8,7 +8,8 @@ before ``schema_version`` 1 is):
 - ``sweep_point``: ``SweepPointRecord``, one per attempt of a sweep point (``ds_bench.sweep.ledger``);
 - ``scaling``: ``ScalingRecord``, one per ``ds-bench scaling``, a ``ScalingRow`` per point;
 - ``comm``: ``CommRecord``, one per ``ds-bench comm``, a ``CommRow`` per collective, size and group;
-- ``doctor``: ``DoctorRecord``, ``ds-bench doctor --json``.
+- ``doctor``: ``DoctorRecord``, ``ds-bench doctor --json``;
+- ``capacity_probe`` and ``capacity``: ``ds-bench capacity`` (``ds_bench.record.capacity_schema``).
 ``ds-bench schema`` (``ds_bench.record.export``) prints the JSON Schema of them all (``json_schema``),
 which ``docs/record.schema.json`` is.
 """
@@ -20,9 +21,10 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, TypeAdapter
 
 from ds_bench.record.base_schema import SCHEMA_VERSION, Block, Busy, Record, Stamped
+from ds_bench.record.capacity_schema import CapacityMember, CapacityProbeRecord, CapacityRecord
 from ds_bench.record.run_schema import Failure, RunMetrics, RunRecord, SlowRank
 
-__all__ = ["SCHEMA_VERSION", "Block", "Busy", "CommRecord", "CommRow", "DoctorRecord", "Failure", "Record",
+__all__ = ["SCHEMA_VERSION", "Block", "Busy", "CapacityMember", "CapacityProbeRecord", "CapacityRecord", "CommRecord", "CommRow", "DoctorRecord", "Failure", "Record",
            "RunMetrics", "RunRecord", "ScalingRecord", "ScalingRow", "SlowRank", "Stamped", "SweepPointRecord",
            "json_schema", "model_of", "parse_record"]
 
@@ -179,10 +181,11 @@ class DoctorRecord(Record):
     links: list[dict[str, Any]] | None = None
 
 
-AnyRecord = Annotated[Union[RunRecord, SweepPointRecord, ScalingRecord, CommRecord, DoctorRecord],
-                      Field(discriminator="kind")]
+AnyRecord = Annotated[Union[RunRecord, SweepPointRecord, ScalingRecord, CommRecord, DoctorRecord, CapacityProbeRecord,
+                            CapacityRecord], Field(discriminator="kind")]
 KINDS: dict[str, type[Record]] = {"run": RunRecord, "sweep_point": SweepPointRecord, "scaling": ScalingRecord,
-                                  "comm": CommRecord, "doctor": DoctorRecord}
+                                  "comm": CommRecord, "doctor": DoctorRecord, "capacity_probe": CapacityProbeRecord,
+                                  "capacity": CapacityRecord}
 
 
 def model_of(data: Any) -> type[Record] | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from ds_bench.record import store
+from ds_bench.record.schema import CapacityMember, CapacityRecord
 
 HEADERS = ["ranks", "layout", "largest that ran", "params", "next size", "why not", "s/iter", "tokens/s",
            "TFLOP/s/dev", "peak / capacity GiB", "predicted/measured"]
@@ -23,38 +24,39 @@ def params_text(n: int | None) -> str:
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
 
 
-def layout_text(r: dict) -> str:
+def layout_text(r: CapacityRecord) -> str:
     """``pp2 dp1 z1 off=none`` (data-parallel degree = ranks / pipeline stages)."""
-    point = r["point"]
-    return (f"pp{r['pipeline_stages']} dp{r['data_parallel_size']} z{point['stage']} off={point['offload']} "
+    point = r.point
+    return (f"pp{r.pipeline_stages} dp{r.data_parallel_size} z{point['stage']} off={point['offload']} "
             f"{point['precision']} mbs={point['micro_batch']}")
 
 
-def row(r: dict) -> list:
-    best, nxt = r.get("largest") or {}, r.get("next") or {}
-    peak, cap = best.get("peak_mem_bytes"), r.get("capacity_bytes")
-    ratio = (best["predicted_mem_bytes"] / peak) if best.get("predicted_mem_bytes") and peak else None
-    why = nxt.get("why") or ("-" if best else r.get("reason") or r["status"])
+def row(r: CapacityRecord) -> list:
+    found = r.largest is not None
+    best, nxt = r.largest or CapacityMember(member="-"), r.next or CapacityMember(member="")
+    peak, cap = best.peak_mem_bytes, r.capacity_bytes
+    ratio = (best.predicted_mem_bytes / peak) if best.predicted_mem_bytes and peak else None
+    why = nxt.why or ("-" if found else r.reason or r.status)
     if why == "predicted":
-        why = f"predicted {nxt['predicted_mem_bytes'] / 2**30:.2f} GiB" if nxt.get("predicted_mem_bytes") else why
-    return [r["world_size"], layout_text(r), best.get("member") or "-", params_text(best.get("params")),
-            nxt.get("member") or ("(family's last)" if best else "-"), why,
-            f"{best['step_s']:.3f}" if best.get("step_s") else "-",
-            f"{best['tokens_per_s']:,.0f}" if best.get("tokens_per_s") else "-",
-            f"{best['tflops_per_device']:.3g}" if best.get("tflops_per_device") else "-",
+        why = f"predicted {nxt.predicted_mem_bytes / 2**30:.2f} GiB" if nxt.predicted_mem_bytes else why
+    return [r.world_size, layout_text(r), best.member, params_text(best.params),
+            nxt.member or ("(family's last)" if found else "-"), why,
+            f"{best.step_s:.3f}" if best.step_s else "-",
+            f"{best.tokens_per_s:,.0f}" if best.tokens_per_s else "-",
+            f"{best.tflops_per_device:.3g}" if best.tflops_per_device else "-",
             f"{peak / 2**30:.2f} / {cap / 2**30:.2f}" if peak and cap else "-",
             f"{ratio:.2f}" if ratio else "-"]
 
 
-def table(records: list[dict]) -> str:
+def table(records: list[CapacityRecord]) -> str:
     return tabulate([row(r) for r in records], headers=HEADERS, tablefmt="simple", disable_numparse=True)
 
 
 def show_last(path: str) -> int:
     """``ds-bench report`` of a capacity results file: the latest search's layouts."""
-    records = [r for r in store.read_records(path) if r.get("kind") == "capacity"]
-    latest = records[-1]["capacity"]
-    mine = [r for r in records if r["capacity"] == latest]
-    print(f"capacity {latest}: {mine[0]['family']}")
+    records = store.read_records(path, CapacityRecord)
+    latest = records[-1].capacity
+    mine = [r for r in records if r.capacity == latest]
+    print(f"capacity {latest}: {mine[0].family}")
     print(table(mine))
-    return 0 if any(r["status"] == "ok" for r in mine) else 1
+    return 0 if any(r.status == "ok" for r in mine) else 1
