@@ -14,7 +14,6 @@ again; ``timeout`` and ``crashed`` probes are.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -24,10 +23,10 @@ from tqdm import tqdm
 from ds_bench.capacity import search
 from ds_bench.capacity.family import Member
 from ds_bench.capacity.spec import CapacitySpec, Layout
-from ds_bench.config.deepspeed.prepare import portable
+from ds_bench.config.deepspeed.prepare import portable, write_config
 from ds_bench.jobs import predict
 from ds_bench.jobs.attempt import new_tag, run_attempt, slug
-from ds_bench.jobs.derive import derive
+from ds_bench.jobs.derive import write_derived
 from ds_bench.record import store
 from ds_bench.record.schema import (
     Busy,
@@ -115,7 +114,7 @@ class LayoutSearch:
                     "--seq-len", str(s.seq_len), "--micro-batch", str(self.layout.point.micro_batch),
                     "--steps", str(s.steps), "--warmup", str(s.warmup), "--results", s.runs_path, "--tag", tag,
                     "--step-timeout", str(s.timeout_s),
-                    *(["--pipeline-stages", str(self.layout.pipeline_stages)] if self.layout.pipeline_stages > 1 else []),
+                    *(["--pipeline-stages", str(pipes)] if (pipes := self.layout.pipeline_stages) > 1 else []),
                     *(["--cpu-mem-limit", str(s.cpu_mem_limit)] if s.cpu_mem_limit else []), *s.run_args]
         log = os.path.join(s.output_path(".logs"), f"{slug(self.layout.key)}-{slug(m.name)}-{tag[-6:]}.log")
         attempt = run_attempt(s, run_args, tag, log)
@@ -125,20 +124,15 @@ class LayoutSearch:
         tqdm.write(probe_line(record, self.capacity), file=sys.stdout)
         return record
 
-    def _config_path(self) -> str:
-        return os.path.join(self.spec.output_path(".configs"), f"{slug(self.layout.key)}.json")
-
     def _write_config(self) -> str:
-        path = self._config_path()
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        _write_json(path, derive(self.spec.base, self.layout.point))
-        return path
+        path = os.path.join(self.spec.output_path(".configs"), f"{slug(self.layout.key)}.json")
+        return write_derived(path, self.spec.base, self.layout.point)
 
     def _write_largest_config(self, best: CapacityProbeRecord) -> str | None:
         if not best.ds_config:
             return None
         path = self.spec.output_path(f"-{slug(self.layout.key)}-largest.json")
-        _write_json(path, portable(best.ds_config))
+        write_config(path, portable(best.ds_config))
         return path
 
 
@@ -178,9 +172,3 @@ def _member(m: Member, probe: CapacityProbeRecord | None) -> CapacityMember:
                           peak_mem_bytes=probe.peak_mem_bytes, predicted_mem_bytes=probe.predicted_mem_bytes,
                           step_s=probe.step_s, tokens_per_s=probe.tokens_per_s,
                           tflops_per_device=probe.tflops_per_device, run_id=probe.run_id)
-
-
-def _write_json(path: str, value: dict) -> None:
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=2)
-    os.replace(path + ".tmp", path)

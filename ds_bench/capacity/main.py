@@ -79,8 +79,9 @@ def load_probes(path: str, capacity_id: str) -> dict[tuple[str, int], CapacityPr
 
 def plan_text(spec: CapacitySpec, world: int) -> str:
     lines = ["layouts:"]
-    lines += [f"  {layout.key}" + (f"  skipped: {why}" if (why := layout_invalid_reason(layout, world, spec.device_type))
-                                   else "") for layout in spec.layouts]
+    for layout in spec.layouts:
+        why = layout_invalid_reason(layout, world, spec.device_type)
+        lines.append(f"  {layout.key}" + (f"  skipped: {why}" if why else ""))
     lines.append("family, smallest first:")
     lines += [f"  {m.name:<18} {m.params / 1e6:10.1f}M parameters  ({' '.join(m.run_args)})" for m in spec.members]
     return "\n".join(lines)

@@ -11,7 +11,9 @@ else (optimizer, scheduler, buckets, clipping) is the base config's.
 from __future__ import annotations
 
 import copy
+import os
 
+from ds_bench.config.deepspeed.prepare import write_config
 from ds_bench.jobs.points import Point
 
 _CPU_OFFLOAD = {"device": "cpu", "pin_memory": True}
@@ -38,6 +40,13 @@ def derive(base: dict, point: Point) -> dict:
     cfg["gradient_accumulation_steps"] = point.grad_accum
     cfg["train_batch_size"] = "auto"
     return cfg
+
+
+def write_derived(path: str, base: dict, point: Point) -> str:
+    """``derive(base, point)`` written to ``path`` (its folder created); returns ``path``."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_config(path, derive(base, point))
+    return path
 
 
 def axes_of(base: dict) -> dict:

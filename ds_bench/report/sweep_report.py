@@ -8,10 +8,9 @@ end and by ``ds-bench report``.
 
 from __future__ import annotations
 
-import json
 import os
 
-from ds_bench.config.deepspeed.prepare import portable
+from ds_bench.config.deepspeed.prepare import portable, write_config
 from ds_bench.errors import UserError
 from ds_bench.jobs.outcome import was_busy
 from ds_bench.record import store as results
@@ -57,9 +56,7 @@ def report_sweep(results_path: str, sweep_id: str | None = None, headroom_pct: f
 def write_recommended(path: str, ds_cfg: dict, world_size: int | None, engine: str) -> str:
     """Write the winning config as a job of any size takes it (``portable``); the line saying where,
     the per-device batch it fixes and the world size it was measured at."""
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(portable(ds_cfg), f, indent=2)
-    os.replace(path + ".tmp", path)
+    write_config(path, portable(ds_cfg))
     at = f", measured at {world_size} rank(s)" if world_size else ""
     how = f"; run it with --engine {engine}" if engine != "deepspeed" else ""
     return (f"config:  {path} (per device: micro-batch {ds_cfg['train_micro_batch_size_per_gpu']} x accumulation "

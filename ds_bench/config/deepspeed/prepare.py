@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +59,13 @@ def portable(ds_cfg: dict) -> dict:
     and the accumulation kept, ``train_batch_size`` left out (DeepSpeed derives it as micro-batch x
     accumulation x world size), so the same file runs on 1 rank or on 16 nodes."""
     return {key: value for key, value in ds_cfg.items() if key != "train_batch_size"}
+
+
+def write_config(path: str, ds_cfg: dict) -> None:
+    """Write a DeepSpeed JSON config whole (a temporary file renamed over ``path``)."""
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(ds_cfg, f, indent=2)
+    os.replace(path + ".tmp", path)
 
 
 def load_json(path: str) -> dict:
