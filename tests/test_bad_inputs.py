@@ -437,6 +437,39 @@ CASES["scaling strong-scaling config"] = Case(
     scaling("--ds-config", "{tmp}/c.json", cfg=cfg_with(train_batch_size=64, bf16__enabled=False)),
     r"micro-batch x accumulation per device changes with the rank count \(64 x 1 at 1, 32 x 1 at 2\)")
 
+# --- capacity ---------------------------------------------------------------------------------------
+def capacity(*flags: str):
+    """``ds-bench capacity`` on zero1 with a scaled family unless ``flags`` say otherwise."""
+    def argv(tmp: Path) -> list[str]:
+        base = {"--ds-config": "zero1.json", "--scale": "layers", "--layers": "3", "--hidden": "64", "--heads": "2",
+                "--results": str(tmp / "c.jsonl")}
+        head, tail = (flags[:flags.index("--")], flags[flags.index("--"):]) if "--" in flags else (flags, ())
+        drop = {"--scale", "--layers", "--hidden", "--heads"} if "--family" in head else set()
+        return ["capacity", *[x for k, v in base.items() if k not in set(head) | drop for x in (k, v)],
+                *[f.replace("{tmp}", str(tmp)) for f in (*head, *tail)]]
+    return argv
+
+
+CASES["capacity no family"] = Case(lambda tmp: [a for a in capacity()(tmp) if a not in ("--scale", "layers")],
+                                   r"give one of --family gpt3 or --scale layers\|hidden")
+CASES["capacity unknown family"] = Case(capacity("--family", "llama"), r"--family 'llama' is unknown; known: gpt3")
+CASES["capacity unknown scale"] = Case(capacity("--scale", "depth"), r"--scale 'depth' is unknown; known: layers, hidden")
+CASES["capacity partial shape"] = Case(lambda tmp: [a for a in capacity()(tmp) if a not in ("--heads", "2")],
+                                       r"--scale layers needs the base shape: --heads missing")
+CASES["capacity hidden not divisible"] = Case(capacity("--heads", "3"), r"--hidden 64 is not divisible by --heads 3")
+CASES["capacity micro-batch 0"] = Case(capacity("--micro-batch", "0"), r"--micro-batch must be a positive integer, got 0")
+CASES["capacity max-scale 0"] = Case(capacity("--max-scale", "0"), r"--max-scale must be a positive integer, got 0")
+CASES["capacity stages text"] = Case(capacity("--stages", "0,x"), r"--stages '0,x': 'x' is not an integer")
+CASES["capacity pipeline stages 0"] = Case(capacity("--pipeline-stages", "0"), r"--pipeline-stages '0': '0' must be a positive")
+CASES["capacity offload unknown"] = Case(capacity("--offload", "disk"), r"--offload 'disk': 'disk' is not one of none")
+CASES["capacity missing config"] = Case(capacity("--ds-config", "nope.json"), r"--ds-config nope\.json: file not found")
+CASES["capacity mpirun without hostfile"] = Case(capacity("--launcher", "mpirun"), r"--launcher mpirun needs --hostfile")
+CASES["capacity owned run arg"] = Case(capacity("--", "--steps", "9"),
+                                       r"run argument --steps after '--': ds-bench capacity sets it for every probe")
+CASES["capacity bad run args"] = Case(capacity("--", "--stepz", "3"), r"run arguments after '--' \(--stepz 3\): .*unrecognized")
+CASES["capacity results folder"] = Case(capacity("--results", "{tmp}"), r"--results .*: is a folder")
+CASES["capacity timeout 0"] = Case(capacity("--timeout", "0"), r"--timeout '0': must be more than 0 seconds")
+
 
 @pytest.fixture
 def no_side_effects(monkeypatch):
