@@ -105,6 +105,17 @@ CASES["--warmup above --steps"] = Case(run("--steps", "2", "--warmup", "5"), r"-
 CASES["--workload unknown"] = Case(run("--workload", "bert"), r"--workload 'bert' is unknown; known: .*gpt2")
 CASES["--size for mnist"] = Case(run("--size", "huge"), r"--size is not used by workload mnist")
 CASES["--size unknown gpt2"] = Case(run("--workload", "gpt2", "--size", "galactic"), r"--size 'galactic' is not a size")
+GPT2 = ("--workload", "gpt2")
+CASES["--layers alone"] = Case(run(*GPT2, "--layers", "4"), r"needs --layers, --hidden and --heads together; missing --hidden, --heads")
+CASES["--heads missing"] = Case(run(*GPT2, "--layers", "4", "--hidden", "64"), r"custom shape .*missing --heads")
+CASES["--hidden not divisible"] = Case(run(*GPT2, "--layers", "4", "--hidden", "66", "--heads", "4"),
+                                       r"--hidden 66 is not divisible by --heads 4")
+CASES["--layers 0"] = Case(run(*GPT2, "--layers", "0", "--hidden", "64", "--heads", "4"), r"--layers must be a positive integer, got 0")
+CASES["--heads negative"] = Case(run(*GPT2, "--layers", "2", "--hidden", "64", "--heads", "-4"), r"--heads must be a positive integer")
+CASES["--hidden non-numeric"] = Case(run(*GPT2, "--hidden", "wide"), r"hidden.*invalid int value: 'wide'")
+CASES["custom shape with --size"] = Case(run(*GPT2, "--size", "tiny", "--layers", "2", "--hidden", "64", "--heads", "4"),
+                                         r"--layers/--hidden/--heads give the shape: not with --size")
+CASES["--layers for mnist"] = Case(run("--layers", "2"), r"--layers: workload mnist has no custom shapes")
 CASES["--data missing"] = Case(run("--data", "{tmp}/nothing"), r"--data .*nothing: no such file or folder")
 CASES["--model missing"] = Case(run("--workload", "gpt2", "--model", "{tmp}/nope"), r"--model .*nope: not a folder")
 CASES["--comm-results missing"] = Case(run("--comm-results", "{tmp}/none.jsonl"), r"--comm-results .*none\.jsonl: no such file")

@@ -26,6 +26,8 @@ class Workload(ABC):
     default_lr: float = 1e-3
     sample_unit: str = "samples"
     """What one sample is, in the summary: ``images``, ``sequences``..."""
+    custom_shapes: bool = False
+    """Whether ``--layers/--hidden/--heads`` can shape the model (GPT-2)."""
 
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
@@ -35,6 +37,10 @@ class Workload(ABC):
                             f"known: {', '.join(self.sizes)}")
         if not self.sizes and cfg.size is not None:
             raise UserError(f"--size is not used by workload {self.name} (it has one size)")
+        shape_flags = [f for f, v in (("--layers", cfg.layers), ("--hidden", cfg.hidden), ("--heads", cfg.heads))
+                       if v is not None]
+        if shape_flags and not self.custom_shapes:
+            raise UserError(f"{'/'.join(shape_flags)}: workload {self.name} has no custom shapes (gpt2 has)")
 
     @property
     def hidden_size(self) -> int | None:

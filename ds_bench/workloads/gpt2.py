@@ -2,8 +2,10 @@
 
 Sizes (``--size``, HF GPT-2 shapes, vocabulary 50,257, tied LM head): tiny (2 layers, width 64,
 2 heads; for tests), small (12/768/12, 124,439,808 parameters), medium (24/1024/16, 354,823,168),
-large (36/1280/20, 774,030,080), xl (48/1600/25, 1,557,611,200). Models from scratch use no
-dropout, as nanoGPT does for pretraining, so runs are deterministic across ZeRO stages.
+large (36/1280/20, 774,030,080), xl (48/1600/25, 1,557,611,200); the GPT-3 paper's shapes
+``gpt3-125m`` .. ``gpt3-13b``, and custom shapes ``--layers L --hidden H --heads A``
+(``ds_bench.workloads.gpt2_shapes``: the table, its sources, the parameter formula). Models from scratch
+use no dropout, as nanoGPT does for pretraining, so runs are deterministic across ZeRO stages.
 ``--model PATH`` starts from local pretrained weights instead (``from_pretrained`` on a folder with
 ``config.json``; its own dropout is kept and the default learning rate drops to 5e-5).
 
@@ -29,19 +31,10 @@ from ds_bench.data import text
 from ds_bench.errors import UserError
 from ds_bench.workloads import flops
 from ds_bench.workloads.base import Batch, Workload, check_enough, cycle_pool, shard_epochs
+from ds_bench.workloads.gpt2_shapes import SHAPES, VOCAB, Shape, check_custom_shape, custom_shape, named_shape
 
-# name: (n_layer, n_embd, n_head)
-SHAPES: dict[str, tuple[int, int, int]] = {
-    "tiny": (2, 64, 2),
-    "small": (12, 768, 12),
-    "medium": (24, 1024, 16),
-    "large": (36, 1280, 20),
-    "xl": (48, 1600, 25),
-}
-VOCAB = 50257
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json",
                 "pytorch_model.bin", "pytorch_model.bin.index.json")
-MIN_POSITIONS = 1024
 FINETUNE_LR = 5e-5  # HF Trainer's default learning rate
 SYNTHETIC_POOL = 8  # distinct synthetic batches per rank, cycled
 
@@ -52,10 +45,14 @@ class GPT2Workload(Workload):
     default_size = "small"
     default_lr = 6e-4  # GPT-3 paper's rate for the 125M model, nanoGPT's default
     sample_unit = "sequences"
+    custom_shapes = True
 
     def __init__(self, cfg):
         super().__init__(cfg)
         self.seq_len = cfg.seq_len
+        custom = check_custom_shape(cfg.layers, cfg.hidden, cfg.heads)
+        if custom and (cfg.size is not None or cfg.model_path is not None):
+            raise UserError(f"--layers/--hidden/--heads give the shape: not with {'--size' if cfg.size else '--model'}")
         if cfg.model_path is not None:
             if cfg.size is not None:
                 raise UserError("--size and --model are exclusive: the shape comes from --model's config.json")
@@ -63,7 +60,10 @@ class GPT2Workload(Workload):
             self.config = pretrained_config(cfg.model_path, cfg.seq_len)
             self.default_lr = FINETUNE_LR
         else:
-            self.config = gpt2_config(self.size, cfg.seq_len)
+            shape = custom_shape(cfg.layers, cfg.hidden, cfg.heads, cfg.seq_len) if custom \
+                else named_shape(self.size, cfg.seq_len)
+            self.size = shape.label
+            self.config = shape_config(shape)
         self.files = None if cfg.data == "synthetic" else text.find_text_files(cfg.data)
         self.seqs: torch.Tensor | None = None  # [n, seq_len] packed tokens, set by prepare_data
         self.n_tokens = 0
@@ -116,13 +116,13 @@ class GPT2Workload(Workload):
         N counts the block matmul weights and the (tied) LM head, not the embedding lookups; see
         ``flops.gpt2_matmul_params``. Activation checkpointing does not change it (model FLOPs).
         """
-        return self.seq_len * flops.gpt2_flops_per_token(*_shape(model.config), self.seq_len)
+        return self.seq_len * flops.gpt2_flops_per_token(*_shape(self.config), self.seq_len)
 
     def hardware_flops_per_sample(self, model: nn.Module) -> float:
         """With ``--activation-checkpointing``: + one forward (PaLM's 8N + 16 L d T), for HFU."""
         if not self.cfg.activation_checkpointing:
             return self.model_flops_per_sample(model)
-        return self.seq_len * flops.gpt2_hardware_flops_per_token(*_shape(model.config), self.seq_len)
+        return self.seq_len * flops.gpt2_hardware_flops_per_token(*_shape(self.config), self.seq_len)
 
     def _synthetic_pool(self, rank: int, micro_batch: int) -> list[Batch]:
         gen = torch.Generator().manual_seed(self.cfg.seed * 1000 + rank)
@@ -162,11 +162,15 @@ def parameter_count(n_layer: int, n_embd: int, vocab: int, positions: int) -> in
 
 def gpt2_config(size: str, seq_len: int):
     """A from-scratch ``GPT2Config`` of a named size; no dropout, room for ``seq_len`` positions."""
+    return shape_config(named_shape(size, seq_len))
+
+
+def shape_config(shape: Shape):
+    """A from-scratch ``GPT2Config`` of ``shape``; no dropout."""
     from transformers import GPT2Config
 
-    n_layer, n_embd, n_head = SHAPES[size]
-    return GPT2Config(vocab_size=VOCAB, n_positions=max(MIN_POSITIONS, seq_len), n_layer=n_layer, n_embd=n_embd,
-                      n_head=n_head, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+    return GPT2Config(vocab_size=VOCAB, n_positions=shape.n_positions, n_layer=shape.n_layer, n_embd=shape.n_embd,
+                      n_head=shape.n_head, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
 
 
 def pretrained_config(path: str, seq_len: int):
