@@ -11,7 +11,7 @@ from ds_bench.capacity.spec import Layout, layout_invalid_reason
 from ds_bench.jobs.points import Point
 from ds_bench.record.schema import CapacityRecord
 from ds_bench.report import capacity_table
-from ds_bench.workloads import gpt2
+from ds_bench.workloads.gpt2_shapes import gpt2_param_count
 
 
 def run_search(n: int, fits_up_to: int, predicted_from: int | None = None) -> tuple[search.Answer, list[int]]:
@@ -49,8 +49,8 @@ def test_a_scaled_family_grows_one_dimension_and_counts_parameters_like_hf():
     wide = scaled_family("hidden", 2, 64, 2, 3, seq_len=64)
     assert [(m.hidden, m.heads) for m in wide] == [(64, 2), (128, 4), (192, 6)]
     assert wide[1].run_args == ("--layers", "2", "--hidden", "128", "--heads", "4")
-    assert gpt2.parameter_count(12, 768, 50257, 1024) == 124_439_808  # GPT-2 small, as HF counts it
-    assert gpt2.parameter_count(48, 1600, 50257, 1024) == 1_557_611_200  # XL
+    assert gpt2_param_count(12, 768, 50257, 1024) == 124_439_808  # GPT-2 small, as HF counts it
+    assert gpt2_param_count(48, 1600, 50257, 1024) == 1_557_611_200  # XL
 
 
 def test_layouts_deepspeed_cannot_train_are_named():

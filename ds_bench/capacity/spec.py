@@ -24,7 +24,8 @@ from ds_bench.errors import UserError
 from ds_bench.jobs.points import OFFLOADS, PRECISIONS, Point
 
 OWNED = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
-         "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit", "size": "--size", "seq_len": "--seq-len"}
+         "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit", "size": "--size", "seq_len": "--seq-len",
+         "layers": "--layers", "hidden": "--hidden", "heads": "--heads"}
 """Run options capacity sets for every probe (its own flags of the same names)."""
 
 
@@ -190,7 +191,7 @@ def _run_args(args: argparse.Namespace) -> tuple[str, ...]:
     for name, flag in OWNED.items():
         if name in given:
             raise UserError(f"run argument {flag} after '--': ds-bench capacity sets it for every probe; "
-                            f"use capacity's own {flag}" + (" (or --family/--scale)" if name == "size" else ""))
+                            f"use capacity's own {flag}" + (" (or --family/--scale)" if name in ("size", "layers", "hidden", "heads") else ""))
     return tuple(tail)
 
 

@@ -152,14 +152,6 @@ def enable_checkpointing(model: nn.Module) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
-def parameter_count(n_layer: int, n_embd: int, vocab: int, positions: int) -> int:
-    """Parameters of HF ``GPT2LMHeadModel`` (LM head tied to the token embedding), from its shape:
-    L (12 d^2 + 13 d) + (V + P) d + 2 d. Per block: attention q/k/v 3d^2 + 3d and output d^2 + d, MLP
-    4d^2 + 4d and 4d^2 + d, two LayerNorms 4d; then token and position embeddings and the final
-    LayerNorm. GPT-2 small (12, 768, 50257, 1024): 124,439,808."""
-    return n_layer * (12 * n_embd * n_embd + 13 * n_embd) + (vocab + positions) * n_embd + 2 * n_embd
-
-
 def gpt2_config(size: str, seq_len: int):
     """A from-scratch ``GPT2Config`` of a named size; no dropout, room for ``seq_len`` positions."""
     return shape_config(named_shape(size, seq_len))
