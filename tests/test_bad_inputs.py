@@ -116,6 +116,25 @@ CASES["--hidden non-numeric"] = Case(run(*GPT2, "--hidden", "wide"), r"hidden.*i
 CASES["custom shape with --size"] = Case(run(*GPT2, "--size", "tiny", "--layers", "2", "--hidden", "64", "--heads", "4"),
                                          r"--layers/--hidden/--heads give the shape: not with --size")
 CASES["--layers for mnist"] = Case(run("--layers", "2"), r"--layers: workload mnist has no custom shapes")
+PP = ("--workload", "gpt2", "--size", "tiny", "--seq-len", "32", "--pipeline-stages")
+CASES["--pipeline-stages 0"] = Case(run(*PP, "0"), r"--pipeline-stages must be a positive integer, got 0")
+CASES["--pipeline-stages negative"] = Case(run(*PP, "-2"), r"--pipeline-stages must be a positive integer, got -2")
+CASES["--pipeline-stages non-numeric"] = Case(run(*PP, "two"), r"pipeline-stages.*invalid int value: 'two'")
+CASES["--pipeline-stages not dividing"] = Case(run(*PP, "2", "--ds-config", "ds_configs/zero1.json"),
+                                               r"--pipeline-stages 2 does not divide the world size 1")
+CASES["pipeline zero 2"] = Case(run(*PP, "1"), r"zero_optimization\.stage 2; DeepSpeed's pipeline engine allows ZeRO stage 0 or 1")
+CASES["pipeline zero 3"] = Case(run(*PP, "1", "--ds-config", "ds_configs/zero3.json"), r"zero_optimization\.stage 3; DeepSpeed's pipeline")
+CASES["pipeline offload"] = Case(run(*PP, "1", cfg=cfg_with(zero_optimization__stage=1, zero_optimization__offload_optimizer={"device": "cpu"})),
+                                 r"zero_optimization\.offload_optimizer is set; offload is not supported with a pipeline")
+CASES["pipeline engine ddp"] = Case(run(*PP, "1", "--engine", "ddp"), r"--engine ddp with --pipeline-stages: the pipeline is DeepSpeed's")
+CASES["pipeline engine fsdp"] = Case(run(*PP, "1", "--engine", "fsdp"), r"--engine fsdp with --pipeline-stages")
+CASES["pipeline mnist"] = Case(run("--pipeline-stages", "1", "--ds-config", "ds_configs/zero1.json"),
+                               r"--pipeline-stages 1: this workload has no pipeline model")
+CASES["pipeline breakdown"] = Case(run(*PP, "1", "--breakdown"), r"--pipeline-stages: --breakdown times the phases")
+CASES["pipeline checkpoint"] = Case(run(*PP, "1", "--checkpoint", "{tmp}/ckpt"), r"--pipeline-stages: --checkpoint with a pipeline")
+CASES["--partition alone"] = Case(run("--workload", "gpt2", "--partition", "uniform"), r"--partition needs --pipeline-stages")
+CASES["--partition unknown"] = Case(run(*PP, "1", "--partition", "profile"), r"--partition 'profile': expected parameters, uniform or type:REGEX")
+CASES["--partition bad regex"] = Case(run(*PP, "1", "--partition", "type:(block"), r"--partition 'type:\(block': not a regular expression")
 CASES["--data missing"] = Case(run("--data", "{tmp}/nothing"), r"--data .*nothing: no such file or folder")
 CASES["--model missing"] = Case(run("--workload", "gpt2", "--model", "{tmp}/nope"), r"--model .*nope: not a folder")
 CASES["--comm-results missing"] = Case(run("--comm-results", "{tmp}/none.jsonl"), r"--comm-results .*none\.jsonl: no such file")

@@ -119,6 +119,16 @@ class RunConfig:
                               "reshard after forward, 2 -> keep gathered); the README's Engines table gives the "
                               "whole mapping")
     """``deepspeed``, ``ddp`` or ``fsdp`` (``ds_bench.engines``): what trains the model, from the same config."""
+    pipeline_stages: int | None = option(None, "--pipeline-stages", metavar="P",
+                                         help="train through DeepSpeed's pipeline engine with P stages (gpt2: a "
+                                              "PipelineModule, engine.train_batch); data-parallel degree = world "
+                                              "size / P, micro-batches per step = gradient_accumulation_steps; "
+                                              "ZeRO stage 0 or 1, no offload. Default: no pipeline")
+    """Pipeline stages (``ds_bench.engines.pipeline``); None: the data-parallel engines as always."""
+    partition: str | None = option(None, "--partition", metavar="parameters|uniform|type:REGEX",
+                                   help="with --pipeline-stages: how layers are split over stages (DeepSpeed's "
+                                        "partition_method; default parameters: balanced by parameter count)")
+    """PipelineModule ``partition_method``; None: ``parameters``."""
     busbw: float | None = option(None, "--busbw", metavar="GBPS",
                                  help="busbw for the comm-bound verdict (default: the newest ds-bench comm record "
                                       "of the same ranks in --comm-results)")
@@ -156,6 +166,7 @@ class RunConfig:
             _require(value is None or (math.isfinite(value) and value > 0),
                      f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
         check_engine(self.engine)
+        check_pipeline_flags(self)
         check_timeout("--dist-timeout", self.dist_timeout_s)
         check_timeout("--connect-timeout", self.connect_timeout_s)
         check_timeout("--step-timeout", self.step_timeout_s)
@@ -185,6 +196,43 @@ def check_engine(name: str) -> None:
     """``--engine`` must name one of ``ENGINES``."""
     if name not in ENGINES:
         raise UserError(f"--engine {name!r} is unknown; known: {', '.join(ENGINES)}")
+
+
+PIPELINE_CONFLICTS = {
+    "breakdown": "--breakdown times the phases of each micro-step; a pipeline runs them all inside train_batch",
+    "checkpoint": "--checkpoint with a pipeline is not measured yet",
+    "resume": "--resume with a pipeline is not measured yet",
+    "model_path": "--model (pretrained weights) is not loaded into pipeline stages yet; use --size or --layers",
+}
+"""Flags a pipeline run refuses, and why."""
+
+
+def check_pipeline_flags(cfg: RunConfig) -> None:
+    """``--pipeline-stages``/``--partition`` against the other flags (the world size is checked in ``run.prepare``)."""
+    stages = cfg.pipeline_stages
+    if stages is None:
+        _require(cfg.partition is None, "--partition needs --pipeline-stages (it splits layers over pipeline stages)")
+        return
+    _require(stages >= 1, f"--pipeline-stages must be a positive integer, got {stages}")
+    _require(cfg.engine == "deepspeed", f"--engine {cfg.engine} with --pipeline-stages: the pipeline is DeepSpeed's "
+                                        "own engine (--engine deepspeed)")
+    for name, why in PIPELINE_CONFLICTS.items():
+        _require(not getattr(cfg, name), f"--pipeline-stages: {why}")
+    check_partition(cfg.partition)
+
+
+def check_partition(method: str | None) -> None:
+    """``parameters``, ``uniform`` or ``type:REGEX`` (a regular expression over layer class names)."""
+    if method is None or method in ("parameters", "uniform"):
+        return
+    _require(method.startswith("type:") and method[5:], f"--partition {method!r}: expected parameters, uniform "
+                                                         "or type:REGEX (e.g. type:GPT2Block)")
+    import re
+
+    try:
+        re.compile(method[5:])
+    except re.error as e:
+        raise UserError(f"--partition {method!r}: not a regular expression ({e})") from None
 
 
 def check_timeout(flag: str, seconds: float) -> None:

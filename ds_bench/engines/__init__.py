@@ -4,7 +4,9 @@
 joined (bad combinations are ``UserError``s, exit 2); ``build`` wraps the model once ranks have
 joined. Every engine returns an object with DeepSpeed's engine surface (``ds_bench.measure.loop`` calls
 ``engine(...)``, ``backward``, ``step``, ``device``; ``save_checkpoint`` / ``load_checkpoint``),
-so the loop, timing and records are the same for all three.
+so the loop, timing and records are the same for all three. With ``--pipeline-stages``
+(``ds_bench.engines.pipeline``) the model is a ``PipelineModule`` and DeepSpeed's ``PipelineEngine``
+trains a whole step per ``train_batch`` call; the loop drives it per step.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import torch
 from ds_bench.config.deepspeed import optim
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_config import ENGINES, check_engine
+from ds_bench.engines.pipeline import PipelinePlan
+from ds_bench.engines.pipeline import check_config as check_pipeline_config
 from ds_bench.engines.plan import TorchPlan, plan
 from ds_bench.engines.torch_engine import DTYPES, TorchEngine, wrap_ddp, wrap_fsdp
 
@@ -34,6 +38,8 @@ class EngineChoice:
     master weights in its optimizer); DDP and FSDP keep fp32 weights and cast per op/unit."""
     input_dtype: torch.dtype
     torch_plan: TorchPlan | None = None
+    pipeline: PipelinePlan | None = None
+    """The pipeline layout (``--pipeline-stages``); None: data parallelism only."""
 
     def describe(self) -> dict:
         """The record's ``engine_plan``: how the config was mapped (None for DeepSpeed: it reads it itself)."""
@@ -47,17 +53,20 @@ class EngineChoice:
         return {"source": source, "type": f"torch.optim.{self.torch_plan.optimizer}"}
 
 
-def choose(name: str, ds_cfg: dict, default_lr: float, where: str) -> EngineChoice:
+def choose(name: str, ds_cfg: dict, default_lr: float, where: str, pipeline: PipelinePlan | None = None) -> EngineChoice:
     check_engine(name)
     compute = DTYPES[ds_config.precision_of(ds_cfg)]
+    if pipeline is not None:  # the flags already refused other engines (config.run_config.check_pipeline_flags)
+        pipeline = check_pipeline_config(pipeline, ds_cfg, where)
     if name == "deepspeed":
-        return EngineChoice(name, ds_config.zero_stage(ds_cfg), compute, compute)
+        return EngineChoice(name, ds_config.zero_stage(ds_cfg), compute, compute, pipeline=pipeline)
     torch_plan = plan(name, ds_cfg, default_lr, where)
     return EngineChoice(name, torch_plan.zero_stage, torch.float32, torch.float32, torch_plan)
 
 
 def build(choice: EngineChoice, model: torch.nn.Module, ds_cfg: dict, device: torch.device, lr: float):
-    """The engine for ``model`` (already cast to ``choice.model_dtype``), after the process group is joined."""
+    """The engine for ``model`` (already cast to ``choice.model_dtype``), after the process group is joined.
+    A ``PipelineModule`` (``choice.pipeline``) gets DeepSpeed's ``PipelineEngine`` from the same call."""
     if choice.name == "deepspeed":
         from ds_bench.engines.deepspeed_engine import initialize
 

@@ -28,6 +28,14 @@ costs no synchronisation: on CPU it is a wall-clock read; on CUDA it is an event
 stream, read after the step's synchronize (``DeviceClock``).
 Limits: reductions DeepSpeed starts inside autograd (ZeRO-2 with ``overlap_comm`` or a full
 reduce bucket) and ZeRO-3's parameter all-gathers in forward are waits counted as compute.
+
+Pipeline engines (``pipeline=True``, ``--pipeline-stages``): DeepSpeed's ``PipelineEngine.train_batch``
+runs a whole step (all micro-batches through all stages, the sends and receives, the tied and
+data-parallel gradient reductions, the optimizer), so a step is one ``train_batch`` call: same warm-up,
+same opening barrier, one synchronize at its end before the clock is read. Its one phase is
+``train_batch``; no compute time is split out (waits on other stages are inside the call), so slow-rank
+detection has nothing to compare. The step's loss is what ``train_batch`` returns: the mean over the
+micro-batches, averaged over data-parallel replicas, the same on every stage.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ import torch
 from ds_bench.workloads.base import Batch, Workload
 
 PHASES = ("data", "forward", "backward", "optimizer")
+PIPELINE_PHASES = ("train_batch",)
 
 
 @dataclass
@@ -80,11 +89,16 @@ def run_loop(engine, workload: Workload, batches: Iterator[Batch], *, steps: int
              grad_accum: int, float_dtype: torch.dtype, sync: Callable[[], None],
              barrier: Callable[[], None], times: LoopTimes, beat: Callable[[int], None] = lambda done: None,
              on_window_open: Callable[[], None] = lambda: None, clock: DeviceClock | None = None,
-             breakdown: bool = False, after_step: Callable[[int], None] = lambda done: None) -> LoopTimes:
+             breakdown: bool = False, after_step: Callable[[int], None] = lambda done: None,
+             pipeline: bool = False) -> LoopTimes:
     """Run ``steps`` steps into ``times``; ``beat(steps_done)`` after each (the step watchdog), then
-    ``after_step(steps_done)``, whose time is in no step and is taken out of the window."""
+    ``after_step(steps_done)``, whose time is in no step and is taken out of the window. ``pipeline``:
+    each step is one ``engine.train_batch`` over ``batches`` of ``(inputs, labels)``."""
     clock = clock or DeviceClock(torch.device("cpu"))
     phase_sync = sync if breakdown else None
+    phases = PIPELINE_PHASES if pipeline else PHASES
+    if pipeline:
+        times.phase_s = {name: [] for name in phases}
     window_start = None
     for step in range(steps):
         if step == warmup:
@@ -93,15 +107,19 @@ def run_loop(engine, workload: Workload, batches: Iterator[Batch], *, steps: int
             window_start = time.perf_counter()
             on_window_open()
         start = time.perf_counter()
-        stamps = [_micro_step(engine, workload, batches, float_dtype, phase_sync, clock) for _ in range(grad_accum)]
+        if pipeline:
+            stamps = [_pipeline_step(engine, batches, clock)]
+        else:
+            stamps = [_micro_step(engine, workload, batches, float_dtype, phase_sync, clock) for _ in range(grad_accum)]
         if not breakdown:  # breakdown mode has just synchronized after the optimizer phase
             sync()
         elapsed = time.perf_counter() - start
         if step >= warmup:
             times.step_s.append(elapsed)
-            for i, name in enumerate(PHASES):
+            for i, name in enumerate(phases):
                 times.phase_s[name].append(sum(clock.seconds(m.bounds[i], m.bounds[i + 1]) for m in stamps))
-            times.compute_s.append(sum(clock.seconds(m.bounds[1], m.autograd_end) for m in stamps))
+            if not pipeline:
+                times.compute_s.append(sum(clock.seconds(m.bounds[1], m.autograd_end) for m in stamps))
         times.step_losses.append(torch.stack([m.loss for m in stamps]).float().mean())
         beat(times.steps_done)
         outside = time.perf_counter()
@@ -138,8 +156,17 @@ def _micro_step(engine, workload, batches, float_dtype, phase_sync, clock) -> Mi
     return MicroStep(bounds, autograd_end, loss.detach())
 
 
-def timing(breakdown: bool, grad_accum: int) -> dict:
+def _pipeline_step(engine, batches, clock) -> MicroStep:
+    """One pipeline step: ``train_batch`` pulls its micro-batches from ``batches`` on the first and last stage."""
+    start = clock.mark()
+    loss = engine.train_batch(data_iter=batches)
+    return MicroStep([start, clock.mark()], [], loss.detach())
+
+
+def timing(breakdown: bool, grad_accum: int, pipeline: bool = False) -> dict:
     """The record's description of the timing mode ``run_loop`` used."""
+    if pipeline:
+        return {"timing_mode": "pipeline_step", "syncs_per_step": 1}
     if breakdown:
         return {"timing_mode": "breakdown", "syncs_per_step": len(PHASES) * grad_accum}
     return {"timing_mode": "step", "syncs_per_step": 1}

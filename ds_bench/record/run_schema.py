@@ -107,6 +107,24 @@ class SlowRank(Block):
     """How much slower than the median rank, in percent (25.0: 1.25 x the median)."""
 
 
+class PipelineStage(Block):
+    """One pipeline stage of a ``--pipeline-stages`` run, as its first data-parallel rank built it
+    (``ds_bench.workloads.gpt2_pipe.GPT2Pipeline.stage_layout``)."""
+
+    stage: int
+    layers: list[int]
+    """[first, stop): the ``PipelineModule`` layer indices this stage holds."""
+    blocks: list[int]
+    """[first, last] transformer block held (empty if none)."""
+    n_blocks: int
+    params: int
+    """Parameters on this stage, a tied copy (the LM head's ``wte``) included."""
+    unique_params: int
+    """Without the tied copy: the stages' sum is the model's parameter count."""
+    build_s: float | None = None
+    """Seconds to build this stage's layers."""
+
+
 class RunRecord(Stamped):
     kind: Literal["run"] = "run"
     workload: str
@@ -152,3 +170,15 @@ class RunRecord(Stamped):
     resumed_from_step: int | None = None
     resume: dict[str, Any] | None = None
     """``--resume``: the checkpoint loaded (``dir``, ``tag``), its load time (s), bytes and GB/s."""
+    pipeline_stages: int | None = None
+    """``--pipeline-stages`` (``ds_bench.engines.pipeline``); None: no pipeline."""
+    data_parallel_size: int | None = None
+    """Pipeline runs: data-parallel replicas, world size / pipeline_stages."""
+    micro_batches: int | None = None
+    """Pipeline runs: micro-batches per step (gradient_accumulation_steps)."""
+    partition: str | None = None
+    """Pipeline runs: ``partition_method`` (parameters, uniform, type:REGEX)."""
+    schedule_bubble: float | None = None
+    """Pipeline runs: the schedule's idle share of a step, (P - 1) / (m + P - 1)."""
+    pipeline_layout: list[PipelineStage] | None = None
+    """Pipeline runs: each stage's blocks and parameters."""

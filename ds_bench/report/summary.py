@@ -74,7 +74,7 @@ def one_run(record: RunRecord, results_path: str) -> str:
     lines = [
         f"ds_bench {record.workload}: {_engine(record)} {record.precision}, "
         f"{record.world_size} x {record.hardware['device_type']} rank(s) via {record.launcher}, "
-        f"batch {record.micro_batch} x {record.grad_accum} accum x {record.world_size} = {record.train_batch_size}",
+        f"batch {record.micro_batch} x {record.grad_accum} accum x {_replicas(record)} = {record.train_batch_size}",
         f"  throughput   {m.samples_per_s:.1f} {unit}/s ({m.samples_per_s_per_device:.1f} per device)"
         + (f", {m.tokens_per_s:.0f} tokens/s" if m.tokens_per_s else ""),
         f"  step time    median {m.step_ms_median:.1f} ms, p90 {m.step_ms_p90:.1f} ms over "
@@ -82,6 +82,7 @@ def one_run(record: RunRecord, results_path: str) -> str:
         f"  peak memory  {m.peak_mem_bytes / MIB:.0f} MiB on the largest rank ({m.peak_mem_kind})",
         f"  loss         {m.loss_first:.4f} -> {m.loss_last:.4f}",
     ]
+    lines += pipeline_lines(record)
     if (record.optimizer or {}).get("source") == "ds_bench default":
         lines.append(f"  optimizer    none in the DeepSpeed config: ds_bench supplied {record.optimizer['type']}")
     if m.tflops_per_device is not None:
@@ -99,6 +100,27 @@ def one_run(record: RunRecord, results_path: str) -> str:
         lines.append(f"  comm         {verdict.describe(record.comm_bound)}")
     lines.append(f"  results      {results_path} (run {record.run_id})")
     return "\n".join(lines)
+
+
+def _replicas(record: RunRecord) -> str:
+    """What the batch multiplies by: the world size, or under a pipeline the data-parallel replicas."""
+    if record.pipeline_stages is None:
+        return str(record.world_size)
+    return f"{record.data_parallel_size} data-parallel (pipeline {record.pipeline_stages} stages)"
+
+
+def pipeline_lines(record: RunRecord) -> list[str]:
+    """A pipeline run (``ds_bench.engines.pipeline``): its layout, the schedule's bubble, each stage's share."""
+    if record.pipeline_stages is None:
+        return []
+    lines = [f"  pipeline     pp{record.pipeline_stages} dp{record.data_parallel_size}, {record.micro_batches} "
+             f"micro-batches per step, partition {record.partition}, schedule bubble (P-1)/(m+P-1) = "
+             f"{record.schedule_bubble:.0%}"]
+    for stage in record.pipeline_layout or []:
+        blocks = f"blocks {stage.blocks[0]}-{stage.blocks[1]}" if stage.blocks else "no blocks"
+        lines.append(f"    stage {stage.stage}    layers {stage.layers[0]}-{stage.layers[1] - 1}, {blocks}, "
+                     f"{stage.params / 1e6:.2f}M parameters, built in {stage.build_s:.2f} s")
+    return lines
 
 
 def checkpoint_lines(record: RunRecord) -> list[str]:

@@ -48,6 +48,8 @@ class Built:
     flops_per_sample: float | None
     """Model FLOPs (``ds_bench.workloads.flops``), counted before ZeRO-3 partitions the weights."""
     hardware_flops_per_sample: float | None
+    stages: list[dict] | None = None
+    """Pipeline runs: each stage's layout (``stage_layout``) and build seconds, from its first data-parallel rank."""
 
 
 def measure(run: Started, workload) -> tuple[dict, dict]:
@@ -66,6 +68,8 @@ def measure(run: Started, workload) -> tuple[dict, dict]:
 
 
 def build(run: Started, workload) -> Built:
+    if run.engine.pipeline is not None:
+        return build_pipeline(run, workload)
     # DeepSpeed: cast before initialize (BatchNorm et al. must already be in the compute dtype); DDP/FSDP: fp32
     model = workload.build_model().to(run.engine.model_dtype)
     params = sum(p.numel() for p in model.parameters())
@@ -73,6 +77,24 @@ def build(run: Started, workload) -> Built:
     flops, hw_flops = workload.model_flops_per_sample(model), workload.hardware_flops_per_sample(model)
     engine = engines.build(run.engine, model, run.ds_cfg, run.state.device, run.cfg.lr or workload.default_lr)
     return Built(engine, params, largest, flops, hw_flops)
+
+
+def build_pipeline(run: Started, workload) -> Built:
+    """This rank's stage as a ``PipelineModule`` (no rank builds the whole model) in DeepSpeed's ``PipelineEngine``.
+
+    ``params`` is the whole model's: the stages' unique parameters summed (the tied copy counted once)."""
+    pipe = run.engine.pipeline
+    started = time.perf_counter()
+    module = workload.build_pipeline(pipe.stages, pipe.partition).to(run.engine.model_dtype)
+    layout = {**module.stage_layout(), "build_s": time.perf_counter() - started}
+    largest = max((sum(p.numel() for p in m.parameters(recurse=False)) for m in module.modules()), default=0)
+    layouts = process.gather({**layout, "largest_layer_params": largest})
+    stages = [next(entry for entry in layouts if entry["stage"] == s) for s in range(pipe.stages)]
+    flops, hw_flops = workload.model_flops_per_sample(module), workload.hardware_flops_per_sample(module)
+    engine = engines.build(run.engine, module, run.ds_cfg, run.state.device, run.cfg.lr or workload.default_lr)
+    params = sum(stage["unique_params"] for stage in stages)
+    largest = max(entry.pop("largest_layer_params") for entry in layouts)
+    return Built(engine, params, largest, flops, hw_flops, stages)
 
 
 def train(run: Started, workload, engine) -> tuple[list, float]:
@@ -84,18 +106,28 @@ def train(run: Started, workload, engine) -> tuple[list, float]:
     start = run.ckpt.attach(engine, sync=accel.synchronize, barrier=torch.distributed.barrier, gather=process.gather,
                             rank=state.rank, world_size=state.world_size)  # resumes: returns the step reached
     with faults.StepWatchdog(cfg.step_timeout_s, lambda done: _stalled(run)) as watchdog:
-        batches = workload.batches(state.rank, state.world_size, ds_cfg["train_micro_batch_size_per_gpu"])
+        batches = _batches(run, workload, engine)
         batches = checkpoint.skip(batches, start * accumulation)  # used before the resume
         batches = itertools.chain([next(batches)], batches)  # one-time loading (files, tokenizing) stays untimed
         loop_started_at = time.time()  # wall clock, for a sweep's per-point overhead (launch to first step)
         run_loop(engine, workload, batches, steps=cfg.steps, warmup=cfg.warmup, grad_accum=accumulation,
                  float_dtype=run.engine.input_dtype, sync=accel.synchronize, barrier=torch.distributed.barrier,
                  times=run.times, beat=watchdog.beat, clock=DeviceClock(state.device), breakdown=cfg.breakdown,
-                 after_step=run.ckpt.after_step,
+                 after_step=run.ckpt.after_step, pipeline=run.engine.pipeline is not None,
                  on_window_open=lambda: log.info("warm-up done (%d steps): measuring %d steps",
                                                  cfg.warmup, cfg.steps - cfg.warmup))
         run.ckpt.load_back()
         return process.gather(rank_report(run)), loop_started_at
+
+
+def _batches(run: Started, workload, engine):
+    """This rank's batches: its own shard, or under a pipeline its data-parallel replica's (every stage
+    of a replica reads the same stream)."""
+    micro_batch = run.ds_cfg["train_micro_batch_size_per_gpu"]
+    if run.engine.pipeline is None:
+        return workload.batches(run.state.rank, run.state.world_size, micro_batch)
+    grid = engine.grid
+    return workload.pipeline_batches(grid.get_data_parallel_rank(), grid.get_data_parallel_world_size(), micro_batch)
 
 
 def run_metrics(run: Started, workload, built: Built, reports: list, loop_started_at: float) -> tuple[dict, dict]:
@@ -103,7 +135,7 @@ def run_metrics(run: Started, workload, built: Built, reports: list, loop_starte
     cfg, ds_cfg, state = run.cfg, run.ds_cfg, run.state
     metrics = summarize(reports, ds_cfg["train_batch_size"])
     metrics["sample_unit"] = workload.sample_unit
-    metrics.update(timing(cfg.breakdown, ds_cfg["gradient_accumulation_steps"]))
+    metrics.update(timing(cfg.breakdown, ds_cfg["gradient_accumulation_steps"], run.engine.pipeline is not None))
     metrics.update(_flops_metrics(cfg, built.flops_per_sample, metrics["samples_per_s"], state, ds_cfg))
     if built.hardware_flops_per_sample != built.flops_per_sample:  # recomputation: hardware FLOPs utilisation too
         hw = _flops_metrics(cfg, built.hardware_flops_per_sample, metrics["samples_per_s"], state, ds_cfg)
@@ -114,12 +146,21 @@ def run_metrics(run: Started, workload, built: Built, reports: list, loop_starte
     extra = {"loop_started_at": loop_started_at, "params": built.params,
              "largest_layer_params": built.largest_layer_params, "hosts": hosts,
              "slow_ranks": slow_ranks.from_metrics(metrics, cfg.slow_rank_threshold),
-             "comm_bound": verdict.for_run(
-                 stage=run.engine.zero_stage, precision=ds_config.precision_of(ds_cfg), ds_cfg=ds_cfg,
-                 params=built.params, world_size=state.world_size,
-                 micro_steps=ds_cfg["gradient_accumulation_steps"], step_ms=metrics["step_ms_median"],
-                 hosts=hosts, backend=state.backend, busbw=cfg.busbw, comm_results=cfg.comm_results_path())}
+             "comm_bound": _comm_bound(run, built, metrics, hosts)}
+    if built.stages is not None:
+        extra["pipeline_layout"] = built.stages
     return metrics, extra
+
+
+def _comm_bound(run: Started, built: Built, metrics: dict, hosts: list[str]) -> dict:
+    """The comm-bound verdict (``ds_bench.report.comm_bound``); it models data-parallel collectives only."""
+    cfg, ds_cfg, state = run.cfg, run.ds_cfg, run.state
+    if run.engine.pipeline is not None:
+        return {"note": "pipeline: the verdict models data-parallel collectives only, not stage-to-stage sends"}
+    return verdict.for_run(stage=run.engine.zero_stage, precision=ds_config.precision_of(ds_cfg), ds_cfg=ds_cfg,
+                           params=built.params, world_size=state.world_size,
+                           micro_steps=ds_cfg["gradient_accumulation_steps"], step_ms=metrics["step_ms_median"],
+                           hosts=hosts, backend=state.backend, busbw=cfg.busbw, comm_results=cfg.comm_results_path())
 
 
 def _preload_libraries() -> None:

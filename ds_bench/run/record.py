@@ -103,4 +103,9 @@ def run_record(run: Started, status: str, metrics: dict | None = None, error: st
         micro_batch=ds_cfg["train_micro_batch_size_per_gpu"],
         grad_accum=ds_cfg["gradient_accumulation_steps"], train_batch_size=ds_cfg["train_batch_size"],
         hardware=results.hardware(state.device), metrics=RunMetrics(**(metrics or {})), **run.ckpt.record_keys(),
-        **extra)
+        **_pipeline_keys(run), **extra)
+
+
+def _pipeline_keys(run: Started) -> dict:
+    """A pipeline run's layout: pipeline_stages, data_parallel_size, micro_batches, partition, schedule_bubble."""
+    return run.engine.pipeline.describe() if run.engine.pipeline is not None else {}

@@ -51,6 +51,20 @@ class Workload(ABC):
     def tokens_per_sample(self) -> int | None:
         return None
 
+    @property
+    def pipeline_blocks(self) -> int | None:
+        """Blocks a pipeline can split (``--pipeline-stages``); None: no pipeline model."""
+        return None
+
+    def build_pipeline(self, stages: int, partition: str) -> torch.nn.Module:
+        """This rank's stage of the model as a ``deepspeed.pipe.PipelineModule`` (after joining), with a
+        ``stage_layout()`` method: a dict for the record (stage, layers, blocks, params, unique_params)."""
+        raise NotImplementedError(f"workload {self.name} has no pipeline model")
+
+    def pipeline_batches(self, data_rank: int, data_world_size: int, micro_batch: int) -> Iterator[tuple]:
+        """``batches`` of data-parallel replica ``data_rank`` as ``(inputs, labels)``, as the pipeline engine reads them."""
+        raise NotImplementedError(f"workload {self.name} has no pipeline model")
+
     def prepare_data(self, world_size: int, micro_batch: int) -> None:
         """Read and check ``--data`` (files, decoding, tokenizing, sample count) and keep it for
         ``batches``; a ``UserError`` naming the data when it is bad or too small. Called on every

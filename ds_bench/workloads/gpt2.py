@@ -88,6 +88,21 @@ class GPT2Workload(Workload):
             enable_checkpointing(model)
         return model
 
+    @property
+    def pipeline_blocks(self) -> int:
+        return self.config.n_layer
+
+    def build_pipeline(self, stages: int, partition: str) -> nn.Module:
+        """This rank's stage (``ds_bench.workloads.gpt2_pipe``), from scratch; the run's seed shifts the layers' seeds."""
+        from ds_bench.workloads import gpt2_pipe
+
+        return gpt2_pipe.build_pipeline(self.config, stages, partition, self.cfg.seed,
+                                        self.cfg.activation_checkpointing)
+
+    def pipeline_batches(self, data_rank: int, data_world_size: int, micro_batch: int) -> Iterator[tuple]:
+        """Every stage of a replica reads the same stream: the first its inputs, the last its labels."""
+        return ((b["input_ids"], b["input_ids"]) for b in self.batches(data_rank, data_world_size, micro_batch))
+
     def prepare_data(self, world_size: int, micro_batch: int) -> None:
         """Load the tokenizer, tokenize (or read the cache), pack, and count sequences."""
         if self.files is None:

@@ -1,0 +1,85 @@
+"""DeepSpeed pipeline parallelism: the layout of a ``--pipeline-stages`` run, checked before joining.
+
+A pipeline run hands ``deepspeed.initialize`` a ``deepspeed.pipe.PipelineModule`` (built by the workload,
+each rank building only its own stage's layers); DeepSpeed then returns its ``PipelineEngine``, which
+trains a whole step (every micro-batch's forward and backward, the sends and receives between stages,
+the data-parallel all-reduce and the optimizer) in ``engine.train_batch``.
+
+Layout: P stages x D data-parallel replicas, D = world size / P (DeepSpeed's ``PipeDataParallelTopology``:
+global rank = stage x D + data-parallel rank). Micro-batches per step = ``gradient_accumulation_steps``
+(the schedule's chunks), so ``train_batch_size`` = micro-batch x accumulation x D. The schedule is
+1F1B (``TrainSchedule``); its idle share is (P - 1) / (m + P - 1) for m micro-batches (Narayanan et al.
+2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", section 2.2.1).
+
+What DeepSpeed refuses, refused here first (one line, exit 2): ZeRO stage 2 or 3 (``PipelineEngine``
+asserts stage < 2), hence offload, which needs a ZeRO stage to offload from and is not supported with
+a pipeline; P not dividing the world size (``PipelineModule`` raises); more stages than blocks.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from ds_bench.config.deepspeed import prepare as ds_config
+from ds_bench.errors import UserError
+
+log = logging.getLogger("ds_bench")
+
+DEFAULT_PARTITION = "parameters"
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    """The layout of a pipeline run."""
+
+    stages: int
+    data_parallel_size: int
+    partition: str
+    """``PipelineModule``'s ``partition_method``: parameters, uniform or type:REGEX."""
+    micro_batches: int = 0
+    """Micro-batches per step (``gradient_accumulation_steps``); set by ``check_config``."""
+
+    def bubble(self) -> float:
+        """The schedule's idle share of a step: (P - 1) / (m + P - 1)."""
+        return (self.stages - 1) / (self.micro_batches + self.stages - 1)
+
+    def describe(self) -> dict:
+        """The record's pipeline keys."""
+        return {"pipeline_stages": self.stages, "data_parallel_size": self.data_parallel_size,
+                "micro_batches": self.micro_batches, "partition": self.partition,
+                "schedule_bubble": self.bubble()}
+
+
+def plan(stages: int | None, partition: str | None, world_size: int, n_blocks: int | None) -> PipelinePlan | None:
+    """The layout of ``--pipeline-stages`` on ``world_size`` ranks; None without it."""
+    if stages is None:
+        return None
+    if n_blocks is None:
+        raise UserError(f"--pipeline-stages {stages}: this workload has no pipeline model (gpt2 has)")
+    if world_size % stages:
+        raise UserError(f"--pipeline-stages {stages} does not divide the world size {world_size}: every "
+                        "data-parallel replica needs all the stages")
+    if stages > n_blocks:
+        raise UserError(f"--pipeline-stages {stages} is more than the model's {n_blocks} transformer blocks")
+    return PipelinePlan(stages, world_size // stages, partition or DEFAULT_PARTITION)
+
+
+def check_config(pipe: PipelinePlan, ds_cfg: dict, where: str) -> PipelinePlan:
+    """The resolved config against the pipeline engine; the plan with its micro-batch count."""
+    stage = ds_config.zero_stage(ds_cfg)
+    if stage >= 2:
+        raise UserError(f"--pipeline-stages with {where}: zero_optimization.stage {stage}; DeepSpeed's pipeline "
+                        "engine allows ZeRO stage 0 or 1 only (--set zero_optimization.stage=1)")
+    zero = ds_cfg.get("zero_optimization") or {}
+    offloaded = [key for key in ("offload_optimizer", "offload_param")
+                 if (zero.get(key) or {}).get("device", "none") != "none"]
+    if offloaded:
+        raise UserError(f"--pipeline-stages with {where}: zero_optimization.{offloaded[0]} is set; offload is not "
+                        "supported with a pipeline")
+    micro_batches = ds_cfg["gradient_accumulation_steps"]
+    if micro_batches < pipe.stages:
+        log.warning("--pipeline-stages %d with %d micro-batch(es) per step (gradient_accumulation_steps): fewer "
+                    "micro-batches than stages, the pipeline bubble (%.0f%% of the step idle) dominates",
+                    pipe.stages, micro_batches, 100 * (pipe.stages - 1) / (micro_batches + pipe.stages - 1))
+    return PipelinePlan(pipe.stages, pipe.data_parallel_size, pipe.partition, micro_batches)
