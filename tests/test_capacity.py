@@ -7,8 +7,7 @@ import pytest
 
 from ds_bench.capacity import search
 from ds_bench.capacity.family import scaled_family
-from ds_bench.capacity.spec import Layout, layout_invalid_reason
-from ds_bench.jobs.points import Point
+from ds_bench.jobs.points import Point, invalid_reason
 from ds_bench.record.schema import CapacityRecord
 from ds_bench.report import capacity_table
 from ds_bench.workloads.gpt2_shapes import gpt2_param_count
@@ -54,14 +53,16 @@ def test_a_scaled_family_grows_one_dimension_and_counts_parameters_like_hf():
 
 
 def test_layouts_deepspeed_cannot_train_are_named():
-    point = Point(2, "none", "fp32", 1)
-    assert "stage 0 or 1" in layout_invalid_reason(Layout(point, 2), 2, "cpu")
-    assert "do not divide the 3 ranks" in layout_invalid_reason(Layout(Point(1, "none", "fp32", 1), 2), 3, "cpu")
-    assert "cannot offload" in layout_invalid_reason(Layout(Point(1, "optimizer", "fp32", 1), 2), 2, "cpu")
-    assert layout_invalid_reason(Layout(Point(0, "optimizer", "fp32", 1)), 2, "cpu") == \
-        "offload needs ZeRO stage 1, 2 or 3"
-    assert layout_invalid_reason(Layout(Point(1, "none", "fp32", 1), 2), 2, "cpu") is None
-    assert Layout(Point(1, "none", "fp32", 1), 2).key == "pp2 z1 off=none fp32 mbs=1"
+    def pipe(stage, offload="none", engine="deepspeed"):
+        return Point(stage, offload, "fp32", 1, engine=engine, pipeline_stages=2)
+
+    assert "stage 0 or 1" in invalid_reason(pipe(2), "cpu", 2)
+    assert "do not divide the 3 ranks" in invalid_reason(pipe(1), "cpu", 3)
+    assert "cannot offload" in invalid_reason(pipe(1, "optimizer"), "cpu", 2)
+    assert "DDP has no pipeline" in invalid_reason(pipe(0, engine="ddp"), "cpu", 2)
+    assert invalid_reason(Point(0, "optimizer", "fp32", 1), "cpu", 2) == "offload needs ZeRO stage 1, 2 or 3"
+    assert invalid_reason(pipe(1), "cpu", 2) is None
+    assert pipe(1).key == "pp2 z1 off=none fp32 mbs=1"
 
 
 def test_the_table_names_the_largest_size_and_why_the_next_did_not_run():

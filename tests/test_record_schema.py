@@ -186,11 +186,10 @@ def test_the_capacity_search_writes_valid_probe_and_layout_records(tmp_path):
     from ds_bench.capacity import search
     from ds_bench.capacity.driver import LayoutSearch, probe_record
     from ds_bench.capacity.family import scaled_family
-    from ds_bench.capacity.spec import Layout
     from ds_bench.jobs.spawn import JobEnd
 
     members = scaled_family("hidden", 2, 64, 2, 2, seq_len=64)
-    layout = Layout(Point(1, "none", "fp32", 1))
+    layout = Point(1, "none", "fp32", 1)
     fake = SimpleNamespace(spec=SimpleNamespace(members=members, family="hidden"), capacity_id="c1", layout=layout,
                            world=2, capacity=2**31, probes={}, predict=lambda m: None,
                            _write_largest_config=lambda best: None)

@@ -266,3 +266,22 @@ def test_the_recommended_point_is_the_fastest_that_fits_and_its_config_runs(capp
         assert r["status"] == "ok" and r["micro_batch"] == best["point"]["micro_batch"] and r["world_size"] == ranks
         assert r["train_batch_size"] == ranks * r["micro_batch"] * r["grad_accum"]
     assert r["zero_stage"] == best["point"]["stage"]
+
+
+@pytest.mark.dist
+def test_a_sweep_with_a_pipeline_axis_runs_pp2_under_the_deepspeed_launcher(tmp_path):
+    """``--pipeline-stages 1,2``: the pipeline point runs through the sweep's launcher (the deepspeed
+    launcher, 2 ranks, one data-parallel replica) beside the data-parallel one, and is ranked with it."""
+    results = tmp_path / "s.jsonl"
+    proc = ds_bench("sweep", "--workload", "gpt2", "--ds-config", "zero1.json", "--stages", "1", "--precision", "fp32",
+                    "--pipeline-stages", "1,2", "--micro-batch", "2", "--grad-accum", "2", "--steps", "3", "--warmup",
+                    "1", "--results", str(results), "--master-port", "29690", "--timeout", "4m",
+                    "--", "--layers", "4", "--hidden", "64", "--heads", "4", "--seq-len", "32",
+                    timeout=600, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    assert proc.returncode == 0, explain(proc)
+    keys = {r["key"]: r for r in point_records(results)}
+    assert keys["pp2 z1 off=none fp32 mbs=2 ga=2"]["status"] == "ok", keys
+    assert keys["z1 off=none fp32 mbs=2 ga=2"]["status"] == "ok", keys
+    (pp2,) = [r for r in records(results.with_suffix(".runs.jsonl")) if r.get("pipeline_stages") == 2]
+    assert (pp2["launcher"], pp2["world_size"], pp2["data_parallel_size"]) == ("deepspeed", 2, 1)
+    assert any(line.split()[1:3] == ["pp2", "z1"] for line in proc.stdout.splitlines() if line[:1] in "=0123456789")

@@ -22,11 +22,12 @@ from tqdm import tqdm
 
 from ds_bench.capacity import search
 from ds_bench.capacity.family import Member
-from ds_bench.capacity.spec import CapacitySpec, Layout
+from ds_bench.capacity.spec import CapacitySpec
 from ds_bench.config.deepspeed.prepare import portable, write_config
 from ds_bench.jobs import predict
 from ds_bench.jobs.attempt import new_tag, run_attempt, slug
 from ds_bench.jobs.derive import write_derived
+from ds_bench.jobs.points import Point
 from ds_bench.record import store
 from ds_bench.record.schema import (
     Busy,
@@ -42,7 +43,7 @@ TOO_BIG_FACTOR = 2.0
 
 
 class LayoutSearch:
-    def __init__(self, spec: CapacitySpec, layout: Layout, world: int, per_node: int, capacity: int, done: dict):
+    def __init__(self, spec: CapacitySpec, layout: Point, world: int, per_node: int, capacity: int, done: dict):
         self.spec, self.layout, self.world, self.per_node, self.capacity = spec, layout, world, per_node, capacity
         self.capacity_id = spec.capacity_id()
         self.probes: dict[int, CapacityProbeRecord] = {r.index: r for r in done.values() if r.layout == layout.key}
@@ -65,7 +66,7 @@ class LayoutSearch:
         nxt_probe = self.probes.get(answer.next) if answer.next is not None else None
         config = self._write_largest_config(best) if best else None
         return CapacityRecord(
-            kind="capacity", capacity=self.capacity_id, layout=self.layout.key, point=self.layout.point.to_dict(),
+            kind="capacity", capacity=self.capacity_id, layout=self.layout.key, point=self.layout.to_dict(),
             pipeline_stages=self.layout.pipeline_stages, data_parallel_size=self.world // self.layout.pipeline_stages,
             world_size=self.world, family=self.spec.family, status="ok" if best else "failed",
             largest=_member(self.spec.members[answer.largest], best) if best else None,
@@ -94,7 +95,7 @@ class LayoutSearch:
         r = self.probes[first]
         run = RunRecord(workload="gpt2", status="ok", params=r.params, largest_layer_params=r.largest_layer_params,
                         metrics=RunMetrics(peak_mem_bytes=r.peak_mem_bytes, baseline_mem_bytes=r.baseline_mem_bytes))
-        calibration = predict.calibrate(run, self.layout.point, self.world, self.per_node, self.spec.device_type)
+        calibration = predict.calibrate(run, self.layout, self.world, self.per_node, self.spec.device_type)
         self.calibration = (calibration, self.spec.members[first]) if calibration else None
 
     def predict(self, m: Member) -> int | None:
@@ -104,14 +105,14 @@ class LayoutSearch:
         grown = (m.layers * m.hidden) / (measured.layers * measured.hidden)  # activations ~ layers x width
         per_sample = calibration.activation_bytes_per_sample * grown
         scaled = dataclasses.replace(calibration, activation_bytes_per_sample=per_sample)
-        return predict.predict_peak_bytes(predict.ModelShape(m.params, m.largest_layer_params), self.layout.point,
+        return predict.predict_peak_bytes(predict.ModelShape(m.params, m.largest_layer_params), self.layout,
                                           self.world, self.per_node, self.spec.device_type, scaled)
 
     def _probe(self, i: int) -> CapacityProbeRecord:
         s, m = self.spec, self.spec.members[i]
         tag = new_tag(f"capacity-{self.capacity_id}", f"{self.layout.key} {m.name}")
         run_args = ["run", "--workload", "gpt2", "--ds-config", self._write_config(), *m.run_args,
-                    "--seq-len", str(s.seq_len), "--micro-batch", str(self.layout.point.micro_batch),
+                    "--seq-len", str(s.seq_len), "--micro-batch", str(self.layout.micro_batch),
                     "--steps", str(s.steps), "--warmup", str(s.warmup), "--results", s.runs_path, "--tag", tag,
                     "--step-timeout", str(s.timeout_s),
                     *(["--pipeline-stages", str(pipes)] if (pipes := self.layout.pipeline_stages) > 1 else []),
@@ -126,7 +127,7 @@ class LayoutSearch:
 
     def _write_config(self) -> str:
         path = os.path.join(self.spec.output_path(".configs"), f"{slug(self.layout.key)}.json")
-        return write_derived(path, self.spec.base, self.layout.point)
+        return write_derived(path, self.spec.base, self.layout)
 
     def _write_largest_config(self, best: CapacityProbeRecord) -> str | None:
         if not best.ds_config:

@@ -19,8 +19,9 @@ import argparse
 import os
 
 from ds_bench.capacity.driver import LayoutSearch
-from ds_bench.capacity.spec import CapacitySpec, Layout, add_arguments, from_args, layout_invalid_reason
+from ds_bench.capacity.spec import CapacitySpec, add_arguments, from_args
 from ds_bench.jobs import predict, spawn
+from ds_bench.jobs.points import Point, invalid_reason
 from ds_bench.record import store
 from ds_bench.record.schema import CapacityProbeRecord, CapacityRecord
 from ds_bench.report import capacity_table
@@ -60,9 +61,9 @@ def main(args: argparse.Namespace) -> int:
     return 0 if any(r.status == "ok" for r in summaries) else 1
 
 
-def _search(spec: CapacitySpec, layout: Layout, world: int, per_node: int, capacity: int,
+def _search(spec: CapacitySpec, layout: Point, world: int, per_node: int, capacity: int,
             done: dict) -> CapacityRecord:
-    why = layout_invalid_reason(layout, world, spec.device_type)
+    why = invalid_reason(layout, spec.device_type, world)
     search = LayoutSearch(spec, layout, world, per_node, capacity, done)
     if why is not None:
         print(f"{layout.key}: skipped: {why}", flush=True)
@@ -80,7 +81,7 @@ def load_probes(path: str, capacity_id: str) -> dict[tuple[str, int], CapacityPr
 def plan_text(spec: CapacitySpec, world: int) -> str:
     lines = ["layouts:"]
     for layout in spec.layouts:
-        why = layout_invalid_reason(layout, world, spec.device_type)
+        why = invalid_reason(layout, spec.device_type, world)
         lines.append(f"  {layout.key}" + (f"  skipped: {why}" if why else ""))
     lines.append("family, smallest first:")
     lines += [f"  {m.name:<18} {m.params / 1e6:10.1f}M parameters  ({' '.join(m.run_args)})" for m in spec.members]

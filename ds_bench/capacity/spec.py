@@ -1,8 +1,8 @@
 """``ds-bench capacity`` flags into a checked ``CapacitySpec``: every bad value is one line naming the
 flag (exit 2) before any job is launched or any file written.
 
-A layout is a sweep point without its micro-batch axis (ZeRO stage, offload, precision, micro-batch,
-accumulation: ``jobs.points.Point``) plus the pipeline stages; the family is ``--family gpt3`` or
+A layout is a sweep point (``jobs.points.Point``: ZeRO stage, offload, precision, micro-batch,
+accumulation, pipeline stages) whose model is what the search varies; the family is ``--family gpt3`` or
 ``--scale layers|hidden`` from a base shape (``ds_bench.capacity.family``). ``run`` options after
 ``--`` pass to every probe, checked by ``run``'s own parser; the ones capacity sets itself are refused.
 """
@@ -30,22 +30,13 @@ OWNED = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup
 
 
 @dataclass(frozen=True)
-class Layout:
-    point: Point
-    """Stage, offload, precision, micro-batch and accumulation, as a sweep point."""
-    pipeline_stages: int = 1
-
-    @property
-    def key(self) -> str:
-        return (f"pp{self.pipeline_stages} " if self.pipeline_stages > 1 else "") + self.point.key
-
-
-@dataclass(frozen=True)
 class CapacitySpec:
     ds_config: str
     base: dict
     """The base config with ``--set`` applied (each layout's config is derived from it)."""
-    layouts: tuple[Layout, ...]
+    layouts: tuple[Point, ...]
+    """Each a sweep point without its search axis: stage, offload, precision, micro-batch, accumulation,
+    pipeline stages."""
     members: tuple[Member, ...]
     family: str
     """``gpt3`` or ``scale layers from 2 x 64 x 2``: what the table says it searched."""
@@ -172,13 +163,13 @@ def _family(args: argparse.Namespace) -> tuple[str, list[Member]]:
     return f"scale {args.scale} from {args.layers} x {args.hidden} x {args.heads}", members
 
 
-def _layouts(args: argparse.Namespace, base_stage: int, precision: str) -> tuple[Layout, ...]:
+def _layouts(args: argparse.Namespace, base_stage: int, precision: str) -> tuple[Point, ...]:
     stages = parse_list("--stages", args.stages, allowed=(0, 1, 2, 3), kind=int) if args.stages else (base_stage,)
     offloads = parse_list("--offload", args.offload, allowed=OFFLOADS)
     pipes = parse_list("--pipeline-stages", args.pipeline_stages, kind=int)
     if precision not in PRECISIONS:
         raise UserError(f"--precision {precision!r} is not one of {', '.join(PRECISIONS)}")
-    return tuple(Layout(Point(s, o, precision, args.micro_batch, args.grad_accum), p)
+    return tuple(Point(s, o, precision, args.micro_batch, args.grad_accum, pipeline_stages=p)
                  for p, s, o in itertools.product(pipes, stages, offloads))
 
 
@@ -190,23 +181,10 @@ def _run_args(args: argparse.Namespace) -> tuple[str, ...]:
         raise UserError(f"run arguments after '--' ({' '.join(tail)}): {e}") from None
     for name, flag in OWNED.items():
         if name in given:
+            shape = name in ("size", "layers", "hidden", "heads")
             raise UserError(f"run argument {flag} after '--': ds-bench capacity sets it for every probe; "
-                            f"use capacity's own {flag}" + (" (or --family/--scale)" if name in ("size", "layers", "hidden", "heads") else ""))
+                            f"use capacity's own {flag}" + (" (or --family/--scale)" if shape else ""))
     return tuple(tail)
-
-
-def layout_invalid_reason(layout: Layout, world_size: int, device_type: str) -> str | None:
-    """Why DeepSpeed cannot train this layout on these ranks, or None (pure)."""
-    from ds_bench.jobs.points import invalid_reason
-
-    p = layout.pipeline_stages
-    if p > 1 and layout.point.stage > 1:
-        return f"a pipeline ({p} stages) takes ZeRO stage 0 or 1 only (DeepSpeed's pipeline engine)"
-    if p > 1 and layout.point.offload != "none":
-        return f"a pipeline ({p} stages) cannot offload: it takes ZeRO stage 0 or 1 only"
-    if world_size % p:
-        return f"{p} pipeline stages do not divide the {world_size} ranks"
-    return invalid_reason(layout.point, device_type)
 
 
 def _gpus() -> int:

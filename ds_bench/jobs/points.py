@@ -30,22 +30,25 @@ class Point:
     micro_batch: int
     grad_accum: int = 1
     engine: str = "deepspeed"
+    pipeline_stages: int = 1
+    """DeepSpeed pipeline stages (``--pipeline-stages``); 1: no pipeline. Data-parallel degree = ranks / this."""
 
     @property
     def key(self) -> str:
         return self._label(f" mbs={self.micro_batch}")
 
     @property
-    def family(self) -> tuple[int, str, str, int, str]:
+    def family(self) -> tuple[int, str, str, int, str, int]:
         """Every point that differs only in micro-batch: one line of the throughput plot and one
         ``--micro-batch auto`` search."""
-        return (self.stage, self.offload, self.precision, self.grad_accum, self.engine)
+        return (self.stage, self.offload, self.precision, self.grad_accum, self.engine, self.pipeline_stages)
 
     def family_label(self) -> str:
         return self._label("")
 
     def _label(self, micro_batch: str) -> str:
         engine = "" if self.engine == "deepspeed" else f"{self.engine} "
+        engine += f"pp{self.pipeline_stages} " if self.pipeline_stages > 1 else ""
         return f"{engine}z{self.stage} off={self.offload} {self.precision}{micro_batch}" + (
             f" ga={self.grad_accum}" if self.grad_accum != 1 else "")
 
@@ -55,7 +58,7 @@ class Point:
     @classmethod
     def from_dict(cls, d: dict) -> Point:
         return cls(int(d["stage"]), str(d["offload"]), str(d["precision"]), int(d["micro_batch"]),
-                   int(d.get("grad_accum", 1)), str(d.get("engine", "deepspeed")))
+                   int(d.get("grad_accum", 1)), str(d.get("engine", "deepspeed")), int(d.get("pipeline_stages", 1)))
 
     def with_micro_batch(self, micro_batch: int) -> Point:
         return dataclasses.replace(self, micro_batch=micro_batch)
@@ -75,23 +78,27 @@ def parse_key(text: str, defaults: Point) -> Point:
             fields["precision"] = part
         elif name == "off" and value in OFFLOADS:
             fields["offload"] = value
+        elif not value and part[:2] == "pp" and part[2:].isdigit() and int(part[2:]) > 0:
+            fields["pipeline_stages"] = int(part[2:])
         elif name in ("mbs", "ga") and value.isdigit() and int(value) > 0:
             fields["micro_batch" if name == "mbs" else "grad_accum"] = int(value)
         else:
-            raise ValueError(f"{part!r} is not {'|'.join(ENGINES[1:])}, z0..z3, off={'|'.join(OFFLOADS)}, "
+            raise ValueError(f"{part!r} is not {'|'.join(ENGINES[1:])}, z0..z3, ppN, off={'|'.join(OFFLOADS)}, "
                              f"{'|'.join(PRECISIONS)}, mbs=N or ga=N")
     if fields["micro_batch"] < 1:
         raise ValueError("a point needs a micro-batch: mbs=N")
     return Point.from_dict(fields)
 
 
-def families(stages, offloads, precisions, grad_accums, engines=("deepspeed",)) -> list[Point]:
-    """One point per family (micro-batch 0, a placeholder), engine by engine, in axis order."""
+def families(stages, offloads, precisions, grad_accums, engines=("deepspeed",), pipelines=(1,)) -> list[Point]:
+    """One point per family (micro-batch 0, a placeholder), engine by engine, in axis order; pipeline
+    stages beyond 1 only for DeepSpeed (its pipeline engine)."""
     out: list[Point] = []
     for engine in engines:
         e_stages, e_offloads = engine_axes(engine, stages, offloads)
-        out += [Point(s, o, p, 0, g, engine)
-                for s, o, p, g in itertools.product(e_stages, e_offloads, precisions, grad_accums)]
+        e_pipes = pipelines if engine == "deepspeed" else (1,)
+        out += [Point(s, o, p, 0, g, engine, pp)
+                for pp, s, o, p, g in itertools.product(e_pipes, e_stages, e_offloads, precisions, grad_accums)]
     return out
 
 
@@ -104,15 +111,26 @@ def engine_axes(engine: str, stages, offloads) -> tuple[tuple, tuple]:
     return tuple(stages), tuple(offloads)
 
 
-def grid(stages, offloads, precisions, micro_batches, grad_accums, engines=("deepspeed",)) -> list[Point]:
+def grid(stages, offloads, precisions, micro_batches, grad_accums, engines=("deepspeed",),
+         pipelines=(1,)) -> list[Point]:
     """The full grid for explicit micro-batches, family by family, micro-batches ascending."""
-    return [f.with_micro_batch(m) for f in families(stages, offloads, precisions, grad_accums, engines)
+    return [f.with_micro_batch(m) for f in families(stages, offloads, precisions, grad_accums, engines, pipelines)
             for m in sorted(micro_batches)]
 
 
-def invalid_reason(point: Point, device_type: str) -> str | None:
-    """Why DeepSpeed cannot run this combination, or None. ``ds_config.prepare`` is the full check;
-    these are the combinations a grid produces by construction, named in the sweep's own terms."""
+def invalid_reason(point: Point, device_type: str, world_size: int | None = None) -> str | None:
+    """Why DeepSpeed cannot run this combination (on ``world_size`` ranks, when given), or None.
+    ``ds_config.prepare`` and the run's own checks are the full check; these are the combinations a
+    grid produces by construction, named in the sweep's own terms."""
+    pp = point.pipeline_stages
+    if pp > 1 and point.engine != "deepspeed":
+        return f"{point.engine.upper()} has no pipeline: pipeline stages are DeepSpeed's engine"
+    if pp > 1 and point.stage > 1:
+        return f"a pipeline ({pp} stages) takes ZeRO stage 0 or 1 only (DeepSpeed's pipeline engine)"
+    if pp > 1 and point.offload != "none":
+        return f"a pipeline ({pp} stages) cannot offload: it takes ZeRO stage 0 or 1 only"
+    if world_size is not None and world_size % pp:
+        return f"{pp} pipeline stages do not divide the {world_size} ranks"
     if point.engine == "ddp" and (point.stage, point.offload) != (0, "none"):
         return "DDP replicates everything: one point per precision, z0 off=none"
     if point.engine == "fsdp" and point.stage < 2:

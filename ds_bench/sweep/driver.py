@@ -41,7 +41,7 @@ class Sweep:
     # --- the plan -------------------------------------------------------------------------------
     def run(self) -> None:
         s = self.spec
-        fams = families(s.stages, s.offloads, s.precisions, s.grad_accums, s.engines)
+        fams = families(s.stages, s.offloads, s.precisions, s.grad_accums, s.engines, s.pipeline_stages)
         planned = (len(fams) * (len(s.micro_batches) if s.micro_batches else 4) + len(s.extra_points)) * s.repeats
         with self.progress.open(planned):
             for family in fams:
@@ -86,7 +86,7 @@ class Sweep:
         return {"ok": "fits"}.get(status, status)
 
     def _skip_reason(self, point: Point, smallest_oom: int | None) -> str | None:
-        reason = invalid_reason(point, self.spec.device_type)
+        reason = invalid_reason(point, self.spec.device_type, self.world)
         if reason is None and smallest_oom is not None and point.micro_batch > smallest_oom:
             reason = f"micro-batch {smallest_oom} already ran out of memory"
         if reason is None:
@@ -97,7 +97,8 @@ class Sweep:
         from ds_bench import engines
         from ds_bench.config.deepspeed import prepare as ds_config
 
-        ctx = ds_config.RunContext(world_size=self.world, device_type=self.spec.device_type, lr=1e-3,
+        data_parallel = self.world // point.pipeline_stages  # DeepSpeed's pipeline batch counts replicas
+        ctx = ds_config.RunContext(world_size=data_parallel, device_type=self.spec.device_type, lr=1e-3,
                                    steps=self.spec.steps, warmup=self.spec.warmup, micro_batch=None)
         try:
             path = write_derived(self._config_file(point), self.base, point)
@@ -114,6 +115,7 @@ class Sweep:
         run_args = ["run", "--workload", s.workload, "--ds-config", self._config_file(point),  # written by the check
                     "--steps", str(s.steps), "--warmup", str(s.warmup), "--results", s.runs_path, "--tag", tag,
                     "--step-timeout", str(s.timeout_s), "--engine", point.engine,
+                    *(["--pipeline-stages", str(point.pipeline_stages)] if point.pipeline_stages > 1 else []),
                     *(["--cpu-mem-limit", str(s.cpu_mem_limit)] if s.cpu_mem_limit else []),
                     *s.run_args]
         log_path = os.path.join(s.output_path(".logs"), f"{slug(point.key)}-r{repeat}-{tag[-6:]}.log")

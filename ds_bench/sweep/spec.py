@@ -55,6 +55,8 @@ class SweepSpec:
     extra_points: tuple[Point, ...] = ()
     """``--point``: single points beyond the grid (e.g. one offload point)."""
     engines: tuple[str, ...] = ("deepspeed",)
+    pipeline_stages: tuple[int, ...] = (1,)
+    """``--pipeline-stages``: DeepSpeed pipeline layouts beside the data-parallel ones (GPT-2)."""
 
     @property
     def runs_path(self) -> str:
@@ -83,6 +85,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", default=None, help="fp32,bf16,fp16 (default: the base config's)")
     p.add_argument("--micro-batch", default=None, help="e.g. 1,2,4,8 or auto (default: the base config's, else auto)")
     p.add_argument("--grad-accum", default=None, help="gradient accumulation steps, e.g. 1,4")
+    p.add_argument("--pipeline-stages", default="1",
+                   help="DeepSpeed pipeline stages per point, e.g. 1,2 (default 1; ZeRO 0/1 without offload only; "
+                        "with --grad-accum to show the bubble against the number of micro-batches)")
     p.add_argument("--engines", default=None,
                    help="deepspeed,ddp,fsdp: DDP and FSDP baselines beside ZeRO from the same config (default "
                         "deepspeed; the preset: all three). DDP: one point per precision; FSDP: stages 2 and 3")
@@ -188,7 +193,8 @@ def _axes(args: argparse.Namespace, base: dict, bf16_native: bool, notes: list[s
         precisions=parse_list("--precision", precision_text, allowed=PRECISIONS) if precision_text else (axes["precision"],),
         micro_batches=parse_micro_batches(args.micro_batch, axes["micro_batch"]),
         grad_accums=parse_list("--grad-accum", args.grad_accum, kind=int) if args.grad_accum else (axes["grad_accum"],),
-        engines=parse_list("--engines", args.engines, allowed=ENGINES) if args.engines else ("deepspeed",))
+        engines=parse_list("--engines", args.engines, allowed=ENGINES) if args.engines else ("deepspeed",),
+        pipeline_stages=parse_list("--pipeline-stages", args.pipeline_stages, kind=int))
 
 
 def _memory_cap(text: str | None) -> int | None:
