@@ -6,6 +6,7 @@
 - SIGTERM (Slurm's time limit, scancel) and SIGINT (Ctrl-C): exit 128 + signal, a ``failed``
   record ``terminated by SIG... at step k`` with the metrics of the steps done; a second signal
   ends the process at once;
+- the same two in a 2-stage pipeline (each stage waits on the other in every step);
 - a rank that stops making progress (SIGSTOP): the step watchdog of the other rank dumps every
   thread's stack and records ``no step finished in N s``.
 Pure parts (messages, /proc states) are tested on inline inputs.
@@ -28,14 +29,19 @@ from tests.conftest import BIN, REPO, child_env, shm_buffers
 
 RUN = ["run", "--workload", "mnist", "--ds-config", "ds_configs/zero1.json", "--set", "bf16.enabled=false",
        "--micro-batch", "8", "--steps", "100000", "--warmup", "2"]
+PIPELINE_RUN = ["run", "--workload", "gpt2", "--ds-config", "ds_configs/zero1.json", "--set", "bf16.enabled=false",
+                "--layers", "4", "--hidden", "64", "--heads", "4", "--seq-len", "32", "--micro-batch", "2",
+                "--set", "gradient_accumulation_steps=2", "--pipeline-stages", "2", "--steps", "100000", "--warmup", "2"]
+"""Two pipeline stages on two ranks: each rank waits on the other in every step (activations forward,
+gradients back)."""
 
 
 class Job:
     """A real launcher running ds_bench, its output in files, found again by rank."""
 
-    def __init__(self, tmp: Path, launcher: str, port: int, *extra: str):
+    def __init__(self, tmp: Path, launcher: str, port: int, *extra: str, run: list[str] = RUN):
         self.results, self.out = tmp / "r.jsonl", tmp / "out.log"
-        args = [*RUN, "--results", str(self.results), *extra]
+        args = [*run, "--results", str(self.results), *extra]
         argv = {
             "torchrun": [str(BIN / "torchrun"), "--nproc_per_node", "2", "--master_port", str(port), "-m", "ds_bench"],
             "deepspeed": [str(BIN / "deepspeed"), "--num_gpus", "2", "--master_port", str(port), "--module", "ds_bench"],
@@ -242,6 +248,40 @@ def test_a_stalled_rank_is_caught_by_the_step_watchdog(job):
     assert "was stopped" in r["error"]
     out = j.out.read_text()
     assert "stacks of every thread" in out and "most recent call first" in out
+
+
+@pytest.mark.dist
+def test_a_rank_killed_in_a_pipeline_ends_the_job_with_a_record_naming_it(job):
+    j = job("torchrun", 29813, run=PIPELINE_RUN)
+    j.wait_for("warm-up done")
+    victim = j.rank_pid(1)
+    psutil.Process(victim).send_signal(signal.SIGKILL)
+    code, seconds = j.end(timeout=60)
+    assert code != 0, j.tail()
+    survivor = [r for r in j.records() if r["failure"]["rank"] == 0]
+    assert survivor and survivor[0]["status"] == "failed" and survivor[0]["pipeline_stages"] == 2, j.tail()
+    assert f"rank 1 (pid {victim} on " in survivor[0]["error"] and "had exited" in survivor[0]["error"]
+
+
+@pytest.mark.dist
+def test_a_pipeline_stage_stalled_in_a_receive_is_caught_by_the_step_watchdog(job):
+    """Stage 1 stopped (SIGSTOP): stage 0 waits in the pipeline's send/receive, which gloo would hold for
+    the whole --dist-timeout; the step watchdog ends it after --step-timeout with a record."""
+    j = job("torchrun", 29814, "--step-timeout", "6", run=PIPELINE_RUN)
+    j.wait_for("warm-up done")
+    stalled = j.rank_pid(1)
+    psutil.Process(stalled).suspend()
+    try:
+        deadline = time.monotonic() + 60
+        while not j.records():
+            assert time.monotonic() < deadline, j.tail()
+            time.sleep(0.5)
+    finally:
+        psutil.Process(stalled).kill()
+    code, _ = j.end(timeout=60)
+    (r,) = j.records()
+    assert code != 0 and r["failure"]["rank"] == 0 and r["failure"]["stalled_s"] == 6
+    assert "no step finished in 6 s" in r["error"] and "was stopped" in r["error"], r["error"]
 
 
 # --- pure parts ---
