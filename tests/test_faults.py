@@ -6,9 +6,9 @@
 - SIGTERM (Slurm's time limit, scancel) and SIGINT (Ctrl-C): exit 128 + signal, a ``failed``
   record ``terminated by SIG... at step k`` with the metrics of the steps done; a second signal
   ends the process at once;
-- the same two in a 2-stage pipeline (each stage waits on the other in every step);
 - a rank that stops making progress (SIGSTOP): the step watchdog of the other rank dumps every
-  thread's stack and records ``no step finished in N s``.
+  thread's stack and records ``no step finished in N s``;
+- a rank killed and a stage stopped in a 2-stage pipeline (each stage waits on the other in every step).
 Pure parts (messages, /proc states) are tested on inline inputs.
 """
 
