@@ -2,11 +2,13 @@
 
 ``choose`` resolves ``--engine`` against a prepared DeepSpeed config before the process group is
 joined (bad combinations are ``UserError``s, exit 2); ``build`` wraps the model once ranks have
-joined. Every engine returns an object with DeepSpeed's engine surface (``ds_bench.measure.loop`` calls
-``engine(...)``, ``backward``, ``step``, ``device``; ``save_checkpoint`` / ``load_checkpoint``),
-so the loop, timing and records are the same for all three. With ``--pipeline-stages``
-(``ds_bench.engines.pipeline``) the model is a ``PipelineModule`` and DeepSpeed's ``PipelineEngine``
-trains a whole step per ``train_batch`` call; the loop drives it per step.
+joined; under DeepSpeed ZeRO-3 ``partitioned_build`` is the context the model is built in
+(``deepspeed.zero.Init``, ``ds_bench.engines.zero_init``). Every engine returns an object with
+DeepSpeed's engine surface (``ds_bench.measure.loop`` calls ``engine(...)``, ``backward``, ``step``,
+``device``; ``save_checkpoint`` / ``load_checkpoint``), so the loop, timing and records are the same
+for all three. With ``--pipeline-stages`` (``ds_bench.engines.pipeline``) the model is a
+``PipelineModule`` and DeepSpeed's ``PipelineEngine`` trains a whole step per ``train_batch`` call;
+the loop drives it per step.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from ds_bench.engines.pipeline import PipelinePlan
 from ds_bench.engines.pipeline import check_config as check_pipeline_config
 from ds_bench.engines.plan import TorchPlan, plan
 from ds_bench.engines.torch_engine import DTYPES, TorchEngine, wrap_ddp, wrap_fsdp
+from ds_bench.engines.zero_init import full_numel, is_partitioned, partitioned_build
 
-__all__ = ["ENGINES", "EngineChoice", "choose", "build"]
+__all__ = ["ENGINES", "EngineChoice", "choose", "build", "partitioned_build", "is_partitioned", "full_numel"]
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,14 @@ class Workload(ABC):
     """What one sample is, in the summary: ``images``, ``sequences``..."""
     custom_shapes: bool = False
     """Whether ``--layers/--hidden/--heads`` can shape the model (GPT-2)."""
+    preload: tuple[str, ...] = ()
+    """Modules ``build_model`` imports, imported before the memory baseline (``ds_bench.run.measure``) so a
+    build's time and memory are the model's, not its library's (transformers' GPT-2: ~38 MiB RSS, ~1 s)."""
+    partitioned_build: bool = False
+    """Whether DeepSpeed ZeRO-3 may build the model partitioned (``deepspeed.zero.Init``,
+    ``ds_bench.engines.zero_init``): true only where ``model_flops_per_sample`` needs no forward pass
+    (partitioned weights are empty tensors) and ``build_model`` gives the same weights partitioned or
+    not (GPT-2: ``ds_bench.workloads.hf_init``). False: every rank builds the whole model first."""
 
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg

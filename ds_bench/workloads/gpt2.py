@@ -29,7 +29,7 @@ from torch import nn
 
 from ds_bench.data import text
 from ds_bench.errors import UserError
-from ds_bench.workloads import flops
+from ds_bench.workloads import flops, hf_init
 from ds_bench.workloads.base import Batch, Workload, check_enough, cycle_pool, shard_epochs
 from ds_bench.workloads.gpt2_shapes import SHAPES, VOCAB, Shape, check_custom_shape, custom_shape, named_shape
 
@@ -46,6 +46,11 @@ class GPT2Workload(Workload):
     default_lr = 6e-4  # GPT-3 paper's rate for the 125M model, nanoGPT's default
     sample_unit = "sequences"
     custom_shapes = True
+    preload = ("transformers.models.gpt2.modeling_gpt2",)
+    partitioned_build = True
+    """FLOPs from the config; HF's weight init gathered (``hf_init``). Not with ``--model`` (set in ``__init__``):
+    ``from_pretrained`` builds on the meta device and loads partitioned only through transformers' own ZeRO-3
+    path, which needs ``accelerate``."""
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -59,6 +64,7 @@ class GPT2Workload(Workload):
             self.size = None
             self.config = pretrained_config(cfg.model_path, cfg.seq_len)
             self.default_lr = FINETUNE_LR
+            self.partitioned_build = False
         else:
             shape = custom_shape(cfg.layers, cfg.hidden, cfg.heads, cfg.seq_len) if custom \
                 else named_shape(self.size, cfg.seq_len)
@@ -82,7 +88,8 @@ class GPT2Workload(Workload):
         if self.cfg.model_path is not None:
             model = GPT2LMHeadModel.from_pretrained(self.cfg.model_path, config=self.config)
         else:
-            model = GPT2LMHeadModel(self.config)
+            with hf_init.partitioned_weight_init():  # under ZeRO-3 zero.Init: the same weights as unpartitioned
+                model = GPT2LMHeadModel(self.config)
         model.loss_type = "ForCausalLM"  # the loss HF picks anyway, named so it does not warn
         if self.cfg.activation_checkpointing:
             enable_checkpointing(model)

@@ -42,6 +42,9 @@ SYNTHETIC_POOL = 8  # distinct synthetic batches per rank, cycled
 
 
 class ResNetWorkload(Workload):
+    """Not built partitioned under ZeRO-3 (``partitioned_build`` False): its FLOPs come from a forward
+    pass with hooks (``flops.layer_forward_flops``) at the image size, which needs whole weights."""
+
     name = "resnet"
     sizes = tuple(ARCHS)
     default_size = "resnet50"
