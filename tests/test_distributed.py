@@ -77,6 +77,7 @@ def check_record(r, launcher, stage, precision):
     assert m["peak_mem_bytes"] > 50 * 2**20
     assert all(math.isfinite(x) for x in m["loss_curve"])
     assert r["versions"]["deepspeed"] and r["run_id"] and r["time"]
+    assert r["build"]["partitioned"] is False and r["build"]["engine_s"] > 0  # MNIST: whole, even under ZeRO-3
     breakdown = r["config"]["breakdown"]  # the torchrun ZeRO-2 fp32 run synchronizes after every phase
     assert (m["timing_mode"], m["syncs_per_step"]) == (("breakdown", 4) if breakdown else ("step", 1))
     assert abs(m["rank_steps_vs_wall_pct"]) < 2, m  # the harness's clock against the window's wall time

@@ -8,6 +8,12 @@ error was an out-of-memory.
   resident set, so a run can fail to allocate while its RSS is still below the cap.
 - ``current_bytes`` / ``peak_bytes``: GPU: ``memory_allocated`` / ``max_memory_allocated`` (and
   reserved); CPU: RSS now / peak RSS (``ru_maxrss``, which Linux reports in KiB).
+- ``held_bytes``: ``current_bytes`` once a CPU rank's C heap has handed its free pages back to the
+  OS (glibc ``malloc_trim(0)``): what the process holds, not what its allocator keeps after frees.
+  Measured (GPT-2 24 x 256, 122 MiB fp32, 2 ranks, ZeRO-3 ``zero.Init`` with the weight init
+  gathered module by module, 61 MiB of parameters per rank): RSS +181 to +244 MiB after the build,
+  +102 MiB after the trim (+77 MiB once the garbage collector also ran); glibc raises its mmap
+  threshold after a large free, so later large buffers come from the heap and stay resident when freed.
 - ``is_out_of_memory``: torch's ``OutOfMemoryError`` (CUDA), Python's ``MemoryError``, or the CPU
   allocator's failure, which torch raises as a plain ``RuntimeError`` saying
   ``DefaultCPUAllocator: can't allocate memory`` (c10/core/impl/alloc_cpu.cpp); anywhere in the
@@ -17,6 +23,8 @@ error was an out-of-memory.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import resource
 
 import psutil
@@ -34,6 +42,20 @@ def current_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.memory_allocated(device))
     return int(psutil.Process().memory_info().rss)
+
+
+def held_bytes(device: torch.device) -> int:
+    """``current_bytes``, on CPU after returning the heap's free pages to the OS (where glibc can)."""
+    if device.type != "cuda":
+        _trim_heap()
+    return current_bytes(device)
+
+
+def _trim_heap() -> None:
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
+        pass
 
 
 def peak_bytes(device: torch.device) -> dict[str, int]:

@@ -125,6 +125,26 @@ class PipelineStage(Block):
     """Seconds to build this stage's layers."""
 
 
+class ModelBuild(Block):
+    """How the model and engine were built on rank 0 (``ds_bench.run.measure.build``). Memory is this rank's
+    (GPU: allocated; CPU: RSS once the C heap returned its free pages, ``ds_bench.machine.memory.held_bytes``)
+    minus what it held before the model (its own ``baseline_mem_bytes``)."""
+
+    partitioned: bool
+    """Whether the model was built under DeepSpeed ``zero.Init`` (ZeRO-3, a workload that allows it):
+    each parameter partitioned across the ranks as it was created, no rank holding the whole model."""
+    model_s: float
+    """Seconds to build the model (construction, weight init, cast to the compute dtype)."""
+    engine_s: float
+    """Seconds from the model built (and its parameters and FLOPs counted) to the engine ready
+    (``deepspeed.initialize``, or the DDP/FSDP wrap)."""
+    model_mem_bytes: int
+    """Bytes this rank held beyond its baseline once the model was built, before the engine."""
+    engine_mem_bytes: int
+    """Bytes this rank held beyond its baseline once the engine was ready (optimizer state that is
+    created lazily, e.g. torch Adam's moments, not yet counted)."""
+
+
 class RunRecord(Stamped):
     kind: Literal["run"] = "run"
     workload: str
@@ -159,7 +179,11 @@ class RunRecord(Stamped):
     loop_started_at: float | None = None
     """Unix time (s) the timed loop started: a sweep point's launch overhead is from its launch to this."""
     params: int | None = None
+    """Parameters of the whole model (partitioned builds: ``ds_numel``, not this rank's share)."""
     largest_layer_params: int | None = None
+    """Parameters of the largest module (its own, not its children's): whole-model counts when partitioned."""
+    build: ModelBuild | None = None
+    """Model build and engine init: times, memory, partitioned or not (records from before: None)."""
     hosts: list[str] | None = None
     slow_ranks: list[SlowRank] | None = None
     comm_bound: dict[str, Any] | None = None

@@ -22,9 +22,9 @@ from pydantic import Field, TypeAdapter
 
 from ds_bench.record.base_schema import SCHEMA_VERSION, Block, Busy, Record, Stamped
 from ds_bench.record.capacity_schema import CapacityMember, CapacityProbeRecord, CapacityRecord
-from ds_bench.record.run_schema import Failure, RunMetrics, RunRecord, SlowRank
+from ds_bench.record.run_schema import Failure, ModelBuild, RunMetrics, RunRecord, SlowRank
 
-__all__ = ["SCHEMA_VERSION", "Block", "Busy", "CapacityMember", "CapacityProbeRecord", "CapacityRecord", "CommRecord", "CommRow", "DoctorRecord", "Failure", "Record",
+__all__ = ["SCHEMA_VERSION", "Block", "Busy", "CapacityMember", "CapacityProbeRecord", "CapacityRecord", "CommRecord", "CommRow", "DoctorRecord", "Failure", "ModelBuild", "Record",
            "RunMetrics", "RunRecord", "ScalingRecord", "ScalingRow", "SlowRank", "Stamped", "SweepPointRecord",
            "json_schema", "model_of", "parse_record"]
 

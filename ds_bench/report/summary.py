@@ -82,6 +82,11 @@ def one_run(record: RunRecord, results_path: str) -> str:
         f"  peak memory  {m.peak_mem_bytes / MIB:.0f} MiB on the largest rank ({m.peak_mem_kind})",
         f"  loss         {m.loss_first:.4f} -> {m.loss_last:.4f}",
     ]
+    if record.build:
+        b = record.build
+        lines.append(f"  build        model {b.model_s:.2f} s{' (partitioned: zero.Init)' if b.partitioned else ''}, "
+                     f"engine {b.engine_s:.2f} s; rank 0 held {b.model_mem_bytes / MIB:.0f} MiB over its baseline "
+                     f"after the model, {b.engine_mem_bytes / MIB:.0f} MiB after the engine")
     lines += pipeline_lines(record)
     if (record.optimizer or {}).get("source") == "ds_bench default":
         lines.append(f"  optimizer    none in the DeepSpeed config: ds_bench supplied {record.optimizer['type']}")

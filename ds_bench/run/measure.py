@@ -32,10 +32,11 @@ log = logging.getLogger("ds_bench")
 PRELOADED = ("torch._dynamo", "deepspeed.runtime.zero.muon.muon_optimizer")
 """Imported before the baseline on every rank, whatever the stage, so a CPU rank's RSS baseline holds
 the libraries a run loads anyway, not model or activation memory (``ds_bench.jobs.predict``
-calibrates on the difference). Measured with torch 2.13 CPU, deepspeed 0.19.8: constructing any
-torch optimizer imports ``torch._dynamo`` (torch/_compile.py), ~830 modules, ~75 MiB RSS; ZeRO 1-3
-import DeepSpeed's Muon optimizer, whose ``@torch.compile`` loads the compile stack, ~580 modules,
-~48 MiB more. GPU peaks (``max_memory_allocated``) never counted them."""
+calibrates on the difference); a workload adds those its build imports (``Workload.preload``). Measured
+with torch 2.13 CPU, deepspeed 0.19.8: constructing any torch optimizer imports ``torch._dynamo``
+(torch/_compile.py), ~830 modules, ~75 MiB RSS; ZeRO 1-3 import DeepSpeed's Muon optimizer, whose
+``@torch.compile`` loads the compile stack, ~580 modules, ~48 MiB more. GPU peaks
+(``max_memory_allocated``) never counted them."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class Built:
     hardware_flops_per_sample: float | None
     stages: list[dict] | None = None
     """Pipeline runs: each stage's layout (``stage_layout``) and build seconds, from its first data-parallel rank."""
+    build: dict | None = None
+    """The record's ``build`` (``ds_bench.record.run_schema.ModelBuild``): partitioned or not, times, memory."""
 
 
 def measure(run: Started, workload) -> tuple[dict, dict]:
@@ -58,7 +61,7 @@ def measure(run: Started, workload) -> tuple[dict, dict]:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(run.cfg.seed)
-    _preload_libraries()
+    _preload_libraries(PRELOADED + workload.preload)
     run.baseline_bytes = memory.current_bytes(run.state.device)
     built = build(run, workload)
     reports, loop_started_at = train(run, workload, built.engine)
@@ -70,13 +73,22 @@ def measure(run: Started, workload) -> tuple[dict, dict]:
 def build(run: Started, workload) -> Built:
     if run.engine.pipeline is not None:
         return build_pipeline(run, workload)
-    # DeepSpeed: cast before initialize (BatchNorm et al. must already be in the compute dtype); DDP/FSDP: fp32
-    model = workload.build_model().to(run.engine.model_dtype)
-    params = sum(p.numel() for p in model.parameters())
-    largest = max((sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules()), default=0)
+    started = time.perf_counter()
+    with engines.partitioned_build(run.engine, run.ds_cfg, workload.partitioned_build):  # ZeRO-3: zero.Init
+        # DeepSpeed: cast before initialize (BatchNorm et al. must already be in the compute dtype); DDP/FSDP: fp32
+        model = workload.build_model().to(run.engine.model_dtype)
+    model_built = time.perf_counter(), memory.held_bytes(run.state.device) - run.baseline_bytes
+    partitioned = engines.is_partitioned(model)  # before the engine: DeepSpeed ZeRO-3 partitions any model
+    params = sum(engines.full_numel(p) for p in model.parameters())
+    largest = max((sum(engines.full_numel(p) for p in m.parameters(recurse=False)) for m in model.modules()),
+                  default=0)
     flops, hw_flops = workload.model_flops_per_sample(model), workload.hardware_flops_per_sample(model)
+    engine_started = time.perf_counter()
     engine = engines.build(run.engine, model, run.ds_cfg, run.state.device, run.cfg.lr or workload.default_lr)
-    return Built(engine, params, largest, flops, hw_flops)
+    return Built(engine, params, largest, flops, hw_flops, build={
+        "partitioned": partitioned, "model_s": model_built[0] - started,
+        "engine_s": time.perf_counter() - engine_started, "model_mem_bytes": model_built[1],
+        "engine_mem_bytes": memory.held_bytes(run.state.device) - run.baseline_bytes})
 
 
 def build_pipeline(run: Started, workload) -> Built:
@@ -144,7 +156,7 @@ def run_metrics(run: Started, workload, built: Built, reports: list, loop_starte
         metrics["tokens_per_s"] = metrics["samples_per_s"] * workload.tokens_per_sample
     hosts = sorted({r.host for r in reports})
     extra = {"loop_started_at": loop_started_at, "params": built.params,
-             "largest_layer_params": built.largest_layer_params, "hosts": hosts,
+             "largest_layer_params": built.largest_layer_params, "build": built.build, "hosts": hosts,
              "slow_ranks": slow_ranks.from_metrics(metrics, cfg.slow_rank_threshold),
              "comm_bound": _comm_bound(run, built, metrics, hosts)}
     if built.stages is not None:
@@ -163,8 +175,8 @@ def _comm_bound(run: Started, built: Built, metrics: dict, hosts: list[str]) -> 
                            hosts=hosts, backend=state.backend, busbw=cfg.busbw, comm_results=cfg.comm_results_path())
 
 
-def _preload_libraries() -> None:
-    for name in PRELOADED:
+def _preload_libraries(names: tuple[str, ...]) -> None:
+    for name in names:
         try:
             importlib.import_module(name)
         except ImportError:  # another DeepSpeed version: nothing to preload
