@@ -77,3 +77,42 @@ def test_the_table_names_the_largest_size_and_why_the_next_did_not_run():
     for part in ("pp1 dp2 z3 off=none fp32 mbs=1", "gpt3-350m", "354.8M", "gpt3-760m", "oom", "1.500", "1,365",
                  "3.00 / 4.00", "1.10"):
         assert part in text, (part, text)
+
+
+@pytest.mark.dist
+def test_a_real_search_under_a_memory_cap_answers_with_the_largest_member_that_ran(tmp_path):
+    """ZeRO-0 on 2 CPU ranks under a 1.5 GiB cap per rank, a family grown by layers: the answer is a
+    member whose probe really trained, and the next one really ran out of memory (its run says so) or
+    was predicted not to fit; ``ds-bench report`` prints the table again."""
+    from tests.conftest import ds_bench, explain, records
+
+    results = tmp_path / "c.jsonl"
+    proc = ds_bench("capacity", "--ds-config", "zero1.json", "--stages", "0", "--precision", "fp32", "--scale", "layers",
+                    "--layers", "8", "--hidden", "384", "--heads", "6", "--seq-len", "16", "--max-scale", "4",
+                    "--cpu-mem-limit", "1.5GiB", "--steps", "2", "--warmup", "1", "--results", str(results),
+                    "--master-port", "29880", "--timeout", "4m", timeout=900, HF_HUB_OFFLINE="1")
+    assert proc.returncode == 0, explain(proc)
+    recs = records(results)
+    (summary,) = [r for r in recs if r["kind"] == "capacity"]
+    probes = {r["index"]: r for r in recs if r["kind"] == "capacity_probe"}
+    runs = {r["run_id"]: r for r in records(results.with_suffix(".runs.jsonl")) if r.get("run_id")}
+    largest, nxt = summary["largest"], summary["next"]
+    assert summary["status"] == "ok" and largest and nxt, summary  # the cap bites inside the family
+    best = next(p for p in probes.values() if p["member"] == largest["member"])
+    assert best["status"] == "ok" and runs[best["run_id"]]["status"] == "ok"
+    assert best["peak_mem_bytes"] <= 1.5 * 2**30
+    assert all(p["status"] != "ok" for p in probes.values() if p["index"] > best["index"])
+    if nxt["why"] == "oom":
+        failed = [r for r in records(results.with_suffix(".runs.jsonl"))
+                  if (r.get("failure") or {}).get("kind") == "oom" and r.get("size") == nxt_label(nxt["member"])]
+        assert failed, nxt
+    else:
+        assert nxt["why"] == "predicted" and nxt["predicted_mem_bytes"] > 1.5 * 2**30, nxt
+    again = ds_bench("report", str(results))
+    assert again.returncode == 0 and largest["member"] in again.stdout, explain(again)
+
+
+def nxt_label(member: str) -> str:
+    """``16 x 384 x 6`` -> the run record's size label, ``L16-H384-A6``."""
+    layers, hidden, heads = member.split(" x ")
+    return f"L{layers}-H{hidden}-A{heads}"
