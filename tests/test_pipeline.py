@@ -195,3 +195,16 @@ def test_pipeline_records_say_the_layout(runs):
     uniform_by_type = runs["p2_z1_ckpt"]["pipeline_layout"]
     assert [s["n_blocks"] for s in uniform_by_type] == [2, 2]  # type:GPT2Block balances the blocks
     assert runs["p2_z1_ckpt"]["metrics"]["hardware_tflops_per_device"] > runs["p2_z1_ckpt"]["metrics"]["tflops_per_device"]
+
+
+@pytest.mark.dist
+def test_two_stages_times_two_replicas_on_four_oversubscribed_ranks(tmp_path_factory):
+    """P=2 x DP=2 (4 torchrun ranks on this machine's 2 cores) trains like P=1 x DP=2: each replica reads
+    its own shard whatever the stages, and the replicas' gradients are averaged once per step."""
+    zero0 = ("--ds-config", "ds_configs/zero0.json")
+    p2dp2 = pipeline_run(tmp_path_factory, "p2dp2", 4, 29871 + 43, *zero0, "--pipeline-stages", "2")
+    p1dp2 = pipeline_run(tmp_path_factory, "p1dp2", 2, 29871 + 44, *zero0, "--pipeline-stages", "1")
+    assert (p2dp2["world_size"], p2dp2["pipeline_stages"], p2dp2["data_parallel_size"]) == (4, 2, 2)
+    assert (p1dp2["world_size"], p1dp2["data_parallel_size"]) == (2, 2)
+    assert p2dp2["train_batch_size"] == p1dp2["train_batch_size"] == 2 * 4 * 2
+    assert_same_curve(p2dp2["metrics"]["loss_curve"], p1dp2["metrics"]["loss_curve"], CURVE_REL)
