@@ -133,18 +133,20 @@ class GPT2Workload(Workload):
         return model(input_ids=ids, labels=ids, use_cache=False, return_dict=True).loss
 
     def model_flops_per_sample(self, model: nn.Module) -> float:
-        """seq_len x ``flops.gpt2_flops_per_token`` of ``model.config``: PaLM's 6N + 12 L d T.
+        """seq_len x ``flops.gpt2_flops_per_token`` of the model's config (a pipeline's stages have none:
+        the workload's): PaLM's 6N + 12 L d T.
 
         N counts the block matmul weights and the (tied) LM head, not the embedding lookups; see
         ``flops.gpt2_matmul_params``. Activation checkpointing does not change it (model FLOPs).
         """
-        return self.seq_len * flops.gpt2_flops_per_token(*_shape(self.config), self.seq_len)
+        return self.seq_len * flops.gpt2_flops_per_token(*_shape(_config_of(model, self.config)), self.seq_len)
 
     def hardware_flops_per_sample(self, model: nn.Module) -> float:
         """With ``--activation-checkpointing``: + one forward (PaLM's 8N + 16 L d T), for HFU."""
         if not self.cfg.activation_checkpointing:
             return self.model_flops_per_sample(model)
-        return self.seq_len * flops.gpt2_hardware_flops_per_token(*_shape(self.config), self.seq_len)
+        return self.seq_len * flops.gpt2_hardware_flops_per_token(*_shape(_config_of(model, self.config)),
+                                                                  self.seq_len)
 
     def _synthetic_pool(self, rank: int, micro_batch: int) -> list[Batch]:
         gen = torch.Generator().manual_seed(self.cfg.seed * 1000 + rank)
@@ -208,6 +210,12 @@ def pretrained_config(path: str, seq_len: int):
         raise UserError(f"--seq-len {seq_len} exceeds the {config.n_positions} positions of --model {path}")
     config.use_cache = False
     return config
+
+
+def _config_of(model: nn.Module, fallback):
+    """An HF model's own config; a ``PipelineModule`` (no config) is built from the workload's."""
+    config = getattr(model, "config", None)
+    return config if hasattr(config, "n_layer") else fallback
 
 
 def _shape(c) -> tuple[int, int, int, int]:
