@@ -34,7 +34,9 @@ runs a whole step (all micro-batches through all stages, the sends and receives,
 data-parallel gradient reductions, the optimizer), so a step is one ``train_batch`` call: same warm-up,
 same opening barrier, one synchronize at its end before the clock is read. Its one phase is
 ``train_batch``; no compute time is split out (waits on other stages are inside the call), so slow-rank
-detection has nothing to compare. The step's loss is what ``train_batch`` returns: the mean over the
+detection has nothing to compare. Inside the step, ``stage_timers`` (``ds_bench.measure.stage_timers``) time
+each pipeline instruction with the same non-blocking marks, read after the step's one synchronize, into
+``LoopTimes.stage_s``. The step's loss is what ``train_batch`` returns: the mean over the
 micro-batches, averaged over data-parallel replicas, the same on every stage.
 """
 
@@ -46,6 +48,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ds_bench.measure.stage_timers import StageTimers
 from ds_bench.workloads.base import Batch, Workload
 
 PHASES = ("data", "forward", "backward", "optimizer")
@@ -70,6 +73,10 @@ class LoopTimes:
     less ``excluded_s``."""
     excluded_s: float = 0.0
     """Wall time spent in ``after_step`` within the measured window: in no step and not in ``window_s``."""
+    stage_s: dict[str, list[float]] = field(default_factory=dict)
+    """Pipeline runs: seconds per measured step of each instruction timer (``ds_bench.measure.stage_timers``)."""
+    pipeline_stage: int | None = None
+    """Pipeline runs: this rank's stage."""
 
     @property
     def steps_done(self) -> int:
@@ -90,15 +97,17 @@ def run_loop(engine, workload: Workload, batches: Iterator[Batch], *, steps: int
              barrier: Callable[[], None], times: LoopTimes, beat: Callable[[int], None] = lambda done: None,
              on_window_open: Callable[[], None] = lambda: None, clock: DeviceClock | None = None,
              breakdown: bool = False, after_step: Callable[[int], None] = lambda done: None,
-             pipeline: bool = False) -> LoopTimes:
+             pipeline: bool = False, stage_timers: StageTimers | None = None) -> LoopTimes:
     """Run ``steps`` steps into ``times``; ``beat(steps_done)`` after each (the step watchdog), then
     ``after_step(steps_done)``, whose time is in no step and is taken out of the window. ``pipeline``:
-    each step is one ``engine.train_batch`` over ``batches`` of ``(inputs, labels)``."""
+    each step is one ``engine.train_batch`` over ``batches`` of ``(inputs, labels)``, its instructions timed
+    by ``stage_timers`` if given."""
     clock = clock or DeviceClock(torch.device("cpu"))
     phase_sync = sync if breakdown else None
     phases = PIPELINE_PHASES if pipeline else PHASES
     if pipeline:
         times.phase_s = {name: [] for name in phases}
+        times.pipeline_stage = stage_timers.stage if stage_timers else None
     window_start = None
     for step in range(steps):
         if step == warmup:
@@ -108,7 +117,7 @@ def run_loop(engine, workload: Workload, batches: Iterator[Batch], *, steps: int
             on_window_open()
         start = time.perf_counter()
         if pipeline:
-            stamps = [_pipeline_step(engine, batches, clock)]
+            stamps = [_pipeline_step(engine, batches, clock, stage_timers)]
         else:
             stamps = [_micro_step(engine, workload, batches, float_dtype, phase_sync, clock) for _ in range(grad_accum)]
         if not breakdown:  # breakdown mode has just synchronized after the optimizer phase
@@ -118,6 +127,9 @@ def run_loop(engine, workload: Workload, batches: Iterator[Batch], *, steps: int
             times.step_s.append(elapsed)
             for i, name in enumerate(phases):
                 times.phase_s[name].append(sum(clock.seconds(m.bounds[i], m.bounds[i + 1]) for m in stamps))
+            if stage_timers is not None:
+                for name, seconds in stage_timers.read().items():
+                    times.stage_s.setdefault(name, []).append(seconds)
             if not pipeline:
                 times.compute_s.append(sum(clock.seconds(m.bounds[1], m.autograd_end) for m in stamps))
         times.step_losses.append(torch.stack([m.loss for m in stamps]).float().mean())
@@ -156,8 +168,10 @@ def _micro_step(engine, workload, batches, float_dtype, phase_sync, clock) -> Mi
     return MicroStep(bounds, autograd_end, loss.detach())
 
 
-def _pipeline_step(engine, batches, clock) -> MicroStep:
+def _pipeline_step(engine, batches, clock, stage_timers) -> MicroStep:
     """One pipeline step: ``train_batch`` pulls its micro-batches from ``batches`` on the first and last stage."""
+    if stage_timers is not None:
+        stage_timers.begin()
     start = clock.mark()
     loss = engine.train_batch(data_iter=batches)
     return MicroStep([start, clock.mark()], [], loss.detach())

@@ -36,6 +36,10 @@ class RankReport:
     """Forward + autograd backward per measured step (``ds_bench.measure.loop``)."""
     window_s: float = 0.0
     """Wall time of the measured window on this rank, barrier to barrier (``ds_bench.measure.loop``)."""
+    pipeline_stage: int | None = None
+    """Pipeline runs: this rank's stage."""
+    stage_s: dict[str, list[float]] = field(default_factory=dict)
+    """Pipeline runs: each instruction timer's seconds per measured step (``ds_bench.measure.stage_timers``)."""
 
 
 def straggler_steps(reports: list[RankReport]) -> np.ndarray:

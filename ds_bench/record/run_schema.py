@@ -107,6 +107,37 @@ class SlowRank(Block):
     """How much slower than the median rank, in percent (25.0: 1.25 x the median)."""
 
 
+class StageTimes(Block):
+    """One pipeline rank's time per pipeline instruction (``ds_bench.measure.stage_timers``): milliseconds, each
+    summed over the step's micro-batches, the median over the measured steps (warm-up excluded). Taken around
+    each instruction as the engine runs it; on a GPU from device events read after the step's one synchronize."""
+
+    batch_load: float
+    """``LoadMicroBatch``: reading the micro-batches (first and last stage; 0 on the others)."""
+    forward_compute: float
+    """``ForwardPass``: the stage's layers (on the last stage the LM head and the loss too)."""
+    forward_recv: float
+    """``RecvActivation``: receiving the previous stage's activations, mostly waiting for them."""
+    forward_send: float
+    """``SendActivation``: sending activations to the next stage."""
+    backward_compute: float
+    """``BackwardPass``: the backward of the stage's layers (recomputation included)."""
+    backward_recv: float
+    """``RecvGrad``: receiving the next stage's gradients, mostly waiting for them."""
+    backward_send: float
+    """``SendGrad``: sending gradients to the previous stage."""
+    tied_grads_all_reduce: float
+    """``ReduceTiedGrads``: the tied embedding / LM head gradient summed over the stages holding it."""
+    grads_all_reduce: float
+    """``ReduceGrads``: the data-parallel gradient all-reduce (nothing to reduce with one replica)."""
+    optimizer: float
+    """``OptimizerStep``."""
+    other: float
+    """The step less every instruction (per step, then the median): buffers, the loss broadcast, the synchronize."""
+    step: float
+    """This rank's step time (median)."""
+
+
 class PipelineStage(Block):
     """One pipeline stage of a ``--pipeline-stages`` run, as its first data-parallel rank built it
     (``ds_bench.workloads.gpt2_pipe.GPT2Pipeline.stage_layout``)."""
@@ -123,6 +154,15 @@ class PipelineStage(Block):
     """Without the tied copy: the stages' sum is the model's parameter count."""
     build_s: float | None = None
     """Seconds to build this stage's layers."""
+    rank: int | None = None
+    """The global rank whose timers these are: the stage's first data-parallel rank."""
+    times_ms: StageTimes | None = None
+    """That rank's pipeline-instruction timers (records from before: None)."""
+    bubble: float | None = None
+    """Measured idle share of the step (fraction, 0.2 = 20 %): 1 - (forward + backward compute) / step on
+    each measured step, the median; beside ``RunRecord.schedule_bubble`` (``ds_bench.measure.stage_timers``)."""
+    peak_mem_bytes: int | None = None
+    """Bytes, the largest peak of the stage's ranks (GPU: max allocated; CPU: peak RSS)."""
 
 
 class ModelBuild(Block):
@@ -205,4 +245,4 @@ class RunRecord(Stamped):
     schedule_bubble: float | None = None
     """Pipeline runs: the schedule's idle share of a step, (P - 1) / (m + P - 1)."""
     pipeline_layout: list[PipelineStage] | None = None
-    """Pipeline runs: each stage's blocks and parameters."""
+    """Pipeline runs: each stage's blocks and parameters, its timers, measured bubble and peak memory."""

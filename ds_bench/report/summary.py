@@ -122,10 +122,30 @@ def pipeline_lines(record: RunRecord) -> list[str]:
              f"micro-batches per step, partition {record.partition}, schedule bubble (P-1)/(m+P-1) = "
              f"{record.schedule_bubble:.0%}"]
     for stage in record.pipeline_layout or []:
-        blocks = f"blocks {stage.blocks[0]}-{stage.blocks[1]}" if stage.blocks else "no blocks"
-        lines.append(f"    stage {stage.stage}    layers {stage.layers[0]}-{stage.layers[1] - 1}, {blocks}, "
-                     f"{stage.params / 1e6:.2f}M parameters, built in {stage.build_s:.2f} s")
+        lines.append(stage_line(stage, record.schedule_bubble))
     return lines
+
+
+STAGE_TIMERS = (("forward_compute", "forward-compute"), ("forward_recv", "forward-recv"),
+                ("forward_send", "forward-send"), ("backward_compute", "backward-compute"),
+                ("backward_recv", "backward-recv"), ("backward_send", "backward-send"),
+                ("tied_grads_all_reduce", "backward-embedding-all-reduce"),
+                ("grads_all_reduce", "backward-params-all-reduce"), ("optimizer", "optimizer"),
+                ("batch_load", "batch-generator"), ("other", "other"))
+"""The record's stage timers (``ds_bench.record.run_schema.StageTimes``) under Megatron-LM's names."""
+
+
+def stage_line(stage, schedule_bubble: float) -> str:
+    """One stage: its layout, then (records with timers) its timers in ms, measured bubble and peak memory."""
+    blocks = f"blocks {stage.blocks[0]}-{stage.blocks[1]}" if stage.blocks else "no blocks"
+    if stage.times_ms is None:
+        return (f"    stage {stage.stage}    layers {stage.layers[0]}-{stage.layers[1] - 1}, {blocks}, "
+                f"{stage.params / 1e6:.2f}M parameters, built in {stage.build_s:.2f} s")
+    times = stage.times_ms
+    timers = " | ".join(f"{name} {getattr(times, key):.1f}" for key, name in STAGE_TIMERS)
+    return (f"    stage {stage.stage} (rank {stage.rank}, {blocks}, {stage.params / 1e6:.2f}M params): {timers} "
+            f"of a {times.step:.1f} ms step; bubble {stage.bubble:.0%} (schedule {schedule_bubble:.0%}); "
+            f"peak {stage.peak_mem_bytes / 2**30:.2f} GiB")
 
 
 def checkpoint_lines(record: RunRecord) -> list[str]:

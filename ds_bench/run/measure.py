@@ -20,7 +20,7 @@ from ds_bench.cluster import faults, process
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_config import RunConfig
 from ds_bench.machine import memory
-from ds_bench.measure import checkpoint, peaks, slow_ranks
+from ds_bench.measure import checkpoint, peaks, slow_ranks, stage_timers
 from ds_bench.measure.loop import DeviceClock, run_loop, timing
 from ds_bench.measure.metrics import summarize
 from ds_bench.record import store as results
@@ -50,7 +50,8 @@ class Built:
     """Model FLOPs (``ds_bench.workloads.flops``), counted before ZeRO-3 partitions the weights."""
     hardware_flops_per_sample: float | None
     stages: list[dict] | None = None
-    """Pipeline runs: each stage's layout (``stage_layout``) and build seconds, from its first data-parallel rank."""
+    """Pipeline runs: each stage's layout (``stage_layout``) and build seconds, from its first data-parallel rank;
+    ``run_metrics`` adds its timers, bubble and peak memory (``ds_bench.measure.stage_timers``)."""
     build: dict | None = None
     """The record's ``build`` (``ds_bench.record.run_schema.ModelBuild``): partitioned or not, times, memory."""
 
@@ -117,6 +118,8 @@ def train(run: Started, workload, engine) -> tuple[list, float]:
     accel, accumulation = get_accelerator(), ds_cfg["gradient_accumulation_steps"]
     start = run.ckpt.attach(engine, sync=accel.synchronize, barrier=torch.distributed.barrier, gather=process.gather,
                             rank=state.rank, world_size=state.world_size)  # resumes: returns the step reached
+    clock = DeviceClock(state.device)
+    timers = stage_timers.StageTimers(engine, clock) if run.engine.pipeline is not None else None
     with faults.StepWatchdog(cfg.step_timeout_s, lambda done: _stalled(run)) as watchdog:
         batches = _batches(run, workload, engine)
         batches = checkpoint.skip(batches, start * accumulation)  # used before the resume
@@ -124,8 +127,8 @@ def train(run: Started, workload, engine) -> tuple[list, float]:
         loop_started_at = time.time()  # wall clock, for a sweep's per-point overhead (launch to first step)
         run_loop(engine, workload, batches, steps=cfg.steps, warmup=cfg.warmup, grad_accum=accumulation,
                  float_dtype=run.engine.input_dtype, sync=accel.synchronize, barrier=torch.distributed.barrier,
-                 times=run.times, beat=watchdog.beat, clock=DeviceClock(state.device), breakdown=cfg.breakdown,
-                 after_step=run.ckpt.after_step, pipeline=run.engine.pipeline is not None,
+                 times=run.times, beat=watchdog.beat, clock=clock, breakdown=cfg.breakdown,
+                 after_step=run.ckpt.after_step, pipeline=timers is not None, stage_timers=timers,
                  on_window_open=lambda: log.info("warm-up done (%d steps): measuring %d steps",
                                                  cfg.warmup, cfg.steps - cfg.warmup))
         run.ckpt.load_back()
@@ -160,7 +163,7 @@ def run_metrics(run: Started, workload, built: Built, reports: list, loop_starte
              "slow_ranks": slow_ranks.from_metrics(metrics, cfg.slow_rank_threshold),
              "comm_bound": _comm_bound(run, built, metrics, hosts)}
     if built.stages is not None:
-        extra["pipeline_layout"] = built.stages
+        extra["pipeline_layout"] = stage_timers.per_stage(reports, built.stages)
     return metrics, extra
 
 

@@ -52,6 +52,7 @@ def rank_report(run: Started) -> RankReport:
     state, times = run.state, run.times
     return RankReport(rank=state.rank, host=socket.gethostname(), step_s=times.step_s, phase_s=times.phase_s,
                       losses=times.losses(), compute_s=times.compute_s, window_s=times.window_s,
+                      pipeline_stage=times.pipeline_stage, stage_s=times.stage_s,
                       peak_mem={**memory.peak_bytes(state.device), "baseline": run.baseline_bytes})
 
 
