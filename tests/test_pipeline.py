@@ -137,6 +137,7 @@ def test_pipeline_steps_are_one_train_batch_with_one_synchronize():
 # ---- real runs: P=2 gives P=1's loss curve ------------------------------------------------------
 
 def pipeline_run(tmp_path_factory, name: str, ranks: int, port: int, *flags: str) -> dict:
+    """The run's record (checked against the schema), with what it printed under ``stdout``."""
     results = tmp_path_factory.mktemp(name) / "r.jsonl"
     proc = run_cmd(["torchrun", "--nproc_per_node", str(ranks), "--master_port", str(port), "-m", "ds_bench", "run",
                     "--workload", "gpt2", *SHAPE, "--micro-batch", "2", "--set", "bf16.enabled=false",
@@ -144,7 +145,7 @@ def pipeline_run(tmp_path_factory, name: str, ranks: int, port: int, *flags: str
                     "--results", str(results), *flags], **OFFLINE, **ONE_THREAD)
     assert proc.returncode == 0, explain(proc)
     (record,) = records(results)
-    return record
+    return {**record, "stdout": proc.stdout}
 
 
 @pytest.fixture(scope="module")
@@ -208,3 +209,27 @@ def test_two_stages_times_two_replicas_on_four_oversubscribed_ranks(tmp_path_fac
     assert (p1dp2["world_size"], p1dp2["data_parallel_size"]) == (2, 2)
     assert p2dp2["train_batch_size"] == p1dp2["train_batch_size"] == 2 * 4 * 2
     assert_same_curve(p2dp2["metrics"]["loss_curve"], p1dp2["metrics"]["loss_curve"], CURVE_REL)
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("name", ["p2", "p2_z1_ckpt"])
+def test_each_stage_has_its_timers_and_bubble(runs, name):
+    """Both stages' instruction timers (``ds_bench.measure.stage_timers``) from the same real runs: what each stage
+    must have done is positive, compute fits in the step, the bubble is a share, and the summary prints them."""
+    record = runs[name]
+    stages = record["pipeline_layout"]
+    for stage in stages:
+        times = stage["times_ms"]
+        assert stage["rank"] == stage["stage"] and stage["peak_mem_bytes"] > 0
+        for key in ("forward_compute", "backward_compute", "batch_load", "tied_grads_all_reduce", "optimizer", "step"):
+            assert times[key] > 0, (stage["stage"], key, times)
+        assert times["forward_compute"] + times["backward_compute"] <= times["step"], times
+        assert 0 <= stage["bubble"] < 1
+        line = next(line for line in record["stdout"].splitlines() if line.startswith(f"    stage {stage['stage']} ("))
+        assert f"forward-compute {times['forward_compute']:.1f} |" in line
+        assert f"; bubble {stage['bubble']:.0%} (schedule 20%); peak" in line
+    first, last = (stage["times_ms"] for stage in stages)
+    assert first["forward_send"] > 0 and first["backward_recv"] > 0 and first["forward_recv"] == 0
+    assert last["forward_recv"] > 0 and last["backward_send"] > 0 and last["backward_recv"] == 0
+    if name == "p2_z1_ckpt":  # two blocks per stage: the last stage's forward also holds the LM head and the loss
+        assert last["forward_compute"] > 2 * first["forward_compute"], (first, last)
