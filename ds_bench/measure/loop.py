@@ -124,14 +124,7 @@ def run_loop(engine, workload: Workload, batches: Iterator[Batch], *, steps: int
             sync()
         elapsed = time.perf_counter() - start
         if step >= warmup:
-            times.step_s.append(elapsed)
-            for i, name in enumerate(phases):
-                times.phase_s[name].append(sum(clock.seconds(m.bounds[i], m.bounds[i + 1]) for m in stamps))
-            if stage_timers is not None:
-                for name, seconds in stage_timers.read().items():
-                    times.stage_s.setdefault(name, []).append(seconds)
-            if not pipeline:
-                times.compute_s.append(sum(clock.seconds(m.bounds[1], m.autograd_end) for m in stamps))
+            _keep(times, elapsed, stamps, clock, phases, stage_timers)
         times.step_losses.append(torch.stack([m.loss for m in stamps]).float().mean())
         beat(times.steps_done)
         outside = time.perf_counter()
@@ -142,6 +135,20 @@ def run_loop(engine, workload: Workload, batches: Iterator[Batch], *, steps: int
         barrier()
         times.window_s = time.perf_counter() - window_start - times.excluded_s
     return times
+
+
+def _keep(times: LoopTimes, elapsed: float, stamps: list, clock: DeviceClock, phases: tuple,
+          stage_timers: StageTimers | None) -> None:
+    """A measured step's time, phases, compute time (not under a pipeline) or stage timers (read once the
+    step is synchronized)."""
+    times.step_s.append(elapsed)
+    for i, name in enumerate(phases):
+        times.phase_s[name].append(sum(clock.seconds(m.bounds[i], m.bounds[i + 1]) for m in stamps))
+    if stage_timers is not None:
+        for name, seconds in stage_timers.read().items():
+            times.stage_s.setdefault(name, []).append(seconds)
+    if phases is PHASES:
+        times.compute_s.append(sum(clock.seconds(m.bounds[1], m.autograd_end) for m in stamps))
 
 
 @dataclass(frozen=True)
