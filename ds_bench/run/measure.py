@@ -19,6 +19,7 @@ from ds_bench import engines
 from ds_bench.cluster import faults, process
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_config import RunConfig
+from ds_bench.engines.pipeline import clip_on_the_whole_model
 from ds_bench.machine import memory
 from ds_bench.measure import checkpoint, peaks, slow_ranks, stage_timers
 from ds_bench.measure.loop import DeviceClock, run_loop, timing
@@ -99,6 +100,7 @@ def build_pipeline(run: Started, workload) -> Built:
     pipe = run.engine.pipeline
     started = time.perf_counter()
     module = workload.build_pipeline(pipe.stages, pipe.partition).to(run.engine.model_dtype)
+    clip_on_the_whole_model(module)
     layout = {**module.stage_layout(), "build_s": time.perf_counter() - started}
     largest = max((sum(p.numel() for p in m.parameters(recurse=False)) for m in module.modules()), default=0)
     layouts = process.gather({**layout, "largest_layer_params": largest})
