@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ds_bench.capacity.family import FAMILIES, SCALES, Member, named_family, scaled_family
 from ds_bench.config import argcheck
-from ds_bench.config.parsers import config_path, parse_duration, parse_list, parse_size
+from ds_bench.config.parsers import config_path, memory_cap, parse_duration, parse_list
 from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
 from ds_bench.jobs.points import OFFLOADS, PRECISIONS, Point
@@ -112,12 +112,7 @@ def from_args(args: argparse.Namespace, gpu: bool, native_bf16: bool) -> Capacit
     axes = axes_of(base)
     family, members = _family(args)
     check_results_path(args.results)
-    cap = None
-    if args.cpu_mem_limit is not None:
-        try:
-            cap = parse_size(args.cpu_mem_limit)
-        except ValueError as e:
-            raise UserError(f"--cpu-mem-limit {e}") from None
+    cap = memory_cap(args.cpu_mem_limit)
     precision = args.precision or ("fp32" if axes["precision"] == "bf16" and not (gpu or native_bf16)
                                    else axes["precision"])
     return CapacitySpec(

@@ -73,3 +73,13 @@ def parse_duration(flag: str, text: str) -> float:
 def config_path(name: str) -> str:
     """A config as given when that file exists, else the one of that name in ds_configs/."""
     return name if os.path.isfile(name) else os.path.join(CONFIG_DIR, name)
+
+
+def memory_cap(text: str | None) -> int | None:
+    """``--cpu-mem-limit SIZE`` of a command that launches runs: bytes, or None when not given."""
+    if text is None:
+        return None
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise UserError(f"--cpu-mem-limit {e}") from None

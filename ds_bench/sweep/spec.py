@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 
 from ds_bench.config import argcheck
-from ds_bench.config.parsers import CONFIG_DIR, config_path, parse_duration, parse_list, parse_size
+from ds_bench.config.parsers import CONFIG_DIR, config_path, memory_cap, parse_duration, parse_list
 from ds_bench.config.run_config import ENGINES
 from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
@@ -155,7 +155,7 @@ def from_args(args: argparse.Namespace, run_tail: list[str], gpu: bool, native_b
         run_args=_run_args(args, run_tail), nproc=args.nproc or default_nproc(gpu), steps=args.steps,
         warmup=args.warmup, repeats=args.repeats, timeout_s=parse_duration("--timeout", args.timeout),
         results=args.results, headroom_pct=args.headroom, baseline=args.baseline, prune=args.prune,
-        max_micro_batch=args.max_micro_batch, cpu_mem_limit=_memory_cap(args.cpu_mem_limit),
+        max_micro_batch=args.max_micro_batch, cpu_mem_limit=memory_cap(args.cpu_mem_limit),
         launcher=args.launcher or "deepspeed", hostfile=args.hostfile, master_port=args.master_port,
         device_type="cuda" if gpu else "cpu", notes=tuple(notes))
     return dataclasses.replace(spec, extra_points=_extra_points(args.points or (), spec)), base
@@ -195,15 +195,6 @@ def _axes(args: argparse.Namespace, base: dict, bf16_native: bool, notes: list[s
         grad_accums=parse_list("--grad-accum", args.grad_accum, kind=int) if args.grad_accum else (axes["grad_accum"],),
         engines=parse_list("--engines", args.engines, allowed=ENGINES) if args.engines else ("deepspeed",),
         pipeline_stages=parse_list("--pipeline-stages", args.pipeline_stages, kind=int))
-
-
-def _memory_cap(text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        return parse_size(text)
-    except ValueError as e:
-        raise UserError(f"--cpu-mem-limit {e}") from None
 
 
 def _extra_points(texts, spec: SweepSpec) -> tuple[Point, ...]:
