@@ -136,6 +136,13 @@ CASES["--partition alone"] = Case(run("--workload", "gpt2", "--partition", "unif
 CASES["--partition unknown"] = Case(run(*PP, "1", "--partition", "profile"), r"--partition 'profile': expected parameters, uniform or type:REGEX")
 CASES["--partition bad regex"] = Case(run(*PP, "1", "--partition", "type:(block"), r"--partition 'type:\(block': not a regular expression")
 CASES["--data missing"] = Case(run("--data", "{tmp}/nothing"), r"--data .*nothing: no such file or folder")
+CASES["--data folder without idx files"] = Case(run("--data", "{tmp}"), r"no train-images-idx3-ubyte")
+CASES["--steps not above --warmup"] = Case(run("--steps", "5", "--warmup", "5"), r"--steps \(5\) must be greater than --warmup \(5\)")
+CASES["--set without ="] = Case(run("--set", "zero_optimization.stage"), r"--set 'zero_optimization.stage': expected KEY=VALUE")
+CASES["--set key typo"] = Case(run("--set", "zero_optimization.stage3_param_persitence_threshold=1"),
+                               r"did you mean stage3_param_persistence_threshold\?")
+CASES["--connect-timeout inf"] = Case(run("--connect-timeout", "inf"),
+                                      r"--connect-timeout must be a finite number of seconds > 0, got inf")
 CASES["--model missing"] = Case(run("--workload", "gpt2", "--model", "{tmp}/nope"), r"--model .*nope: not a folder")
 CASES["--comm-results missing"] = Case(run("--comm-results", "{tmp}/none.jsonl"), r"--comm-results .*none\.jsonl: no such file")
 CASES["--iface missing"] = Case(run("--iface", "nosuch0"), r"interface 'nosuch0' .* does not exist")
@@ -376,7 +383,8 @@ CASES["run ddp offload"] = Case(cmd("run", "--workload", "mnist", "--ds-config",
 CASES["sweep baseline unknown"] = Case(cmd(*SWEEP, *MNIST, "--micro-batch", "4", "--baseline", "z7"),
                                        r"--baseline 'z7': not a point of this sweep; points: z1 off=none (fp32|bf16) mbs=4")
 CASES["sweep mpirun without hostfile"] = Case(cmd(*SWEEP, *MNIST, "--launcher", "mpirun"), r"--launcher mpirun needs --hostfile")
-CASES["sweep torchrun"] = Case(cmd(*SWEEP, *MNIST, "--launcher", "torchrun"), r"--launcher torchrun: a sweep launches each point")
+CASES["sweep torchrun hostfile"] = Case(cmd(*SWEEP, *MNIST, "--launcher", "torchrun", "--hostfile", "hostfiles/localhost_2"),
+                                       r"--hostfile is for --launcher deepspeed or mpirun, not torchrun")
 CASES["sweep owned run arg"] = Case(cmd(*SWEEP, *MNIST, "--", "--micro-batch", "4"), r"run argument --micro-batch after '--': the sweep sets it per point")
 CASES["sweep bad run args"] = Case(cmd(*SWEEP, *MNIST, "--", "--stepz", "3"), r"run arguments \(--stepz 3\): .*unrecognized arguments: --stepz")
 CASES["sweep results folder"] = Case(cmd("sweep", "--results", "{tmp}", *MNIST), r"--results .*: is a folder")
@@ -493,6 +501,8 @@ CASES["capacity stages text"] = Case(capacity("--stages", "0,x"), r"--stages '0,
 CASES["capacity pipeline stages 0"] = Case(capacity("--pipeline-stages", "0"), r"--pipeline-stages '0': '0' must be a positive")
 CASES["capacity offload unknown"] = Case(capacity("--offload", "disk"), r"--offload 'disk': 'disk' is not one of none")
 CASES["capacity missing config"] = Case(capacity("--ds-config", "nope.json"), r"--ds-config nope\.json: file not found")
+CASES["capacity torchrun hostfile"] = Case(capacity("--launcher", "torchrun", "--hostfile", "hostfiles/localhost_2"),
+                                          r"--hostfile is for --launcher deepspeed or mpirun, not torchrun")
 CASES["capacity mpirun without hostfile"] = Case(capacity("--launcher", "mpirun"), r"--launcher mpirun needs --hostfile")
 CASES["capacity owned run arg"] = Case(capacity("--", "--steps", "9"),
                                        r"run argument --steps after '--': ds-bench capacity sets it for every probe")

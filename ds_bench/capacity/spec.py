@@ -87,7 +87,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-scale", type=int, default=8, help="--scale: up to this many times the base (default 8)")
     p.add_argument("--seq-len", type=int, default=1024, help="sequence length (default 1024)")
     p.add_argument("--nproc", type=int, default=None, help="ranks on this node (default: all GPUs; on CPU 2)")
-    p.add_argument("--launcher", default="deepspeed", choices=("deepspeed", "mpirun", "srun"))
+    p.add_argument("--launcher", default="deepspeed", choices=("deepspeed", "torchrun", "mpirun", "srun"),
+                   help="deepspeed on this node (default) or torchrun (this node only); with --hostfile: deepspeed "
+                        "or mpirun; srun in Slurm")
     p.add_argument("--hostfile", default=None, help="DeepSpeed hostfile (deepspeed or mpirun across nodes)")
     p.add_argument("--steps", type=int, default=4, help="steps per probe, warm-up included (default 4)")
     p.add_argument("--warmup", type=int, default=1)
@@ -129,8 +131,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
         argcheck.at_least(flag, value, 1)
     argcheck.steps("--steps", args.steps, args.warmup)
     argcheck.port("--master-port", args.master_port)
-    if args.hostfile and args.launcher == "srun":
-        raise UserError("--hostfile is for --launcher deepspeed or mpirun, not srun")
+    if args.hostfile and args.launcher in ("srun", "torchrun"):
+        raise UserError(f"--hostfile is for --launcher deepspeed or mpirun, not {args.launcher}")
     if args.launcher == "mpirun" and not args.hostfile:
         raise UserError("--launcher mpirun needs --hostfile (the hosts and their slots)")
 

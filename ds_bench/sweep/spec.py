@@ -103,7 +103,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-micro-batch", type=int, default=1024, help="where --micro-batch auto stops doubling")
     p.add_argument("--cpu-mem-limit", default=None, metavar="SIZE", help="cap each CPU rank's memory, e.g. 3GiB")
     p.add_argument("--launcher", default=None, choices=("deepspeed", "mpirun", "srun", "torchrun"),
-                   help="deepspeed on this node (default); with --hostfile: deepspeed or mpirun; srun in Slurm")
+                   help="deepspeed on this node (default) or torchrun (this node only); with --hostfile: deepspeed "
+                        "or mpirun; srun in Slurm")
     p.add_argument("--hostfile", default=None, help="DeepSpeed hostfile for a multi-node sweep")
     p.add_argument("--master-port", type=int, default=29600)
     p.add_argument("--steps", type=int, default=20, help="steps per point, warm-up included (default 20)")
@@ -134,9 +135,6 @@ def check_numbers(args: argparse.Namespace) -> None:
         raise UserError(f"--hostfile is for --launcher deepspeed or mpirun, not {args.launcher}")
     if args.launcher in ("mpirun",) and not args.hostfile:
         raise UserError("--launcher mpirun needs --hostfile (the hosts and their slots)")
-    if args.launcher == "torchrun":
-        raise UserError("--launcher torchrun: a sweep launches each point from one process; use deepspeed, "
-                        "mpirun (with --hostfile) or srun")
     from ds_bench.config.preflight import check_results_path
 
     check_results_path(args.results)
