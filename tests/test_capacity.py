@@ -89,7 +89,8 @@ def test_a_real_search_under_a_memory_cap_answers_with_the_largest_member_that_r
     results = tmp_path / "c.jsonl"
     proc = ds_bench("capacity", "--ds-config", "zero1.json", "--stages", "0", "--precision", "fp32", "--scale", "layers",
                     "--layers", "8", "--hidden", "384", "--heads", "6", "--seq-len", "16", "--max-scale", "4",
-                    "--cpu-mem-limit", "1.5GiB", "--steps", "2", "--warmup", "1", "--results", str(results),
+                    "--cpu-mem-limit", "1.5GiB", "--launcher", "torchrun", "--steps", "2", "--warmup", "1",
+                    "--results", str(results),
                     "--master-port", "29880", "--timeout", "4m", timeout=900, HF_HUB_OFFLINE="1")
     assert proc.returncode == 0, explain(proc)
     recs = records(results)

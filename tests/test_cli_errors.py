@@ -22,20 +22,12 @@ def malformed(tmp_path):
 
 
 CASES = {
-    "missing config": (lambda t: ("--ds-config", str(t / "absent.json")), r"--ds-config .*absent\.json: file not found"),
     "malformed config": (lambda t: ("--ds-config", malformed(t)), r"broken\.json:3:3: invalid JSON: Expecting ','"),
-    "unknown workload": (lambda t: ("--workload", "bert"), r"--workload 'bert' is unknown; known: .*mnist"),
-    "missing data": (lambda t: ("--data", str(t / "no_such_dir")), r"--data .*no_such_dir: no such file or folder"),
-    "steps not above warmup": (lambda t: ("--steps", "5", "--warmup", "5"),
-                               r"--steps \(5\) must be greater than --warmup \(5\)"),
-    "bad --set": (lambda t: ("--set", "zero_optimization.stage"), r"--set 'zero_optimization.stage': expected KEY=VALUE"),
-    "typo key": (lambda t: ("--set", "zero_optimization.stage3_param_persitence_threshold=1"),
-                 r"did you mean stage3_param_persistence_threshold\?"),
     "fp16 on cpu": (lambda t: ("--ds-config", "ds_configs/zero2_fp16.json"), r"fp16 is not supported on CPU"),
-    "data folder without idx files": (lambda t: ("--data", str(t)), r"no train-images-idx3-ubyte"),
-    "unbounded timeout": (lambda t: ("--connect-timeout", "inf"),
-                          r"--connect-timeout must be a finite number of seconds > 0, got inf"),
 }
+"""Two cases through a real ``python -m ds_bench`` process (exit status, stderr, no traceback, nothing
+written); the whole table of bad input runs in-process through the same CLI in tests/test_bad_inputs.py
+(each process here costs ~2 s of imports)."""
 
 
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))

@@ -213,7 +213,7 @@ def test_synthetic_tokens():
 def bench_run(tmp_path_factory):
     results = tmp_path_factory.mktemp("gpt2_bench") / "r.jsonl"
     proc = ds_bench("sweep", "--workload", "gpt2", "--ds-config", "ds_configs/zero2.json", "--stages", "2",
-                    "--precision", "bf16", "--micro-batch", "2", "--nproc", "2", "--steps", str(STEPS),
+                    "--precision", "bf16", "--micro-batch", "2", "--nproc", "2", "--launcher", "torchrun", "--steps", str(STEPS),
                     "--warmup", str(WARMUP), "--results", str(results), "--master-port", "29863",
                     "--size", "tiny", "--seq-len", str(SEQ), timeout=600, **OFFLINE)
     assert proc.returncode == 0, explain(proc)
@@ -225,7 +225,7 @@ def bench_run(tmp_path_factory):
 def test_bench_records_gpt2_under_zero(bench_run, stage):
     recs, _ = bench_run
     (r,) = [r for r in recs if r["zero_stage"] == stage]
-    check_record(r, "deepspeed", stage, "bf16")
+    check_record(r, "torchrun", stage, "bf16")
 
 
 @pytest.mark.dist

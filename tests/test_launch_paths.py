@@ -4,6 +4,10 @@ mpirun: two real ranks with no RANK/WORLD_SIZE/MASTER_* set; ds_bench discovers 
 OMPI_COMM_WORLD_* and mpi4py, and rank 0 broadcasts the master address it chose.
 Slurm: srun cannot run here, so two processes get exactly the variables srun sets for a 2-task,
 1-node step (no MPI plugin), and ds_bench must find its ranks and rendezvous from them alone.
+Both run a 2-stage GPT-2 pipeline (DeepSpeed's PipelineModule, one stage per rank): rank discovery and
+the interface choice are the same for every engine, and the pipeline engine then builds its stage and
+data-parallel groups on the world they found. (Data-parallel runs under mpirun: tests/test_launch.py,
+test_faults.py, test_netns.py.)
 """
 
 import random
@@ -17,19 +21,29 @@ from tests.conftest import REPO, child_env, explain, records, run_cmd
 
 pytestmark = pytest.mark.dist
 
-RUN = ["-m", "ds_bench", "run", "--workload", "mnist", "--ds-config", "ds_configs/zero2.json", "--steps", "4",
-       "--warmup", "1", "--connect-timeout", "20", "--dist-timeout", "120"]
+RUN = ["-m", "ds_bench", "run", "--workload", "gpt2", "--layers", "4", "--hidden", "64", "--heads", "4", "--seq-len",
+       "32", "--ds-config", "ds_configs/zero1.json", "--set", "bf16.enabled=false", "--set",
+       "gradient_accumulation_steps=2", "--pipeline-stages", "2", "--steps", "3", "--warmup", "1",
+       "--connect-timeout", "20", "--dist-timeout", "120"]
+OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def check_pipeline(r: dict) -> None:
+    assert (r["pipeline_stages"], r["data_parallel_size"], r["micro_batches"]) == (2, 1, 2)
+    assert [s["stage"] for s in r["pipeline_layout"]] == [0, 1] and len(r["metrics"]["loss_curve"]) == 3
 
 
 def test_mpirun_two_ranks_without_rank_variables(tmp_path):
     results = tmp_path / "r.jsonl"
     proc = run_cmd(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "PATH",
-                    sys.executable, *RUN, "--results", str(results)], timeout=240)
+                    "-x", "HF_HUB_OFFLINE", "-x", "HF_DATASETS_OFFLINE", sys.executable, *RUN, "--results",
+                    str(results)], timeout=240, **OFFLINE)
     assert proc.returncode == 0, explain(proc)
     (r,) = records(results)
     assert (r["status"], r["launcher"], r["world_size"]) == ("ok", "openmpi", 2)
     assert r["master_addr"] == r["rendezvous"]["master_addr"] and r["rendezvous"]["iface"]
     assert r["rendezvous"]["hosts"] == [socket.gethostname()] and not r["rendezvous"]["spans_hosts"]
+    check_pipeline(r)
 
 
 def srun_env(procid: int, job_id: str) -> dict[str, str]:
@@ -48,7 +62,7 @@ def test_two_processes_with_the_environment_srun_sets(tmp_path):
     results = tmp_path / "r.jsonl"
     job = str(random.randint(1000, 900000))
     procs = [subprocess.Popen([sys.executable, *RUN, "--results", str(results)], cwd=REPO,
-                              env=child_env(**srun_env(i, job)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=child_env(**srun_env(i, job), **OFFLINE), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for i in range(2)]
     outs = [p.communicate(timeout=240) for p in procs]
     for p, (out, err) in zip(procs, outs):
@@ -57,3 +71,4 @@ def test_two_processes_with_the_environment_srun_sets(tmp_path):
     assert (r["status"], r["launcher"], r["world_size"]) == ("ok", "slurm", 2)
     assert r["rendezvous"]["master_port"] == 20000 + int(job) % 20000
     assert r["master_addr"] == socket.gethostname().split(".")[0]
+    check_pipeline(r)

@@ -40,14 +40,3 @@ def test_release_unlinks_this_ranks_name_and_tolerates_its_absence(tmp_path):
 
 def test_a_missing_shm_folder_has_no_leftovers(tmp_path):
     assert shm.leftovers(str(tmp_path / "absent")) == []
-
-
-@pytest.mark.dist
-def test_a_run_under_the_deepspeed_launcher_leaves_no_buffer_in_dev_shm():
-    """The deepspeed launcher sets LOCAL_SIZE, which turns DeepSpeed's shm all-reduce on (torchrun does not)."""
-    port = 29771
-    proc = run_cmd([str(BIN / "deepspeed"), "--num_gpus", "2", "--master_port", str(port), "--module", "ds_bench",
-                    "doctor", "--iface", "lo"], timeout=180)
-    assert proc.returncode == 0, explain(proc)
-    assert "all_reduce: correct" in proc.stdout, explain(proc)
-    assert shm_buffers(port) == [], "DeepSpeed's shm all-reduce buffers outlived the run"

@@ -141,7 +141,9 @@ def test_the_ledger_keeps_the_latest_attempt_and_only_final_ones(tmp_path):
 # ---- real sweeps ---------------------------------------------------------------------------------
 
 MNIST_SWEEP = ["--workload", "mnist", "--ds-config", "ds_configs/zero1.json", "--precision", "fp32", "--nproc", "2",
-               "--steps", "6", "--warmup", "2"]
+               "--steps", "6", "--warmup", "2", "--launcher", "torchrun"]
+"""torchrun (this node): ~4 s less per point than the deepspeed launcher, which test_distributed's sweep
+and the pipeline sweep below run."""
 
 
 def point_records(path):
@@ -151,7 +153,7 @@ def point_records(path):
 @pytest.mark.dist
 def test_an_interrupted_sweep_resumes_without_running_a_finished_point_twice(tmp_path):
     results = tmp_path / "s.jsonl"
-    argv = [sys.executable, "-m", "ds_bench", "sweep", *MNIST_SWEEP, "--stages", "0,1,2", "--offload", "none,all",
+    argv = [sys.executable, "-m", "ds_bench", "sweep", *MNIST_SWEEP, "--stages", "0,1", "--offload", "none,all",
             "--micro-batch", "16", "--results", str(results), "--master-port", "29641"]
     log = open(tmp_path / "first.log", "w")
     proc = subprocess.Popen(argv, cwd=REPO, env=child_env(), stdout=log, stderr=subprocess.STDOUT)
@@ -167,21 +169,20 @@ def test_an_interrupted_sweep_resumes_without_running_a_finished_point_twice(tmp
         if proc.poll() is None:
             proc.kill()
     first = point_records(results)
-    assert 1 <= sum(r["status"] == "ok" for r in first) < 3
+    assert sum(r["status"] == "ok" for r in first) == 1
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(results.with_suffix(".runs.jsonl")) in " ".join(p.info["cmdline"] or [])]
 
     again = run_cmd(argv, timeout=600)
     assert again.returncode == 0, explain(again)
     recs = point_records(results)
     ok = [r for r in recs if r["status"] == "ok"]
-    assert sorted(r["key"] for r in ok) == ["z0 off=none fp32 mbs=16", "z1 off=none fp32 mbs=16", "z2 off=none fp32 mbs=16"]
-    assert len(ok) == 3 and len({r["run_id"] for r in ok}) == 3  # no finished point ran twice
+    assert sorted(r["key"] for r in ok) == ["z0 off=none fp32 mbs=16", "z1 off=none fp32 mbs=16"]
+    assert len(ok) == 2 and len({r["run_id"] for r in ok}) == 2  # no finished point ran twice
     ok_runs = [r for r in records(results.with_suffix(".runs.jsonl")) if r["status"] == "ok"]
-    assert len(ok_runs) == 3, [r["tag"] for r in ok_runs]
+    assert len(ok_runs) == 2, [r["tag"] for r in ok_runs]
     skipped = {r["key"]: r["reason"] for r in recs if r["status"] == "skipped"}
     assert skipped == {"z0 off=all fp32 mbs=16": "offload needs ZeRO stage 1, 2 or 3",
-                       "z1 off=all fp32 mbs=16": "parameter offload needs ZeRO stage 3",
-                       "z2 off=all fp32 mbs=16": "parameter offload needs ZeRO stage 3"}
+                       "z1 off=all fp32 mbs=16": "parameter offload needs ZeRO stage 3"}
     assert "recorded before: finished points are kept" in again.stdout
     table = (tmp_path / "s.md").read_text()
     assert all(f"| {k}" in table or f" {k} " in table for k in [*skipped, *(r["key"] for r in ok)]), table
@@ -209,7 +210,8 @@ def capped_auto_sweep(tmp_path_factory):
     results = tmp_path_factory.mktemp("auto") / "s.jsonl"
     proc = ds_bench("sweep", "--workload", "gpt2", "--size", "tiny", "--seq-len", "512", "--ds-config",
                     "ds_configs/zero1.json", "--precision", "fp32", "--stages", "0,3", "--micro-batch", "auto",
-                    "--max-micro-batch", "16", "--cpu-mem-limit", GPT2_CAP, "--no-prune", "--nproc", "2", "--steps", "3",
+                    "--max-micro-batch", "16", "--cpu-mem-limit", GPT2_CAP, "--no-prune", "--nproc", "2",
+                    "--launcher", "torchrun", "--steps", "3",
                     "--warmup", "1", "--results", str(results), "--master-port", "29661", timeout=900,
                     HF_HUB_OFFLINE="1")
     return results, proc
@@ -256,11 +258,13 @@ def test_the_recommended_point_is_the_fastest_that_fits_and_its_config_runs(capp
     assert "train_batch_size" not in written  # measured at 2 ranks, it must run at any world size
     assert written == {k: v for k, v in best["ds_config"].items() if k != "train_batch_size"}
     assert "measured at 2 rank(s)" in next(x for x in proc.stdout.splitlines() if x.startswith("config: "))
-    for ranks in (1, 2):
+    launchers = {1: [sys.executable, "-m", "ds_bench"],  # one process, no launcher
+                 2: ["deepspeed", "--num_gpus", "2", "--master_port", "29671", "--module", "ds_bench"]}
+    for ranks, launcher in launchers.items():
         out = tmp_path / f"r{ranks}.jsonl"
-        run = run_cmd(["deepspeed", "--num_gpus", str(ranks), "--master_port", "29671", "--module", "ds_bench", "run",
-                       "--workload", "gpt2", "--size", "tiny", "--seq-len", "512", "--ds-config", str(config),
-                       "--steps", "3", "--warmup", "1", "--results", str(out)], timeout=300, HF_HUB_OFFLINE="1")
+        run = run_cmd([*launcher, "run", "--workload", "gpt2", "--size", "tiny", "--seq-len", "512", "--ds-config",
+                       str(config), "--steps", "3", "--warmup", "1", "--results", str(out)], timeout=300,
+                      HF_HUB_OFFLINE="1")
         assert run.returncode == 0, explain(run)
         (r,) = records(out)
         assert r["status"] == "ok" and r["micro_batch"] == best["point"]["micro_batch"] and r["world_size"] == ranks
