@@ -3,7 +3,8 @@ bf16, and the DDP and FSDP baselines beside them.
 
 The deepspeed-launcher matrix goes through ``ds-bench sweep --engines deepspeed,ddp,fsdp`` (what
 ``make bench`` runs), which starts ``deepspeed --num_gpus 2 --module ds_bench run ...`` per point:
-ZeRO 0-3, DDP, FSDP at stages 2 and 3 in fp32, and DDP and FSDP-3 in bf16 (``--point``), each given
+ZeRO 0-3, DDP, FSDP at stages 2 and 3 in fp32, DDP and FSDP-3 in bf16 and ZeRO-2 with its optimizer
+offloaded (DeepSpeedCPUAdam, the op ``make test`` builds) (``--point``), each given
 ``--busbw`` so the comm-bound verdict is checked per stage. torchrun runs ZeRO-2 in fp32 with
 ``--breakdown`` and ZeRO-3 in bf16 (bf16 is emulated on an AVX2-only CPU, ~9x slower, so each
 precision path runs once per launcher, not the whole matrix twice). Runs happen once per module; the
@@ -24,7 +25,7 @@ PRECISIONS = ("fp32", "bf16")
 TORCHRUN_POINTS = [(2, "fp32"), (3, "bf16")]
 LAUNCHER_POINTS = [(stage, "fp32") for stage in STAGES]
 FSDP_STAGES = {"fp32": (2, 3), "bf16": (3,)}
-BF16_POINTS = ("ddp bf16", "fsdp z3 bf16")
+EXTRA_POINTS = ("ddp bf16", "fsdp z3 bf16", "z2 off=optimizer")
 STEPS, WARMUP = 10, 2
 SLOW_BUSBW = 0.001
 """GB/s given to the deepspeed-launcher points: 1 MB/s, so moving the CNN's gradients takes seconds per step."""
@@ -35,7 +36,7 @@ def deepspeed_runs(tmp_path_factory, fashion_mnist):
     results = tmp_path_factory.mktemp("ds") / "r.jsonl"
     proc = ds_bench("sweep", "--workload", "mnist", "--ds-config", "ds_configs/zero1.json", "--stages", "0,1,2,3",
                     "--precision", "fp32", "--engines", "deepspeed,ddp,fsdp",
-                    *[arg for point in BF16_POINTS for arg in ("--point", point)],
+                    *[arg for point in EXTRA_POINTS for arg in ("--point", point)],
                     "--micro-batch", "32", "--nproc", "2", "--steps", str(STEPS),
                     "--warmup", str(WARMUP), "--results", str(results), "--master-port", "29711",
                     "--data", str(fashion_mnist), "--", "--busbw", str(SLOW_BUSBW), timeout=900)
@@ -56,8 +57,13 @@ def torchrun_runs(tmp_path_factory, fashion_mnist):
     return records(results)
 
 
-def find(recs, stage, precision, engine="deepspeed"):
-    match = [r for r in recs if (r["engine"], r["zero_stage"], r["precision"]) == (engine, stage, precision)]
+def offloaded(r) -> bool:
+    return "offload_optimizer" in r["ds_config"]["zero_optimization"]
+
+
+def find(recs, stage, precision, engine="deepspeed", offload=False):
+    match = [r for r in recs if (r["engine"], r["zero_stage"], r["precision"], offloaded(r)) ==
+             (engine, stage, precision, offload)]
     assert len(match) == 1, f"expected one record for {engine} ZeRO-{stage} {precision}, got {len(match)}"
     return match[0]
 
@@ -121,8 +127,9 @@ def test_comm_bound_verdict_from_the_stage_bytes_and_busbw(deepspeed_runs, stage
 def test_sweep_prints_the_ranked_table(deepspeed_runs):
     recs, proc = deepspeed_runs
     lines = proc.stdout.splitlines()
-    rows = [line for line in lines if re.match(r"^=?\d+\s+((ddp|fsdp) )?z[0-3] off=none (fp32|bf16) mbs=32\s+ok", line)]
-    assert len(rows) == 9 and len(recs) == 9, proc.stdout
+    rows = [line for line in lines
+            if re.match(r"^=?\d+\s+((ddp|fsdp) )?z[0-3] off=(none|optimizer) (fp32|bf16) mbs=32\s+ok", line)]
+    assert len(rows) == 10 and len(recs) == 10, proc.stdout
     assert sum(" ddp z0 " in row for row in rows) == 2 and sum(" fsdp z" in row for row in rows) == 3
     assert "median images/s" in proc.stdout and any(line.startswith("recommended: ") for line in lines)
 
@@ -181,3 +188,15 @@ def test_cnn_learns_on_real_fashion_mnist(tmp_path, fashion_mnist):
     curve = records(results)[0]["metrics"]["loss_curve"]
     first, last = sum(curve[:3]) / 3, sum(curve[-5:]) / 5
     assert first > 2.0 and last < 0.5 * first, (first, last)
+
+
+def test_optimizer_offload_trains_like_zero_2(deepspeed_runs):
+    """ZeRO-2 with ``offload_optimizer`` on the CPU: DeepSpeed steps its fp32 partition with its own
+    DeepSpeedCPUAdam (the ``cpu_adam`` op) instead of torch's AdamW, the same AdamW mathematics in
+    another kernel, so the loss curve stays on ZeRO-2's (same seed and data, fp32)."""
+    recs, _ = deepspeed_runs
+    off, zero2 = find(recs, 2, "fp32", offload=True), find(recs, 2, "fp32")
+    check_record(off, "deepspeed", 2, "fp32")
+    assert off["ds_config"]["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    print(f"loss ZeRO-2 {zero2['metrics']['loss_curve']}\nloss ZeRO-2 + optimizer offload {off['metrics']['loss_curve']}")
+    assert off["metrics"]["loss_curve"] == pytest.approx(zero2["metrics"]["loss_curve"], rel=1e-4)
