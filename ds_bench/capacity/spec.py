@@ -131,10 +131,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
         argcheck.at_least(flag, value, 1)
     argcheck.steps("--steps", args.steps, args.warmup)
     argcheck.port("--master-port", args.master_port)
-    if args.hostfile and args.launcher in ("srun", "torchrun"):
-        raise UserError(f"--hostfile is for --launcher deepspeed or mpirun, not {args.launcher}")
-    if args.launcher == "mpirun" and not args.hostfile:
-        raise UserError("--launcher mpirun needs --hostfile (the hosts and their slots)")
+    argcheck.job_launcher(args.launcher, args.hostfile)
 
 
 def _family(args: argparse.Namespace) -> tuple[str, list[Member]]:

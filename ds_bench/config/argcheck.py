@@ -1,4 +1,4 @@
-"""Range checks of command-line values shared by the subcommands (bench, launch, report, doctor).
+"""Range checks of command-line values shared by the subcommands (bench, sweep, capacity, launch, report, doctor).
 
 Each raises ``UserError`` naming the flag, the value and what is expected, so a subcommand can check
 all of its arguments before it launches, joins or writes anything.
@@ -30,6 +30,15 @@ def steps(steps_flag: str, steps_value: int, warmup_value: int) -> None:
     if steps_value <= warmup_value:
         raise UserError(f"{steps_flag} ({steps_value}) must be greater than --warmup ({warmup_value}): "
                         "at least one step must be measured")
+
+
+def job_launcher(launcher: str | None, hostfile: str | None) -> None:
+    """A launcher a sweep or capacity search can start each job with: torchrun and srun take no
+    hostfile (torchrun starts this node only; srun's hosts are its allocation), mpirun needs one."""
+    if hostfile and launcher in ("srun", "torchrun"):
+        raise UserError(f"--hostfile is for --launcher deepspeed or mpirun, not {launcher}")
+    if launcher == "mpirun" and not hostfile:
+        raise UserError("--launcher mpirun needs --hostfile (the hosts and their slots)")
 
 
 def output_folder(flag: str, path: str | None) -> None:

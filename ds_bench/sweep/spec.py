@@ -131,10 +131,7 @@ def check_numbers(args: argparse.Namespace) -> None:
     argcheck.port("--master-port", args.master_port)
     if not (math.isfinite(args.headroom) and 0 <= args.headroom < 100):
         raise UserError(f"--headroom must be a percentage in [0, 100), got {args.headroom}")
-    if args.hostfile and args.launcher in ("srun", "torchrun"):
-        raise UserError(f"--hostfile is for --launcher deepspeed or mpirun, not {args.launcher}")
-    if args.launcher in ("mpirun",) and not args.hostfile:
-        raise UserError("--launcher mpirun needs --hostfile (the hosts and their slots)")
+    argcheck.job_launcher(args.launcher, args.hostfile)
     from ds_bench.config.preflight import check_results_path
 
     check_results_path(args.results)
