@@ -153,11 +153,11 @@ TARGET_MBS = 128
 
 @pytest.mark.dist
 def test_prediction_against_real_runs(tmp_path):
-    """Stage 0 at micro-batches 8 and 32 calibrate; stages 0 and 3 at 128 (replicated and fully sharded, the
-    two ends; the sweep's capped test predicts within 0.8-1.3x in between) are predicted, then run."""
+    """Stage 0 at micro-batches 8 and 32 calibrate; stage 3 at 128 (fully sharded, the far end from the
+    calibration; the sweep's capped test predicts within 0.8-1.3x too) is predicted, then run."""
     results = tmp_path / "r.jsonl"
     plan = [Point(0, "none", "fp32", m) for m in CALIBRATION_MBS] + [
-        Point(s, "none", "fp32", TARGET_MBS) for s in (0, 3)]
+        Point(s, "none", "fp32", TARGET_MBS) for s in (3,)]
     for i, point in enumerate(plan):
         proc = run_cmd(["torchrun", "--nproc_per_node", "2", "--master_port", str(29540 + i), "-m", "ds_bench",
                         "run", "--workload", "mnist", "--ds-config", f"ds_configs/zero{point.stage}.json",
