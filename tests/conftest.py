@@ -17,6 +17,10 @@ BIN = Path(sys.executable).parent
 FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 
 
+OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+"""Environment for runs that load HF models or datasets: local files only, no hub lookup (none is reachable here)."""
+
+
 def _native_precision() -> str:
     from ds_bench.machine.cpu_features import this_cpu_has_native_bf16
 

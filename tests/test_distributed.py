@@ -95,7 +95,7 @@ def test_deepspeed_launcher(deepspeed_runs, stage, precision):
 
 def test_the_launcher_runs_leave_no_buffer_in_dev_shm(deepspeed_runs):
     """The deepspeed launcher sets LOCAL_SIZE, which turns DeepSpeed's shm all-reduce on (torchrun does
-    not): none of the sweep's nine jobs may leave its buffers behind."""
+    not): none of the sweep's deepspeed-launcher jobs may leave its buffers behind."""
     recs, _ = deepspeed_runs
     ports = {r["rendezvous"]["master_port"] for r in recs}
     assert ports and all(shm_buffers(port) == [] for port in ports), "DeepSpeed's shm buffers outlived the runs"

@@ -24,11 +24,10 @@ from ds_bench.data.tokenizer import load_gpt2_tokenizer
 from ds_bench.errors import UserError
 from ds_bench.workloads import build_workload, flops
 from ds_bench.workloads.gpt2 import SHAPES, GPT2Workload, gpt2_config
-from tests.conftest import REPO, ds_bench, explain, records, run_cmd
+from tests.conftest import OFFLINE, REPO, ds_bench, explain, records, run_cmd
 
 CONFIG = str(REPO / "ds_configs" / "zero0.json")
 STEPS, WARMUP, SEQ = 6, 2, 64
-OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 
 # HF GPT-2 parameter counts (tied LM head), as transformers builds them.
 STANDARD_PARAMS = {"small": 124_439_808, "medium": 354_823_168, "large": 774_030_080, "xl": 1_557_611_200}
@@ -213,7 +212,8 @@ def test_synthetic_tokens():
 def bench_run(tmp_path_factory):
     results = tmp_path_factory.mktemp("gpt2_bench") / "r.jsonl"
     proc = ds_bench("sweep", "--workload", "gpt2", "--ds-config", "ds_configs/zero2.json", "--stages", "2",
-                    "--precision", "bf16", "--micro-batch", "2", "--nproc", "2", "--launcher", "torchrun", "--steps", str(STEPS),
+                    "--precision", "bf16", "--micro-batch", "2", "--nproc", "2", "--launcher", "torchrun",
+                    "--steps", str(STEPS),
                     "--warmup", str(WARMUP), "--results", str(results), "--master-port", "29863",
                     "--size", "tiny", "--seq-len", str(SEQ), timeout=600, **OFFLINE)
     assert proc.returncode == 0, explain(proc)

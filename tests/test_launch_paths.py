@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, child_env, explain, records, run_cmd
+from tests.conftest import OFFLINE, REPO, child_env, explain, records, run_cmd
 
 pytestmark = pytest.mark.dist
 
@@ -25,7 +25,6 @@ RUN = ["-m", "ds_bench", "run", "--workload", "gpt2", "--layers", "4", "--hidden
        "32", "--ds-config", "ds_configs/zero1.json", "--set", "bf16.enabled=false", "--set",
        "gradient_accumulation_steps=2", "--pipeline-stages", "2", "--steps", "3", "--warmup", "1",
        "--connect-timeout", "20", "--dist-timeout", "120"]
-OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 
 
 def check_pipeline(r: dict) -> None:
@@ -62,7 +61,8 @@ def test_two_processes_with_the_environment_srun_sets(tmp_path):
     results = tmp_path / "r.jsonl"
     job = str(random.randint(1000, 900000))
     procs = [subprocess.Popen([sys.executable, *RUN, "--results", str(results)], cwd=REPO,
-                              env=child_env(**srun_env(i, job), **OFFLINE), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=child_env(**srun_env(i, job), **OFFLINE), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE,
                               text=True) for i in range(2)]
     outs = [p.communicate(timeout=240) for p in procs]
     for p, (out, err) in zip(procs, outs):

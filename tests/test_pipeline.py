@@ -19,10 +19,9 @@ import torch
 from ds_bench.engines import pipeline
 from ds_bench.errors import UserError
 from ds_bench.measure.loop import LoopTimes, run_loop, timing
-from tests.conftest import explain, records, run_cmd
+from tests.conftest import OFFLINE, explain, records, run_cmd
 
 SHAPE = ("--layers", "4", "--hidden", "64", "--heads", "4", "--seq-len", "32")
-OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_CBWR": "AUTO,STRICT"}
 """Every rank of every run single-threaded (torchrun sets this for 2 ranks, not for 1): the same matmul
 reduction order on both sides of the comparison."""

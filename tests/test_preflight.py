@@ -22,9 +22,8 @@ from ds_bench.errors import UserError
 from ds_bench.machine import locks
 from ds_bench.workloads import build_workload
 from ds_bench.workloads.base import check_enough
-from tests.conftest import FASHION_MNIST, REPO, ds_bench, explain, fill_up, records, run_cmd
+from tests.conftest import FASHION_MNIST, OFFLINE, REPO, ds_bench, explain, fill_up, records, run_cmd
 
-OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 GPT2 = ("--workload", "gpt2", "--size", "tiny", "--seq-len", "64", "--micro-batch", "2")
 
 

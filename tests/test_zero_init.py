@@ -17,9 +17,8 @@ from ds_bench import engines
 from ds_bench.config.run_config import RunConfig
 from ds_bench.engines import zero_init
 from ds_bench.workloads import build_workload
-from tests.conftest import REPO, explain, records, run_cmd
+from tests.conftest import OFFLINE, REPO, explain, records, run_cmd
 
-OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 SHAPE = ["--layers", "24", "--hidden", "256", "--heads", "4", "--seq-len", "32"]
 PARAMS = 32_082_688
 FP32_BYTES = 4 * PARAMS
