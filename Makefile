@@ -4,6 +4,11 @@
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# Test files run on 2 workers (pytest-xdist, a file's tests stay on one worker so its module-scoped
+# runs happen once): a real run spends ~30% of its wall time in single-threaded start-up and waits
+# (launcher start, imports before the ranks exist, watchdog and connect timeouts), which the other
+# worker's runs fill. PYTEST_WORKERS=0 runs the suite in one process.
+PYTEST_WORKERS ?= 2
 
 .PHONY: bench test setup setup-test ops clean
 
@@ -26,7 +31,7 @@ bench: setup ops
 	$(VENV)/bin/ds-bench bench
 
 test: setup-test ops
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) results .pytest_cache
