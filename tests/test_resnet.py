@@ -1,7 +1,7 @@
 """ResNet workload: standard sizes, data formats, flag errors, and real 2-rank runs.
 
-Distributed runs (module-scoped, run once): ``ds-bench sweep`` under the deepspeed launcher over
-ZeRO 2 and 3 in bf16 on synthetic ImageNet-shaped data (ResNet-18 at 32 x 32, to fit 2 CPU cores),
+Distributed runs (module-scoped, run once): ``ds-bench sweep --launcher torchrun`` over
+ZeRO-3 in bf16 on synthetic ImageNet-shaped data (ResNet-18 at 32 x 32, to fit 2 CPU cores),
 and a torchrun ZeRO-2 fp32 run on real Fashion-MNIST that must learn.
 """
 
@@ -140,7 +140,7 @@ SHAPE = ("--size", "resnet18", "--image-size", "32", "--num-classes", "10", "--m
 def bench_run(tmp_path_factory):
     results = tmp_path_factory.mktemp("resnet_bench") / "r.jsonl"
     proc = ds_bench("sweep", "--workload", "resnet", "--ds-config", "ds_configs/zero2.json", "--stages", "3",
-                    "--precision", "bf16", "--micro-batch", "4", "--nproc", "2", "--steps", str(STEPS),
+                    "--precision", "bf16", "--micro-batch", "4", "--nproc", "2", "--launcher", "torchrun", "--steps", str(STEPS),
                     "--warmup", str(WARMUP), "--results", str(results), "--master-port", "29761",
                     "--size", "resnet18", "--", "--image-size", "32", "--num-classes", "10", timeout=600)
     assert proc.returncode == 0, explain(proc)
@@ -153,7 +153,7 @@ def test_bench_records_resnet_under_zero(bench_run, stage):
     recs, _ = bench_run
     (r,) = [r for r in recs if r["zero_stage"] == stage]
     assert r["status"] == "ok" and r["error"] is None
-    assert (r["launcher"], r["world_size"], r["precision"]) == ("deepspeed", 2, "bf16")
+    assert (r["launcher"], r["world_size"], r["precision"]) == ("torchrun", 2, "bf16")
     assert (r["workload"], r["size"], r["params"]) == ("resnet", "resnet18", RESNET18_10_CLASSES)
     m = r["metrics"]
     assert m["sample_unit"] == "images" and m["samples_per_s"] > 0 and len(m["loss_curve"]) == STEPS

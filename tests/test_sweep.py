@@ -259,7 +259,7 @@ def test_the_recommended_point_is_the_fastest_that_fits_and_its_config_runs(capp
     assert written == {k: v for k, v in best["ds_config"].items() if k != "train_batch_size"}
     assert "measured at 2 rank(s)" in next(x for x in proc.stdout.splitlines() if x.startswith("config: "))
     launchers = {1: [sys.executable, "-m", "ds_bench"],  # one process, no launcher
-                 2: ["deepspeed", "--num_gpus", "2", "--master_port", "29671", "--module", "ds_bench"]}
+                 2: ["torchrun", "--nproc_per_node", "2", "--master_port", "29671", "-m", "ds_bench"]}
     for ranks, launcher in launchers.items():
         out = tmp_path / f"r{ranks}.jsonl"
         run = run_cmd([*launcher, "run", "--workload", "gpt2", "--size", "tiny", "--seq-len", "512", "--ds-config",
