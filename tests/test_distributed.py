@@ -1,12 +1,14 @@
-"""Real 2-rank CPU runs (gloo) through the deepspeed launcher and torchrun, for ZeRO 0-3 in fp32 and
-bf16, and the DDP and FSDP baselines beside them.
+"""Real 2-rank CPU runs (gloo) through the deepspeed launcher and torchrun, for ZeRO 0-3 and the DDP
+and FSDP baselines beside them.
 
-The deepspeed-launcher matrix goes through ``ds-bench sweep --engines deepspeed,ddp,fsdp`` (what
-``make bench`` runs), which starts ``deepspeed --num_gpus 2 --module ds_bench run ...`` per point:
-ZeRO 0-3, DDP, FSDP at stages 2 and 3 in fp32, DDP and FSDP-3 in bf16 and ZeRO-2 with its optimizer
-offloaded (DeepSpeedCPUAdam, the op ``make test`` builds) (``--point``), each given
-``--busbw`` so the comm-bound verdict is checked per stage. torchrun runs ZeRO-2 in fp32 with
-``--breakdown`` (DeepSpeed in bf16 under torchrun: ZeRO-2 GPT-2 in tests/test_gpt2.py, ZeRO-3 in
+The ZeRO matrix goes through ``ds-bench sweep`` under the deepspeed launcher (what ``make bench``
+runs), which starts ``deepspeed --num_gpus 2 --module ds_bench run ...`` per point: ZeRO 0-3 in fp32
+and ZeRO-2 with its optimizer offloaded (DeepSpeedCPUAdam, the op ``make test`` builds), each given
+``--busbw`` so the comm-bound verdict is checked per stage. The baselines go through a second sweep,
+``--engines ddp,fsdp --launcher torchrun``: DDP, FSDP at stages 2 and 3 in fp32, DDP and FSDP-3 in bf16
+(the launcher does not change what an engine computes, and torchrun starts a point ~5 s sooner).
+torchrun also runs ZeRO-2 in fp32 with ``--breakdown`` for 60 steps on Fashion-MNIST, which must
+learn (DeepSpeed in bf16 under torchrun: ZeRO-2 GPT-2 in tests/test_gpt2.py, ZeRO-3 in
 tests/test_checkpoint.py and tests/test_capacity.py; bf16 is emulated on an AVX2-only CPU, ~9x slower,
 so the matrix does not run twice). Runs happen once per module; the tests assert on the run records
 the points appended.
@@ -17,17 +19,17 @@ import re
 
 import pytest
 
-from tests.conftest import NATIVE_PRECISION, ds_bench, explain, precision_args, records, run_cmd, shm_buffers
+from tests.conftest import ds_bench, explain, precision_args, records, run_cmd, shm_buffers
 
 pytestmark = pytest.mark.dist
 
 STAGES = (0, 1, 2, 3)
 PRECISIONS = ("fp32", "bf16")
-TORCHRUN_POINTS = [(2, "fp32")]
 LAUNCHER_POINTS = [(stage, "fp32") for stage in STAGES]
 FSDP_STAGES = {"fp32": (2, 3), "bf16": (3,)}
-EXTRA_POINTS = ("ddp bf16", "fsdp z3 bf16", "z2 off=optimizer")
+BASELINE_BF16_POINTS = ("ddp bf16", "fsdp z3 bf16")
 STEPS, WARMUP = 10, 2
+LEARN_STEPS = 60
 SLOW_BUSBW = 0.001
 """GB/s given to the deepspeed-launcher points: 1 MB/s, so moving the CNN's gradients takes seconds per step."""
 
@@ -35,27 +37,38 @@ SLOW_BUSBW = 0.001
 @pytest.fixture(scope="module")
 def deepspeed_runs(tmp_path_factory, fashion_mnist):
     results = tmp_path_factory.mktemp("ds") / "r.jsonl"
-    proc = ds_bench("sweep", "--workload", "mnist", "--ds-config", "ds_configs/zero1.json", "--stages", "0,1,2,3",
-                    "--precision", "fp32", "--engines", "deepspeed,ddp,fsdp",
-                    *[arg for point in EXTRA_POINTS for arg in ("--point", point)],
-                    "--micro-batch", "32", "--nproc", "2", "--steps", str(STEPS),
-                    "--warmup", str(WARMUP), "--results", str(results), "--master-port", "29711",
-                    "--data", str(fashion_mnist), "--", "--busbw", str(SLOW_BUSBW), timeout=900)
-    assert proc.returncode == 0, explain(proc)
+    proc = sweep(results, fashion_mnist, "--stages", "0,1,2,3", "--engines", "deepspeed", "--point", "z2 off=optimizer",
+                 "--master-port", "29711")
     return records(results.with_suffix(".runs.jsonl")), proc
 
 
 @pytest.fixture(scope="module")
-def torchrun_runs(tmp_path_factory, fashion_mnist):
+def baseline_runs(tmp_path_factory, fashion_mnist):
+    results = tmp_path_factory.mktemp("baselines") / "r.jsonl"
+    proc = sweep(results, fashion_mnist, "--stages", "0,2,3", "--engines", "ddp,fsdp", "--launcher", "torchrun",
+                 *[arg for point in BASELINE_BF16_POINTS for arg in ("--point", point)], "--master-port", "29715")
+    return records(results.with_suffix(".runs.jsonl")), proc
+
+
+def sweep(results, data, *args):
+    proc = ds_bench("sweep", "--workload", "mnist", "--ds-config", "ds_configs/zero1.json", "--precision", "fp32",
+                    *args, "--micro-batch", "32", "--nproc", "2", "--steps", str(STEPS), "--warmup", str(WARMUP),
+                    "--results", str(results), "--data", str(data), "--", "--busbw", str(SLOW_BUSBW), timeout=900)
+    assert proc.returncode == 0, explain(proc)
+    return proc
+
+
+@pytest.fixture(scope="module")
+def torchrun_run(tmp_path_factory, fashion_mnist):
+    """ZeRO-2 fp32 under torchrun with ``--breakdown``, long enough to learn."""
     results = tmp_path_factory.mktemp("tr") / "r.jsonl"
-    for i, (stage, precision) in enumerate(TORCHRUN_POINTS):
-        proc = run_cmd(["torchrun", "--nproc_per_node", "2", "--master_port", str(29720 + i), "-m", "ds_bench", "run",
-                        "--workload", "mnist", "--ds-config", f"ds_configs/zero{stage}.json", "--steps", str(STEPS),
-                        "--warmup", str(WARMUP), "--data", str(fashion_mnist), "--results", str(results),
-                        *precision_args(precision),
-                        *(["--breakdown"] if (stage, precision) == (2, "fp32") else [])])
-        assert proc.returncode == 0, explain(proc)
-    return records(results)
+    proc = run_cmd(["torchrun", "--nproc_per_node", "2", "--master_port", "29720", "-m", "ds_bench", "run",
+                    "--workload", "mnist", "--ds-config", "ds_configs/zero2.json", "--steps", str(LEARN_STEPS),
+                    "--warmup", str(WARMUP), "--data", str(fashion_mnist), "--results", str(results),
+                    *precision_args("fp32"), "--breakdown"])
+    assert proc.returncode == 0, explain(proc)
+    (r,) = records(results)
+    return r
 
 
 def offloaded(r) -> bool:
@@ -69,13 +82,13 @@ def find(recs, stage, precision, engine="deepspeed", offload=False):
     return match[0]
 
 
-def check_record(r, launcher, stage, precision):
+def check_record(r, launcher, stage, precision, steps=STEPS):
     assert r["status"] == "ok" and r["error"] is None
     assert (r["launcher"], r["world_size"], r["zero_stage"], r["precision"]) == (launcher, 2, stage, precision)
     assert r["ds_config"]["zero_optimization"]["stage"] == stage
     assert r["ds_config"]["train_batch_size"] == 2 * r["micro_batch"] == 64
     m = r["metrics"]
-    assert m["steps_measured"] == STEPS - WARMUP and len(m["loss_curve"]) == STEPS
+    assert m["steps_measured"] == steps - WARMUP and len(m["loss_curve"]) == steps
     assert m["samples_per_s"] > 0 and 0 < m["step_ms_median"] <= m["step_ms_p90"]
     assert m["peak_mem_bytes"] > 50 * 2**20
     assert all(math.isfinite(x) for x in m["loss_curve"])
@@ -102,11 +115,9 @@ def test_the_launcher_runs_leave_no_buffer_in_dev_shm(deepspeed_runs):
     assert ports and all(shm_buffers(port) == [] for port in ports), "DeepSpeed's shm buffers outlived the runs"
 
 
-@pytest.mark.parametrize("stage, precision", TORCHRUN_POINTS)
-def test_torchrun(torchrun_runs, stage, precision):
-    r = find(torchrun_runs, stage, precision)
-    check_record(r, "torchrun", stage, precision)
-    assert r["comm_bound"]["note"].startswith("no comm record of these 2 gloo ranks in ")  # none measured: no verdict
+def test_torchrun(torchrun_run):
+    check_record(torchrun_run, "torchrun", 2, "fp32", steps=LEARN_STEPS)
+    assert torchrun_run["comm_bound"]["note"].startswith("no comm record of these 2 gloo ranks in ")  # no verdict
 
 
 @pytest.mark.parametrize("stage, precision", LAUNCHER_POINTS)
@@ -125,17 +136,19 @@ def test_comm_bound_verdict_from_the_stage_bytes_and_busbw(deepspeed_runs, stage
     assert entry["fraction_of_step"] > 1 and entry["communication_bound"] is True
 
 
-def test_sweep_prints_the_ranked_table(deepspeed_runs):
-    recs, proc = deepspeed_runs
+@pytest.mark.parametrize("which, launcher, count", [("deepspeed_runs", "deepspeed", 5), ("baseline_runs", "torchrun", 5)])
+def test_sweep_prints_the_ranked_table(request, which, launcher, count):
+    recs, proc = request.getfixturevalue(which)
     lines = proc.stdout.splitlines()
     rows = [line for line in lines
             if re.match(r"^=?\d+\s+((ddp|fsdp) )?z[0-3] off=(none|optimizer) (fp32|bf16) mbs=32\s+ok", line)]
-    assert len(rows) == 10 and len(recs) == 10, proc.stdout
-    assert sum(" ddp z0 " in row for row in rows) == 2 and sum(" fsdp z" in row for row in rows) == 3
+    assert len(rows) == count and len(recs) == count and {r["launcher"] for r in recs} == {launcher}, proc.stdout
+    if which == "baseline_runs":
+        assert sum(" ddp z0 " in row for row in rows) == 2 and sum(" fsdp z" in row for row in rows) == 3
     assert "median images/s" in proc.stdout and any(line.startswith("recommended: ") for line in lines)
 
 
-def test_loss_parity_across_zero_stages(torchrun_runs, deepspeed_runs):
+def test_loss_parity_across_zero_stages(deepspeed_runs):
     """Same seed, fp32: every stage computes the same mathematics; only reduction order differs.
 
     ZeRO 1-3 partition the optimizer state/gradients/parameters and reduce with reduce-scatter
@@ -144,49 +157,43 @@ def test_loss_parity_across_zero_stages(torchrun_runs, deepspeed_runs):
     A real divergence (a wrong shard, a missed gradient) moves the loss by 1e-2 or more.
     """
     curves = [find(deepspeed_runs[0], s, "fp32")["metrics"]["loss_curve"] for s in STAGES]
-    curves += [find(torchrun_runs, 2, "fp32")["metrics"]["loss_curve"]]  # the other launcher, same mathematics
     assert curves[0][-1] < curves[0][0], "the loss should move on real data"
     for curve in curves[1:]:
         assert curve == pytest.approx(curves[0], rel=1e-4)
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
-def test_ddp_and_fsdp_records(deepspeed_runs, precision):
-    """The baselines run through the same launcher, loop and record as ZeRO; the record says which
+def test_ddp_and_fsdp_records(baseline_runs, deepspeed_runs, precision):
+    """The baselines run through the same sweep, loop and record as ZeRO; the record says which
     engine ran and how the config was mapped (ds_bench.engines.plan)."""
-    recs, _ = deepspeed_runs
+    recs, _ = baseline_runs
     ddp = find(recs, 0, precision, engine="ddp")
-    check_record(ddp, "deepspeed", 0, precision)
+    check_record(ddp, "torchrun", 0, precision)
     assert ddp["engine_plan"]["engine"] == "ddp" and ddp["optimizer"]["type"] == "torch.optim.AdamW"
     for stage in FSDP_STAGES[precision]:
         fsdp = find(recs, stage, precision, engine="fsdp")
-        check_record(fsdp, "deepspeed", stage, precision)
+        check_record(fsdp, "torchrun", stage, precision)
         assert fsdp["engine_plan"]["reshard_after_forward"] is (stage == 3)
         assert fsdp["engine_plan"]["precision"] == precision
-    assert find(recs, 3, "fp32")["engine_plan"] is None  # DeepSpeed reads the config itself
+    assert find(deepspeed_runs[0], 3, "fp32")["engine_plan"] is None  # DeepSpeed reads the config itself
 
 
-def test_loss_parity_of_ddp_with_zero_0_and_fsdp_with_zero_2_and_3(deepspeed_runs):
+def test_loss_parity_of_ddp_with_zero_0_and_fsdp_with_zero_2_and_3(baseline_runs, deepspeed_runs):
     """Same seed, data and fp32 mathematics: DDP all-reduces averaged gradients as ZeRO-0 does, and
     FSDP reduce-scatters and gathers shards as ZeRO-2/3 do, with the same torch AdamW, WarmupLR and
     clipping (the norm over all gradients). Only the order of fp32 sums can differ (bucketing), so
     the same 1e-4 relative bound as across ZeRO stages holds (measured here: equal to 5 decimals);
     a wrong mapping (no clipping, no scheduler, loss not averaged over ranks) moves the loss by 1e-2."""
-    recs, _ = deepspeed_runs
-    pairs = [(find(recs, 0, "fp32", "ddp"), find(recs, 0, "fp32"))]
-    pairs += [(find(recs, s, "fp32", "fsdp"), find(recs, s, "fp32")) for s in FSDP_STAGES["fp32"]]
+    recs, zero = baseline_runs[0], deepspeed_runs[0]
+    pairs = [(find(recs, 0, "fp32", "ddp"), find(zero, 0, "fp32"))]
+    pairs += [(find(recs, s, "fp32", "fsdp"), find(zero, s, "fp32")) for s in FSDP_STAGES["fp32"]]
     for baseline, zero in pairs:
         assert baseline["metrics"]["loss_curve"] == pytest.approx(zero["metrics"]["loss_curve"], rel=1e-4)
 
 
-def test_cnn_learns_on_real_fashion_mnist(tmp_path, fashion_mnist):
-    """In the CPU's native precision: learning does not depend on it, and emulated bf16 is ~9x slower."""
-    results = tmp_path / "r.jsonl"
-    proc = run_cmd(["torchrun", "--nproc_per_node", "2", "--master_port", "29740", "-m", "ds_bench", "run",
-                    "--workload", "mnist", "--ds-config", "ds_configs/zero2.json", "--steps", "60", "--warmup", "5",
-                    *precision_args(NATIVE_PRECISION), "--data", str(fashion_mnist), "--results", str(results)])
-    assert proc.returncode == 0, explain(proc)
-    curve = records(results)[0]["metrics"]["loss_curve"]
+def test_cnn_learns_on_real_fashion_mnist(torchrun_run):
+    """ZeRO-2 fp32 under torchrun, 60 steps (fp32: emulated bf16 is ~9x slower on an AVX2-only CPU)."""
+    curve = torchrun_run["metrics"]["loss_curve"]
     first, last = sum(curve[:3]) / 3, sum(curve[-5:]) / 5
     assert first > 2.0 and last < 0.5 * first, (first, last)
 

@@ -273,9 +273,13 @@ def test_messages_name_the_signal_the_stall_and_the_peer():
 
 
 def test_process_states_from_proc(tmp_path):
-    for pid, stat in ((11, "11 (python) S 1 2"), (12, "12 (py thon) Z 1 2"), (13, "13 (x) T 1")):
+    # pid (comm) state ppid pgrp session tty_nr tpgid flags ...; flags 0x400104 carries PF_EXITING (0x4):
+    # a killed rank closing its sockets before it turns zombie
+    for pid, stat in ((11, "11 (python) S 1 2 2 0 -1 4194560 9"), (12, "12 (py thon) Z 1 2 2 0 -1 4194560"),
+                      (13, "13 (x) T 1"), (15, "15 (py) R 1 2 2 0 -1 4194564 9")):
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "stat").write_text(stat)
-    assert [faults.proc_state(p, str(tmp_path)) for p in (11, 12, 13, 14)] == ["alive", "gone", "stopped", "gone"]
+    states = [faults.proc_state(p, str(tmp_path)) for p in (11, 12, 13, 14, 15)]
+    assert states == ["alive", "gone", "stopped", "gone", "gone"]
     peers = PEERS + [{"rank": 3, "host": "a", "pid": 12}, {"rank": 4, "host": "a", "pid": 13}]
     assert faults.peer_states(peers, "a", str(tmp_path)) == {0: "gone", 3: "gone", 4: "stopped"}

@@ -106,12 +106,25 @@ class StepWatchdog:
                 return
 
 
+PF_EXITING = 0x4  # include/linux/sched.h: set by do_exit() before the process closes its files
+
+
 def proc_state(pid: int, proc: str = "/proc") -> str:
-    """``gone`` (no such process, zombie or dead), ``stopped`` or ``alive``, from /proc/PID/stat."""
+    """``gone`` (no such process, zombie, dead or exiting), ``stopped`` or ``alive``, from /proc/PID/stat.
+
+    A process killed mid-run closes its sockets inside ``do_exit()`` and only later turns zombie; under
+    load a survivor can see the closed socket and read the dying peer's state in that gap. ``do_exit()``
+    sets ``PF_EXITING`` (the flags field, 9th of proc(5)'s stat) before it closes anything, so an
+    exiting process counts as gone.
+    """
     try:
         with open(os.path.join(proc, str(pid), "stat"), encoding="ascii", errors="replace") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+            fields = f.read().rsplit(")", 1)[1].split()
+        state = fields[0]
+        exiting = len(fields) > 6 and int(fields[6]) & PF_EXITING
+    except (OSError, IndexError, ValueError):
+        return "gone"
+    if exiting:
         return "gone"
     return {"Z": "gone", "X": "gone", "T": "stopped", "t": "stopped"}.get(state, "alive")
 
