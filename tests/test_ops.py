@@ -86,22 +86,26 @@ def test_a_stale_lock_is_removed_and_a_live_build_is_waited_for(tmp_path):
     assert not lock.exists()
 
 
-def test_a_stale_lock_in_the_real_op_folder_does_not_hang_the_next_run(tmp_path):
-    """What a build killed mid-way leaves: torch's ``lock`` file. The next load clears it."""
+def test_a_stale_lock_in_a_real_op_folder_does_not_hang_the_next_run(tmp_path):
+    """What a build killed mid-way leaves: torch's ``lock`` file. The next load clears it.
+
+    In a copy of this environment's built op folders (TORCH_EXTENSIONS_DIR; the copy is reused, not
+    rebuilt): runs of the other test worker load the real folder meanwhile and would clear the lock first."""
+    import shutil
     import time
 
     from tests.conftest import explain, run_cmd
 
-    folder = Path(op_folder("deepspeed_shm_comm"))
-    lock = folder / "lock"
+    extensions = tmp_path / "torch_extensions"
+    shutil.copytree(Path(op_folder("deepspeed_shm_comm")).parent, extensions, symlinks=True)
+    lock = extensions / "deepspeed_shm_comm" / "lock"
     lock.write_text("")
     os.utime(lock, (time.time() - 60, time.time() - 60))
-    try:
-        proc = run_cmd([sys.executable, "-m", "ds_bench.machine.jit_ops"], timeout=120)
-    finally:
-        lock.unlink(missing_ok=True)
+    proc = run_cmd([sys.executable, "-m", "ds_bench.machine.jit_ops"], timeout=120,
+                   TORCH_EXTENSIONS_DIR=str(extensions))
     assert proc.returncode == 0, explain(proc)
     assert "removed a stale build lock" in proc.stderr and str(lock) in proc.stderr
+    assert not lock.exists() and "deepspeed_shm_comm: cached in" in proc.stdout, explain(proc)
 
 
 def test_another_path_order_reuses_the_build_instead_of_rebuilding():

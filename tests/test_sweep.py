@@ -258,14 +258,18 @@ def test_the_recommended_point_is_the_fastest_that_fits_and_its_config_runs(capp
     assert "train_batch_size" not in written  # measured at 2 ranks, it must run at any world size
     assert written == {k: v for k, v in best["ds_config"].items() if k != "train_batch_size"}
     assert "measured at 2 rank(s)" in next(x for x in proc.stdout.splitlines() if x.startswith("config: "))
-    out = tmp_path / "r.jsonl"  # at another world size than it was measured at: one process, no launcher
-    run = run_cmd([sys.executable, "-m", "ds_bench", "run", "--workload", "gpt2", "--size", "tiny", "--seq-len", "512",
-                   "--ds-config", str(config), "--steps", "3", "--warmup", "1", "--results", str(out)], timeout=300,
-                  HF_HUB_OFFLINE="1")
-    assert run.returncode == 0, explain(run)
-    (r,) = records(out)
-    assert r["status"] == "ok" and r["micro_batch"] == best["point"]["micro_batch"] and r["world_size"] == 1
-    assert r["train_batch_size"] == r["micro_batch"] * r["grad_accum"] and r["zero_stage"] == best["point"]["stage"]
+    launchers = {1: [sys.executable, "-m", "ds_bench"],  # one process, no launcher
+                 2: ["torchrun", "--nproc_per_node", "2", "--master_port", "29671", "-m", "ds_bench"]}
+    for ranks, launcher in launchers.items():
+        out = tmp_path / f"r{ranks}.jsonl"
+        run = run_cmd([*launcher, "run", "--workload", "gpt2", "--size", "tiny", "--seq-len", "512", "--ds-config",
+                       str(config), "--steps", "3", "--warmup", "1", "--results", str(out)], timeout=300,
+                      HF_HUB_OFFLINE="1")
+        assert run.returncode == 0, explain(run)
+        (r,) = records(out)
+        assert r["status"] == "ok" and r["micro_batch"] == best["point"]["micro_batch"] and r["world_size"] == ranks
+        assert r["train_batch_size"] == ranks * r["micro_batch"] * r["grad_accum"]
+    assert r["zero_stage"] == best["point"]["stage"]
 
 
 @pytest.mark.dist
