@@ -125,3 +125,41 @@ def fill_up(folder: Path, leave_bytes: int = 0) -> int:
     os.truncate(folder / "filler", max(0, size - size % block - leave_bytes // block * block))
     st = os.statvfs(folder)
     return st.f_bavail * st.f_frsize
+
+
+
+# ---- CPU seconds per test -------------------------------------------------------------------------
+# The suite is CPU-bound on 2 cores (its real jobs start torch and DeepSpeed in every rank), so the CPU
+# a test costs, not its wall time under the other worker's load, says what it costs the suite: the CPU
+# of the pytest process and of every child it waited for (a launcher reaps its ranks), setup to
+# teardown (a module's shared runs count on its first test), as the JUnit property ``cpu_s``.
+
+_CPU_START = pytest.StashKey[float]()
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[_CPU_START] = _cpu_seconds()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if call.when == "teardown" and _CPU_START in item.stash:
+        outcome.get_result().user_properties.append(("cpu_s", round(_cpu_seconds() - item.stash[_CPU_START], 2)))
+
+
+def pytest_terminal_summary(terminalreporter):
+    costs = {r.nodeid: dict(r.user_properties)["cpu_s"] for reports in terminalreporter.stats.values()
+             for r in reports if getattr(r, "when", None) == "teardown" and "cpu_s" in dict(r.user_properties)}
+    if costs:
+        terminalreporter.write_sep("=", f"most CPU: {sum(costs.values()):.0f} CPU-s in all; the 15 largest (s)")
+        for nodeid, cpu in sorted(costs.items(), key=lambda kv: -kv[1])[:15]:
+            terminalreporter.write_line(f"{cpu:8.1f}  {nodeid}")

@@ -95,6 +95,8 @@ def test_auto_values_resolved_from_the_run():
     assert out["zero_optimization"]["stage3_prefetch_bucket_size"] == 9000
     assert out["zero_optimization"]["stage3_param_persistence_threshold"] == 1000
     assert out["gradient_clipping"] == 1.0
+    untimed_start = resolve_auto(cfg, RunContext(world_size=4, device_type="cpu", lr=3e-4, steps=1, warmup=0), "c.json")
+    assert untimed_start["scheduler"]["params"]["warmup_num_steps"] == 1  # --warmup 0: WarmupLR needs at least 1
 
 
 def test_auto_without_a_rule_is_named():

@@ -146,7 +146,7 @@ def resolve_auto(cfg: dict, ctx: RunContext, path: str) -> dict:
         ("optimizer", "params", "weight_decay"): 0.0,
         ("scheduler", "params", "warmup_min_lr"): 0.0,
         ("scheduler", "params", "warmup_max_lr"): ctx.lr,
-        ("scheduler", "params", "warmup_num_steps"): ctx.warmup,
+        ("scheduler", "params", "warmup_num_steps"): max(1, ctx.warmup),  # DeepSpeed's WarmupLR refuses 0
         ("scheduler", "params", "total_num_steps"): ctx.steps,
         ("bf16", "enabled"): True,
         ("fp16", "enabled"): False,
