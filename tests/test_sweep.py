@@ -284,8 +284,13 @@ def test_a_sweep_with_a_pipeline_axis_runs_pp2_under_the_deepspeed_launcher(tmp_
                     timeout=600, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     assert proc.returncode == 0, explain(proc)
     keys = {r["key"]: r for r in point_records(results)}
-    assert keys["pp2 z1 off=none fp32 mbs=2 ga=2"]["status"] == "ok", keys
-    assert keys["z1 off=none fp32 mbs=2 ga=2"]["status"] == "ok", keys
+    pipe, plain = keys["pp2 z1 off=none fp32 mbs=2 ga=2"], keys["z1 off=none fp32 mbs=2 ga=2"]
+    assert pipe["status"] == "ok" and plain["status"] == "ok", keys
+    assert pipe["schedule_bubble"] == pytest.approx(1 / 3) and 0 < pipe["bubble"] < 1, pipe  # (P-1)/(m+P-1), P = m = 2
+    assert plain["bubble"] is None and plain["schedule_bubble"] is None
+    rows = [line for line in proc.stdout.splitlines() if line[:1] in "=0123456789"]  # the ranked table
+    (pp2_row,) = [line for line in rows if " pp2 z1 " in line]
+    assert "bubble % (schedule)" in proc.stdout and f" {pipe['bubble'] * 100:.0f} (33) " in pp2_row + " ", pp2_row
     (pp2,) = [r for r in records(results.with_suffix(".runs.jsonl")) if r.get("pipeline_stages") == 2]
     assert (pp2["launcher"], pp2["world_size"], pp2["data_parallel_size"]) == ("deepspeed", 2, 1)
-    assert any(line.split()[1:3] == ["pp2", "z1"] for line in proc.stdout.splitlines() if line[:1] in "=0123456789")
+    assert pp2_row.split()[1:3] == ["pp2", "z1"]

@@ -321,3 +321,33 @@ def test_write_plots_with_nothing_ok(tmp_path):
     paths = write_plots(summarize_points([rec(status="oom", reason="OOM")]), str(tmp_path / "s"))
     assert paths == [str(tmp_path / f"s_{n}.png") for n in ("throughput", "memory", "pareto")]
     assert all(os.path.getsize(p) > 0 for p in paths)
+
+
+# pipeline points: the bubble beside the schedule's
+
+def test_pipeline_points_show_their_measured_bubble_beside_the_schedules(tmp_path):
+    pp2 = Point(1, "none", "fp32", 2, 4, pipeline_stages=2)
+    pipe = rec(stage=1, precision="fp32", mbs=2, grad_accum=4, tput=900.0, bubble=0.3125, schedule_bubble=0.2)
+    pipe = pipe.model_copy(update={"key": pp2.key, "point": pp2.to_dict()})
+    plain = rec(stage=1, precision="fp32", mbs=2, grad_accum=4, tput=1000.0)
+    ranking = rank(summarize_points([plain, pipe]))
+    table = markdown(ranking, "tokens/s").splitlines()
+    column = [c.strip() for c in table[0].split("|")].index("bubble % (schedule)")
+    cell = {row.split("|")[2].strip(): row.split("|")[column].strip() for row in table[2:4]}
+    assert cell == {pp2.key: "31 (20)", plain.key: "-"}, table
+    write_csv(ranking, str(tmp_path / "s.csv"))
+    with open(tmp_path / "s.csv", newline="") as f:
+        got = {g["key"]: (g["bubble"], g["schedule_bubble"]) for g in csv.DictReader(f)}
+    assert got == {pp2.key: ("0.3125", "0.2"), plain.key: ("", "")}
+    assert "bubble" not in terminal(rank(summarize_points([plain])), "tokens/s")  # no pipeline, no column
+
+
+def test_a_pipeline_runs_bubble_is_the_mean_of_its_stages():
+    from types import SimpleNamespace as Run
+
+    from ds_bench.sweep.ledger import measured_bubble
+
+    stages = [Run(bubble=0.25), Run(bubble=0.375)]
+    assert measured_bubble(Run(pipeline_layout=stages)) == pytest.approx(0.3125)
+    assert measured_bubble(Run(pipeline_layout=[Run(bubble=0.25), Run(bubble=None)])) is None  # a stage untimed
+    assert measured_bubble(Run(pipeline_layout=None)) is None and measured_bubble(None) is None

@@ -71,6 +71,11 @@ class SweepPointRecord(Record):
     loop_started_at: float | None = None
     busy: Busy | None = None
     time: str | None = None
+    bubble: float | None = None
+    """Pipeline points: the measured bubble (fraction of the step), the mean over stages of each stage's
+    ``PipelineStage.bubble``: the share of the pipeline's device time spent idle. None otherwise."""
+    schedule_bubble: float | None = None
+    """Pipeline points: the schedule's (P - 1) / (m + P - 1), beside ``bubble``."""
 
 
 class ScalingRow(Block):

@@ -49,6 +49,8 @@ class PointRow:
     run_id: str | None = None  # of the median ok repeat, like log and ds_config
     log: str | None = None
     ds_config: dict | None = field(default=None, compare=False)
+    bubble: float | None = None  # pipeline points, of the median ok repeat: measured, and the schedule's
+    schedule_bubble: float | None = None
 
     @property
     def ran_ok(self) -> bool:
@@ -109,7 +111,8 @@ def summarize_point(attempts: list[SweepPointRecord], cores: int | None = None) 
         headroom_pct=(capacity - peak) / capacity * 100 if capacity and peak is not None else None,
         prediction_ratio=predicted / peak if predicted is not None and peak else None,
         busy=any(was_busy(a, cores) for a in attempts), unit=latest.unit,
-        run_id=chosen.run_id, log=chosen.log, ds_config=chosen.ds_config)
+        run_id=chosen.run_id, log=chosen.log, ds_config=chosen.ds_config,
+        bubble=chosen.bubble if ok else None, schedule_bubble=chosen.schedule_bubble)
 
 
 def summarize_points(records: list[SweepPointRecord], cores: int | None = None) -> list[PointRow]:

@@ -65,21 +65,38 @@ def _throughput_cells(row: PointRow) -> list[str]:
             f"{format_throughput(row.throughput_min)}-{format_throughput(row.throughput_max)}"]
 
 
-def headers(unit: str) -> list[str]:
+BUBBLE_HEADER = "bubble % (schedule)"
+"""Pipeline points: measured idle share of the step, mean over stages, beside (P-1)/(m+P-1)."""
+
+
+def has_pipeline(ranking: Ranking) -> bool:
+    return any(r.schedule_bubble is not None for r in ranking.rows)
+
+
+def headers(unit: str, pipeline: bool = False) -> list[str]:
     return ["rank", "point", "status", f"median {unit}", f"min-max {unit}", "CV %", "vs baseline %",
-            "peak GiB", "predicted GiB", "predicted/measured", "headroom %", "notes"]
+            "peak GiB", "predicted GiB", "predicted/measured", "headroom %",
+            *([BUBBLE_HEADER] if pipeline else []), "notes"]
 
 
-def cells(ranking: Ranking, row: PointRow) -> list[str]:
+def bubble_cell(row: PointRow) -> str:
+    if row.schedule_bubble is None:
+        return "-"
+    measured = "-" if row.bubble is None else f"{row.bubble * 100:.0f}"
+    return f"{measured} ({row.schedule_bubble * 100:.0f})"
+
+
+def cells(ranking: Ranking, row: PointRow, pipeline: bool = False) -> list[str]:
     return [ranking.label(row), row.key, row.status, *_throughput_cells(row), _num(row.cv_pct, "{:.1f}"),
             _num(ranking.diff_pct(row), "{:+.1f}"), _num(_gib(row.peak_mem_bytes), "{:.2f}"),
             _num(_gib(row.predicted_mem_bytes), "{:.2f}"), _num(row.prediction_ratio, "{:.2f}"),
-            _num(row.headroom_pct, "{:.0f}"), notes(ranking, row)]
+            _num(row.headroom_pct, "{:.0f}"), *([bubble_cell(row)] if pipeline else []), notes(ranking, row)]
 
 
 def _table(ranking: Ranking, unit: str, fmt: str) -> str:
-    return tabulate([cells(ranking, r) for r in ranking.rows], headers=headers(unit), tablefmt=fmt,
-                    disable_numparse=True)
+    pipeline = has_pipeline(ranking)
+    return tabulate([cells(ranking, r, pipeline) for r in ranking.rows], headers=headers(unit, pipeline),
+                    tablefmt=fmt, disable_numparse=True)
 
 
 def markdown(ranking: Ranking, unit: str) -> str:
@@ -94,7 +111,7 @@ def terminal(ranking: Ranking, unit: str) -> str:
 CSV_COLUMNS = ["rank", "key", "stage", "offload", "precision", "micro_batch", "grad_accum", "status",
                "reason", "repeats", "repeats_ok", "unit", "throughput_median", "throughput_min",
                "throughput_max", "cv_pct", "diff_pct", "peak_gib", "predicted_gib", "prediction_ratio",
-               "headroom_pct", "capacity_gib", "noisy", "busy", "notes", "run_id", "log"]
+               "headroom_pct", "capacity_gib", "noisy", "busy", "bubble", "schedule_bubble", "notes", "run_id", "log"]
 
 
 def _csv_row(ranking: Ranking, row: PointRow) -> dict:
@@ -107,6 +124,7 @@ def _csv_row(ranking: Ranking, row: PointRow) -> dict:
             "peak_gib": _gib(row.peak_mem_bytes), "predicted_gib": _gib(row.predicted_mem_bytes),
             "prediction_ratio": row.prediction_ratio, "headroom_pct": row.headroom_pct,
             "capacity_gib": _gib(row.capacity_bytes), "noisy": row.noisy, "busy": row.busy,
+            "bubble": row.bubble, "schedule_bubble": row.schedule_bubble,
             "notes": notes(ranking, row, limit=None), "run_id": row.run_id, "log": row.log}
 
 

@@ -54,4 +54,16 @@ def point_record(*, sweep_id: str, spec, point, repeat: int, status: str, reason
         launched_at=job.started_at if job else None, ended_at=job.ended_at if job else None,
         loop_started_at=run and run.loop_started_at,
         busy=Busy(**busy) if busy is not None else None, time=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        bubble=measured_bubble(run) if status == "ok" else None,
+        schedule_bubble=run and run.schedule_bubble,
     )
+
+
+def measured_bubble(run: RunRecord | None) -> float | None:
+    """A pipeline run's idle share of its devices' time: the mean of its stages' measured bubbles
+    (each stage's median over measured steps); None without a pipeline or without every stage's timers."""
+    stages = (run and run.pipeline_layout) or []
+    bubbles = [s.bubble for s in stages]
+    if not bubbles or any(b is None for b in bubbles):
+        return None
+    return sum(bubbles) / len(bubbles)
