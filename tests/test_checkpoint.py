@@ -76,8 +76,12 @@ def test_saves_are_timed_and_their_bytes_are_the_files_on_disk(zero2):
     assert ck["save_GBps"] == pytest.approx(ck["bytes_total"] / ck["save_s_median"] / 1e9)
     assert 0 < ck["save_GBps_per_rank_min"] <= ck["save_GBps_per_rank_median"] <= ck["save_GBps"]
     assert ck["load_GBps"] == pytest.approx(ck["bytes_total"] / ck["load_s"] / 1e9)
-    # both saves fall inside the measured window (steps 2-4): the window still matches the steps
-    assert abs(m["rank_steps_vs_wall_pct"]) < 2, m
+    # both saves fall inside the measured window's span (steps 2-4) but out of its clock: what the window
+    # holds beyond the steps (the loop's bookkeeping, and preemption on a machine the other test worker
+    # loads: 13 ms of a 250 ms window seen) is less than the saves took (~35 ms here), which it would
+    # hold if they were counted; tests/test_trainer.py checks the exclusion exactly
+    gap_s = -m["rank_steps_vs_wall_pct"] / 100 * m["window_wall_s"]
+    assert gap_s < sum(ck["save_s"]), (gap_s, ck["save_s"], m)
     assert re.search(r"checkpoint   2 save\(s\) of 0\.0\d+ GB, median .* GB/s aggregate.*; load .* GB/s",
                      zero2["saved_stdout"]), zero2["saved_stdout"]
     marker = json.loads((zero2["dir"] / "global_step2" / MARKER).read_text())

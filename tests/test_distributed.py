@@ -96,7 +96,9 @@ def check_record(r, launcher, stage, precision, steps=STEPS):
     assert r["build"]["partitioned"] is False and r["build"]["engine_s"] > 0  # MNIST: whole, even under ZeRO-3
     breakdown = r["config"]["breakdown"]  # the torchrun ZeRO-2 fp32 run synchronizes after every phase
     assert (m["timing_mode"], m["syncs_per_step"]) == (("breakdown", 4) if breakdown else ("step", 1))
-    assert abs(m["rank_steps_vs_wall_pct"]) < 2, m  # the harness's clock against the window's wall time
+    # the harness's clock against the window's wall time: within 1% on an idle machine; the bound leaves
+    # room for preemption between steps while the other test worker loads both cores
+    assert abs(m["rank_steps_vs_wall_pct"]) < 5, m
     assert m["steps_sum_s"] == pytest.approx(m["step_ms_mean"] * m["steps_measured"] / 1e3)
 
 
