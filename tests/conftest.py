@@ -127,7 +127,6 @@ def fill_up(folder: Path, leave_bytes: int = 0) -> int:
     return st.f_bavail * st.f_frsize
 
 
-
 # ---- CPU seconds per test -------------------------------------------------------------------------
 # The suite is CPU-bound on 2 cores (its real jobs start torch and DeepSpeed in every rank), so the CPU
 # a test costs, not its wall time under the other worker's load, says what it costs the suite: the CPU

@@ -112,7 +112,7 @@ def summarize_point(attempts: list[SweepPointRecord], cores: int | None = None) 
         prediction_ratio=predicted / peak if predicted is not None and peak else None,
         busy=any(was_busy(a, cores) for a in attempts), unit=latest.unit,
         run_id=chosen.run_id, log=chosen.log, ds_config=chosen.ds_config,
-        bubble=chosen.bubble if ok else None, schedule_bubble=chosen.schedule_bubble)
+        bubble=chosen.bubble, schedule_bubble=chosen.schedule_bubble)
 
 
 def summarize_points(records: list[SweepPointRecord], cores: int | None = None) -> list[PointRow]:
