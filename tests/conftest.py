@@ -17,6 +17,13 @@ BIN = Path(sys.executable).parent
 FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 
 
+os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+"""For every process the suite starts: no test compiles a model, and DeepSpeed 0.19.8 decorates its Muon
+optimizer's Newton-Schulz function with ``torch.compile`` when ZeRO 1-3 import it, which loads the whole
+inductor stack (~3 CPU-s per rank, measured with torch 2.13 CPU; a 2-rank ZeRO-1 sweep point 19.2 ->
+16.1 CPU-s, the capacity test 208 -> 172). With the variable set, ``torch.compile`` returns the function
+as it is (torch/_dynamo/eval_frame.py). A test that compiles must set it to "0" for its processes."""
+
 OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 """Environment for runs that load HF models or datasets: local files only, no hub lookup (none is reachable here)."""
 
