@@ -1,5 +1,6 @@
 """``ds-bench capacity``: the search along a family (pure), the family, the flags, the table; and a real
-search of ZeRO-0 and ZeRO-3 in bf16 under a memory cap on 2 CPU ranks (``dist``)."""
+search of ZeRO-0 and ZeRO-3, with and without a 2-stage pipeline, in bf16 under a memory cap on 2 CPU ranks
+(``dist``)."""
 
 from __future__ import annotations
 
@@ -80,50 +81,60 @@ def test_the_table_names_the_largest_size_and_why_the_next_did_not_run():
 
 
 CAP_GIB = 1.6
-"""Per rank. Measured here (AMD EPYC, AVX2, bf16 emulated; 6 probes of one step each, 1 min 30 s: no warm-up,
-since the peak comes in the first step, where the optimizer state is allocated), peak RSS of the probes
-that ran: ZeRO-0 8 x 384 x 6 1.20 GiB, 16 x: 1.47, 24 x: out of memory; ZeRO-3 8 x: 0.95, 24 x: 1.46,
-32 x: out of memory. In fp32 ZeRO-3 saves little on 2 ranks (README, capacity section), in bf16 its peak
-is ~0.7x ZeRO-0's at the same shape."""
+"""Per rank. Measured here (AMD EPYC, AVX2, bf16 emulated; one step per probe, no warm-up, since the peak
+comes in the first step, where the optimizer state is allocated), peak RSS of the probes that ran:
+ZeRO-0 8 x 384 x 6 1.16-1.20 GiB, 16 x: 1.42-1.47, 24 x: out of memory; ZeRO-3 8 x: 0.95, 24 x: 1.46, 32 x:
+out of memory; ZeRO-0 with 2 pipeline stages 8 x: 1.13, 16 x: 1.36, 24 x: out of memory (each stage holds
+half the blocks, but both hold the tied 50,257 x 384 embedding, 19.3M of the 48.1M parameters at 16 x).
+In fp32 ZeRO-3 saves little on 2 ranks (README, capacity section), in bf16 its peak is ~0.7x ZeRO-0's."""
 
 
 @pytest.mark.dist
 def test_a_real_search_under_a_memory_cap_finds_zero3_fits_more_than_zero0(tmp_path):
-    """ZeRO-0 and ZeRO-3 in bf16 on 2 CPU ranks under a per-rank cap, a family grown by layers (8 .. 32 x
-    384 x 6): for each layout the answer is a member whose probe really trained, the next member really ran
-    out of memory (its run says so) or was predicted not to fit, ZeRO-3's answer is strictly larger than
-    ZeRO-0's, and ``ds-bench report`` prints the table again."""
+    """ZeRO-0 and ZeRO-3 in bf16 on 2 CPU ranks, each with 1 and 2 pipeline stages, under a per-rank cap, a
+    family grown by layers (8 .. 32 x 384 x 6): ZeRO-3 with a pipeline is refused by name (DeepSpeed's
+    pipeline takes ZeRO 0 or 1) without a probe; for each other layout the answer is a member whose probe
+    really trained, the next member really ran out of memory (its run says so) or was predicted not to
+    fit; ZeRO-3's answer is strictly larger than ZeRO-0's; the pipeline layout's probes ran as pp2 dp1;
+    and ``ds-bench report`` prints the table again."""
     from tests.conftest import ds_bench, explain, records
 
     results = tmp_path / "c.jsonl"
-    proc = ds_bench("capacity", "--ds-config", "zero1.json", "--stages", "0,3", "--precision", "bf16", "--scale", "layers",
-                    "--layers", "8", "--hidden", "384", "--heads", "6", "--seq-len", "16", "--max-scale", "4",
-                    "--cpu-mem-limit", f"{CAP_GIB}GiB", "--launcher", "torchrun", "--steps", "1", "--warmup", "0",
-                    "--results", str(results), "--master-port", "29880", "--timeout", "4m", timeout=900,
-                    HF_HUB_OFFLINE="1")
+    proc = ds_bench("capacity", "--ds-config", "zero1.json", "--stages", "0,3", "--pipeline-stages", "1,2",
+                    "--precision", "bf16", "--scale", "layers", "--layers", "8", "--hidden", "384", "--heads", "6",
+                    "--seq-len", "16", "--max-scale", "4", "--cpu-mem-limit", f"{CAP_GIB}GiB", "--launcher", "torchrun",
+                    "--steps", "1", "--warmup", "0", "--results", str(results), "--master-port", "29880",
+                    "--timeout", "4m", timeout=900, HF_HUB_OFFLINE="1")
     assert proc.returncode == 0, explain(proc)
     recs = records(results)
     runs = records(results.with_suffix(".runs.jsonl"))
     by_run = {r["run_id"]: r for r in runs if r.get("run_id")}
-    summaries = {r["point"]["stage"]: r for r in recs if r["kind"] == "capacity"}
-    assert set(summaries) == {0, 3}, recs
-    for stage, summary in summaries.items():
+    summaries = {(r["pipeline_stages"], r["point"]["stage"]): r for r in recs if r["kind"] == "capacity"}
+    assert set(summaries) == {(1, 0), (1, 3), (2, 0), (2, 3)}, recs
+    refused = summaries.pop((2, 3))
+    assert refused["status"] == "skipped" and "stage 0 or 1" in refused["reason"], refused
+    assert not [r for r in recs if r["kind"] == "capacity_probe" and r["layout"] == refused["layout"]]
+    for (pipeline, stage), summary in summaries.items():
         probes = {r["index"]: r for r in recs if r["kind"] == "capacity_probe" and r["layout"] == summary["layout"]}
         largest, nxt = summary["largest"], summary["next"]
         assert summary["status"] == "ok" and largest and nxt, summary  # the cap bites inside the family
         best = next(p for p in probes.values() if p["member"] == largest["member"])
-        assert best["status"] == "ok" and by_run[best["run_id"]]["status"] == "ok"
+        best_run = by_run[best["run_id"]]
+        assert best["status"] == "ok" and best_run["status"] == "ok"
+        if pipeline > 1:  # a run without a pipeline records neither
+            assert (best_run["pipeline_stages"], best_run["data_parallel_size"]) == (pipeline, 2 // pipeline)
         assert best["peak_mem_bytes"] <= CAP_GIB * 2**30
         assert all(p["status"] != "ok" for p in probes.values() if p["index"] > best["index"])
         if nxt["why"] == "oom":
             failed = [r for r in runs if (r.get("failure") or {}).get("kind") == "oom"
-                      and r.get("size") == nxt_label(nxt["member"]) and r["zero_stage"] == stage]
+                      and r.get("size") == nxt_label(nxt["member"]) and r["zero_stage"] == stage
+                      and (r.get("pipeline_stages") or 1) == pipeline]
             assert failed, nxt
         else:
             assert nxt["why"] == "predicted" and nxt["predicted_mem_bytes"] > CAP_GIB * 2**30, nxt
-    zero0, zero3 = (summaries[s]["largest"] for s in (0, 3))
+    zero0, zero3, piped = (summaries[k]["largest"] for k in ((1, 0), (1, 3), (2, 0)))
     print(f"largest under {CAP_GIB} GiB per rank: ZeRO-0 {zero0['member']} ({zero0['params']:,}), "
-          f"ZeRO-3 {zero3['member']} ({zero3['params']:,})")
+          f"ZeRO-3 {zero3['member']} ({zero3['params']:,}), ZeRO-0 with 2 stages {piped['member']}")
     assert zero3["params"] > zero0["params"]
     again = ds_bench("report", str(results))
     assert again.returncode == 0 and zero3["member"] in again.stdout and zero0["member"] in again.stdout, explain(again)
