@@ -8,6 +8,7 @@ wrongly passes validation hits ``process.init_distributed`` (or a launcher), whi
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import re
 from dataclasses import dataclass
@@ -116,6 +117,13 @@ CASES["--hidden non-numeric"] = Case(run(*GPT2, "--hidden", "wide"), r"hidden.*i
 CASES["custom shape with --size"] = Case(run(*GPT2, "--size", "tiny", "--layers", "2", "--hidden", "64", "--heads", "4"),
                                          r"--layers/--hidden/--heads give the shape: not with --size")
 CASES["--layers for mnist"] = Case(run("--layers", "2"), r"--layers: workload mnist has no custom shapes")
+CASES["--attn unknown"] = Case(run(*GPT2, "--attn", "flash"), r"--attn 'flash' is unknown; known: sdpa, eager, flash_attention_2")
+if importlib.util.find_spec("flash_attn") is None:  # a CUDA machine may have it
+    CASES["--attn flash_attention_2 without flash-attn"] = Case(run(*GPT2, "--attn", "flash_attention_2"),
+                                                               r"--attn flash_attention_2 needs the flash-attn package")
+CASES["--attn for mnist"] = Case(run("--attn", "sdpa"), r"--attn: workload mnist has no attention \(gpt2 has\)")
+CASES["--attn eager with a pipeline"] = Case(run(*GPT2, "--attn", "eager", "--pipeline-stages", "2"),
+                                             r"--attn eager with --pipeline-stages: .* no attention mask")
 PP = ("--workload", "gpt2", "--size", "tiny", "--seq-len", "32", "--pipeline-stages")
 CASES["--pipeline-stages 0"] = Case(run(*PP, "0"), r"--pipeline-stages must be a positive integer, got 0")
 CASES["--pipeline-stages negative"] = Case(run(*PP, "-2"), r"--pipeline-stages must be a positive integer, got -2")

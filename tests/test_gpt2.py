@@ -92,6 +92,21 @@ def checkpointing(model) -> bool:
     raise AttributeError("no checkpointing flag")
 
 
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_attention_implementations_compute_the_same_loss(attn):
+    """fp32, same weights and tokens, no mask (packed sequences): eager and SDPA attention agree within 1e-4
+    relative, and the model reports the implementation it runs."""
+    losses = {}
+    for impl in ("eager", attn):
+        w = workload(size="tiny", seq_len=64, attn=impl)
+        torch.manual_seed(3)
+        model = w.build_model()
+        assert w.attention_used(model) == impl == model.config._attn_implementation
+        ids = torch.randint(0, 50257, (2, 64), generator=torch.Generator().manual_seed(4))
+        losses[impl] = w.loss(model, {"input_ids": ids}).item()
+    assert losses[attn] == pytest.approx(losses["eager"], rel=1e-4), losses
+
+
 def test_activation_checkpointing_is_switched_on():
     assert checkpointing(workload(size="tiny", seq_len=64, activation_checkpointing=True).build_model())
     assert not checkpointing(workload(size="tiny", seq_len=64).build_model())
@@ -215,7 +230,7 @@ def bench_run(tmp_path_factory):
                     "--precision", "bf16", "--micro-batch", "2", "--nproc", "2", "--launcher", "torchrun",
                     "--steps", str(STEPS),
                     "--warmup", str(WARMUP), "--results", str(results), "--master-port", "29863",
-                    "--size", "tiny", "--seq-len", str(SEQ), timeout=600, **OFFLINE)
+                    "--size", "tiny", "--seq-len", str(SEQ), "--", "--attn", "eager", timeout=600, **OFFLINE)
     assert proc.returncode == 0, explain(proc)
     return records(results.with_suffix(".runs.jsonl")), proc.stdout
 
@@ -226,6 +241,7 @@ def test_bench_records_gpt2_under_zero(bench_run, stage):
     recs, _ = bench_run
     (r,) = [r for r in recs if r["zero_stage"] == stage]
     check_record(r, "torchrun", stage, "bf16")
+    assert (r["config"]["attn"], r["attn_implementation"]) == ("eager", "eager")  # --attn after the sweep's --
 
 
 @pytest.mark.dist
@@ -267,6 +283,7 @@ def learning_run(tmp_path_factory, shakespeare):
 def test_torchrun_zero3_with_activation_checkpointing(learning_run):
     check_record(learning_run, "torchrun", 3, "fp32")
     assert learning_run["config"]["activation_checkpointing"] is True
+    assert (learning_run["config"]["attn"], learning_run["attn_implementation"]) == (None, "sdpa")  # the default
     m = learning_run["metrics"]  # recomputation: model FLOPs + one forward of the blocks
     per_token_model = flops.gpt2_flops_per_token(2, 64, 256, 50257, SEQ)
     per_token_hw = flops.gpt2_hardware_flops_per_token(2, 64, 256, 50257, SEQ)

@@ -16,6 +16,9 @@ from ds_bench.config import argcheck
 from ds_bench.errors import UserError
 
 ENGINES = ("deepspeed", "ddp", "fsdp")
+ATTENTION = ("sdpa", "eager", "flash_attention_2")
+"""``--attn``: HF transformers' attention implementations (``attn_implementation``); sdpa is
+``F.scaled_dot_product_attention`` (flash / memory-efficient kernels where the device has them)."""
 """What can train the model (``--engine``), from the same DeepSpeed config (``ds_bench.engines``)."""
 REQUIRED = dataclasses.MISSING
 """``option``'s default for a flag the user must give."""
@@ -78,6 +81,10 @@ class RunConfig:
     num_classes: int | None = option(None, "--num-classes", help="ResNet classes (default 1000)")
     model_path: str | None = option(None, "--model", help="local pretrained weights folder")
     activation_checkpointing: bool = option(False, "--activation-checkpointing")
+    attn: str | None = option(None, "--attn", metavar="{sdpa,eager,flash_attention_2}",
+                              help="gpt2's attention implementation (default sdpa); flash_attention_2 needs the "
+                                   "flash-attn package. The record states the one the model used")
+    """HF ``attn_implementation`` for workloads with attention; None: the workload's default (sdpa)."""
     peak_tflops: float | None = option(None, "--peak-tflops", help="per-device dense peak for MFU")
     """Override of the per-device peak used for MFU (dense TFLOP/s)."""
     lr: float | None = option(None, "--lr", help="learning rate where the config says auto")
@@ -166,6 +173,7 @@ class RunConfig:
             _require(value is None or (math.isfinite(value) and value > 0),
                      f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
         check_engine(self.engine)
+        check_attention(self.attn)
         check_pipeline_flags(self)
         check_timeout("--dist-timeout", self.dist_timeout_s)
         check_timeout("--connect-timeout", self.connect_timeout_s)
@@ -190,6 +198,19 @@ class RunConfig:
 
     def comm_results_path(self) -> str:
         return self.comm_results or os.path.join(os.path.dirname(self.results), "comm.jsonl")
+
+
+def check_attention(name: str | None) -> None:
+    """``--attn`` names one of ``ATTENTION``, and its kernel package is installed (checked before joining)."""
+    if name is None:
+        return
+    _require(name in ATTENTION, f"--attn {name!r} is unknown; known: {', '.join(ATTENTION)}")
+    if name == "flash_attention_2":
+        import importlib.util
+
+        _require(importlib.util.find_spec("flash_attn") is not None,
+                 "--attn flash_attention_2 needs the flash-attn package, which is not installed here "
+                 "(pip install flash-attn on a CUDA machine), or use --attn sdpa")
 
 
 def check_engine(name: str) -> None:
@@ -218,6 +239,8 @@ def check_pipeline_flags(cfg: RunConfig) -> None:
                                         "own engine (--engine deepspeed)")
     for name, why in PIPELINE_CONFLICTS.items():
         _require(not getattr(cfg, name), f"--pipeline-stages: {why}")
+    _require(cfg.attn != "eager", "--attn eager with --pipeline-stages: a stage's blocks get no attention mask, "
+                                  "which only sdpa and flash_attention_2 apply causally; use --attn sdpa")
     check_partition(cfg.partition)
 
 

@@ -224,6 +224,9 @@ class RunRecord(Stamped):
     """Parameters of the largest module (its own, not its children's): whole-model counts when partitioned."""
     build: ModelBuild | None = None
     """Model build and engine init: times, memory, partitioned or not (records from before: None)."""
+    attn_implementation: str | None = None
+    """The attention implementation the built model runs (HF ``_attn_implementation``, read back from the
+    model: ``sdpa``, ``eager``, ``flash_attention_2``); None for workloads without attention."""
     hosts: list[str] | None = None
     slow_ranks: list[SlowRank] | None = None
     comm_bound: dict[str, Any] | None = None

@@ -55,6 +55,8 @@ class Built:
     ``run_metrics`` adds its timers, bubble and peak memory (``ds_bench.measure.stage_timers``)."""
     build: dict | None = None
     """The record's ``build`` (``ds_bench.record.run_schema.ModelBuild``): partitioned or not, times, memory."""
+    attention: str | None = None
+    """The attention implementation the built model runs (``Workload.attention_used``)."""
 
 
 def measure(run: Started, workload) -> tuple[dict, dict]:
@@ -90,7 +92,8 @@ def build(run: Started, workload) -> Built:
     return Built(engine, params, largest, flops, hw_flops, build={
         "partitioned": partitioned, "model_s": model_built[0] - started,
         "engine_s": time.perf_counter() - engine_started, "model_mem_bytes": model_built[1],
-        "engine_mem_bytes": memory.held_bytes(run.state.device) - run.baseline_bytes})
+        "engine_mem_bytes": memory.held_bytes(run.state.device) - run.baseline_bytes},
+        attention=workload.attention_used(model))
 
 
 def build_pipeline(run: Started, workload) -> Built:
@@ -109,7 +112,7 @@ def build_pipeline(run: Started, workload) -> Built:
     engine = engines.build(run.engine, module, run.ds_cfg, run.state.device, run.cfg.lr or workload.default_lr)
     params = sum(stage["unique_params"] for stage in stages)
     largest = max(entry.pop("largest_layer_params") for entry in layouts)
-    return Built(engine, params, largest, flops, hw_flops, stages)
+    return Built(engine, params, largest, flops, hw_flops, stages, attention=workload.attention_used(module))
 
 
 def train(run: Started, workload, engine) -> tuple[list, float]:
@@ -162,6 +165,7 @@ def run_metrics(run: Started, workload, built: Built, reports: list, loop_starte
     hosts = sorted({r.host for r in reports})
     extra = {"loop_started_at": loop_started_at, "params": built.params,
              "largest_layer_params": built.largest_layer_params, "build": built.build, "hosts": hosts,
+             "attn_implementation": built.attention,
              "slow_ranks": slow_ranks.from_metrics(metrics, cfg.slow_rank_threshold),
              "comm_bound": _comm_bound(run, built, metrics, hosts)}
     if built.stages is not None:

@@ -31,6 +31,8 @@ class Workload(ABC):
     preload: tuple[str, ...] = ()
     """Modules ``build_model`` imports, imported before the memory baseline (``ds_bench.run.measure``) so a
     build's time and memory are the model's, not its library's (transformers' GPT-2: ~38 MiB RSS, ~1 s)."""
+    attention: bool = False
+    """Whether the model has attention whose implementation ``--attn`` chooses (GPT-2)."""
     partitioned_build: bool = False
     """Whether DeepSpeed ZeRO-3 may build the model partitioned (``deepspeed.zero.Init``,
     ``ds_bench.engines.zero_init``): true only where ``model_flops_per_sample`` needs no forward pass
@@ -49,6 +51,8 @@ class Workload(ABC):
                        if v is not None]
         if shape_flags and not self.custom_shapes:
             raise UserError(f"{'/'.join(shape_flags)}: workload {self.name} has no custom shapes (gpt2 has)")
+        if cfg.attn is not None and not self.attention:
+            raise UserError(f"--attn: workload {self.name} has no attention (gpt2 has)")
 
     @property
     def hidden_size(self) -> int | None:
@@ -96,6 +100,10 @@ class Workload(ABC):
     def hardware_flops_per_sample(self, model: torch.nn.Module) -> float | None:
         """FLOPs the device actually executes per sample: model FLOPs plus any recomputation."""
         return self.model_flops_per_sample(model)
+
+    def attention_used(self, model: torch.nn.Module) -> str | None:
+        """The attention implementation the built model runs, read back from it; None without attention."""
+        return None
 
 
 def shard_epochs(n: int, rank: int, world_size: int, micro_batch: int, seed: int) -> Iterator[torch.Tensor]:

@@ -37,6 +37,9 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json",
                 "pytorch_model.bin", "pytorch_model.bin.index.json")
 FINETUNE_LR = 5e-5  # HF Trainer's default learning rate
 SYNTHETIC_POOL = 8  # distinct synthetic batches per rank, cycled
+DEFAULT_ATTENTION = "sdpa"
+"""Batches are packed full sequences and pass no attention mask, so SDPA takes its causal path (``is_causal``)
+and may use its flash / memory-efficient kernels (a mask would keep it on the math kernel)."""
 
 
 class GPT2Workload(Workload):
@@ -46,6 +49,7 @@ class GPT2Workload(Workload):
     default_lr = 6e-4  # GPT-3 paper's rate for the 125M model, nanoGPT's default
     sample_unit = "sequences"
     custom_shapes = True
+    attention = True
     preload = ("transformers.models.gpt2.modeling_gpt2",)
     partitioned_build = True
     """FLOPs from the config; HF's weight init gathered (``hf_init``). Not with ``--model`` (set in ``__init__``):
@@ -70,6 +74,7 @@ class GPT2Workload(Workload):
                 else named_shape(self.size, cfg.seq_len)
             self.size = shape.label
             self.config = shape_config(shape)
+        self.config._attn_implementation = cfg.attn or DEFAULT_ATTENTION
         self.files = None if cfg.data == "synthetic" else text.find_text_files(cfg.data)
         self.seqs: torch.Tensor | None = None  # [n, seq_len] packed tokens, set by prepare_data
         self.n_tokens = 0
@@ -86,7 +91,8 @@ class GPT2Workload(Workload):
         from transformers import GPT2LMHeadModel
 
         if self.cfg.model_path is not None:
-            model = GPT2LMHeadModel.from_pretrained(self.cfg.model_path, config=self.config)
+            model = GPT2LMHeadModel.from_pretrained(self.cfg.model_path, config=self.config,
+                                                    attn_implementation=self.config._attn_implementation)
         else:
             with hf_init.partitioned_weight_init():  # under ZeRO-3 zero.Init: the same weights as unpartitioned
                 model = GPT2LMHeadModel(self.config)
@@ -147,6 +153,10 @@ class GPT2Workload(Workload):
             return self.model_flops_per_sample(model)
         return self.seq_len * flops.gpt2_hardware_flops_per_token(*_shape(_config_of(model, self.config)),
                                                                   self.seq_len)
+
+    def attention_used(self, model: nn.Module) -> str:
+        """``_attn_implementation`` of the model's config (a pipeline's blocks share the workload's)."""
+        return _config_of(model, self.config)._attn_implementation
 
     def _synthetic_pool(self, rank: int, micro_batch: int) -> list[Batch]:
         gen = torch.Generator().manual_seed(self.cfg.seed * 1000 + rank)

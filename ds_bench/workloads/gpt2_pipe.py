@@ -128,7 +128,7 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 def layer_specs(config) -> list:
     """The module docstring's layers for a ``GPT2Config``."""
     config = copy.deepcopy(config)
-    config._attn_implementation = "sdpa"  # no mask passed: SDPA applies the causal mask itself (is_causal)
+    config._attn_implementation = config._attn_implementation or "sdpa"  # --attn; no mask passed (is_causal)
     width = config.n_embd
     return [TiedLayerSpec(TIED_KEY, TokenEmbedding, config.vocab_size, width),
             LayerSpec(PositionEmbedding, config.n_positions, width),
