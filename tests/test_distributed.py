@@ -107,6 +107,7 @@ def test_deepspeed_launcher(deepspeed_runs, stage, precision):
     recs, _ = deepspeed_runs
     r = find(recs, stage, precision)
     check_record(r, "deepspeed", stage, precision)
+    assert r["optimizer"] == {"source": "ds_config", "type": "AdamW", "fused": True}  # torch's fused kernel
 
 
 def test_the_launcher_runs_leave_no_buffer_in_dev_shm(deepspeed_runs):

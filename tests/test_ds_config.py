@@ -138,7 +138,8 @@ def test_a_config_without_optimizer_is_accepted_and_gets_a_default(tmp_path):
 
     cfg = prepare(write(tmp_path, {"zero_optimization": {"stage": 1}}), (), CPU)
     assert "optimizer" not in cfg
-    assert optim.describe(cfg) == {"source": "ds_bench default", "type": "torch.optim.AdamW"}
+    assert optim.describe(cfg) == {"source": "ds_bench default", "type": "torch.optim.AdamW", "fused": True}
+    assert optim.describe(cfg, "hpu")["fused"] is False  # no fused kernel there: ds_bench passes fused=False
     offload = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
     assert optim.describe(prepare(write(tmp_path, offload), (), CPU))["type"] == "deepspeed.ops.adam.DeepSpeedCPUAdam"
 

@@ -70,7 +70,7 @@ def test_precision_maps_to_autocast_for_ddp_and_a_mixed_precision_policy_for_fsd
 
 
 def test_optimizer_sections_as_torch_builds_them():
-    assert torch_optimizer({}, 5e-4, WHERE) == ("AdamW", {"lr": 5e-4})  # no section: ds_bench's default
+    assert torch_optimizer({}, 5e-4, WHERE) == ("AdamW", {"lr": 5e-4, "fused": True})  # no section: ds_bench's default
     adam = {"optimizer": {"type": "Adam", "params": {"lr": 1e-3, "adam_w_mode": False}}}
     assert torch_optimizer(adam, 1.0, WHERE) == ("Adam", {"lr": 1e-3})
     sgd = {"optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9}}}

@@ -44,6 +44,7 @@ def test_default_optimizer_follows_offload():
     assert optim.default_optimizer({"optimizer": {"type": "AdamW"}}, params, 1e-3) is None
     opt = optim.default_optimizer({}, params, 0.01)
     assert isinstance(opt, torch.optim.AdamW) and opt.param_groups[0]["lr"] == 0.01
+    assert opt.defaults["fused"] is True  # one kernel over all parameters (recorded: optim.describe)
     offload = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
     assert optim.describe(offload) == {"source": "ds_bench default", "type": "deepspeed.ops.adam.DeepSpeedCPUAdam"}
     assert optim.describe({"optimizer": {"type": "SGD"}}) == {"source": "ds_config", "type": "SGD"}

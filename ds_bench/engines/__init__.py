@@ -48,10 +48,10 @@ class EngineChoice:
         """The record's ``engine_plan``: how the config was mapped (None for DeepSpeed: it reads it itself)."""
         return self.torch_plan.describe() if self.torch_plan else None
 
-    def optimizer_record(self, ds_cfg: dict) -> dict:
+    def optimizer_record(self, ds_cfg: dict, device_type: str) -> dict:
         """The record's ``optimizer``: where it came from and the class that trains."""
         if self.torch_plan is None:
-            return optim.describe(ds_cfg)
+            return optim.describe(ds_cfg, device_type)
         source = "ds_config" if "optimizer" in ds_cfg else optim.DEFAULT_SOURCE
         return {"source": source, "type": f"torch.optim.{self.torch_plan.optimizer}"}
 

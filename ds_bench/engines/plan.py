@@ -106,7 +106,7 @@ def torch_optimizer(ds_cfg: dict, default_lr: float, where: str) -> tuple[str, d
     """(torch.optim class name, its keyword arguments) for the config's optimizer section."""
     section = ds_cfg.get("optimizer")
     if not section:
-        return "AdamW", {"lr": default_lr}
+        return "AdamW", {"lr": default_lr, "fused": True}  # as ds_bench's default for DeepSpeed (config.deepspeed.optim)
     name, params = section.get("type", ""), dict(section.get("params") or {})
     if name.lower() in ("adam", "adamw"):
         adam_w = name.lower() == "adamw" or params.get("adam_w_mode", True)

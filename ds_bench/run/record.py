@@ -100,7 +100,7 @@ def run_record(run: Started, status: str, metrics: dict | None = None, error: st
         size=run.size, tag=cfg.tag, world_size=state.world_size, launcher=state.launcher,
         master_addr=state.master_addr, rendezvous=state.rendezvous, backend=state.backend, engine=run.engine.name, engine_plan=run.engine.describe(), ds_config=ds_cfg,
         zero_stage=run.engine.zero_stage, precision=ds_config.precision_of(ds_cfg),
-        optimizer=run.engine.optimizer_record(ds_cfg),
+        optimizer=run.engine.optimizer_record(ds_cfg, state.device.type),
         micro_batch=ds_cfg["train_micro_batch_size_per_gpu"],
         grad_accum=ds_cfg["gradient_accumulation_steps"], train_batch_size=ds_cfg["train_batch_size"],
         hardware=results.hardware(state.device), metrics=RunMetrics(**(metrics or {})), **run.ckpt.record_keys(),
