@@ -1,4 +1,4 @@
-"""Command line: ``ds-bench run | sweep | bench | comm | scaling | capacity | doctor | launch | report``
+"""Command line: ``ds-bench run | sweep | bench | comm | scaling | capacity | roofline | doctor | launch | report``
 (also ``python -m ds_bench``).
 
 A router only: each command's module gives ``add_arguments(parser)`` and ``main(args) -> int``;
@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                          "weak-scaling efficiency, table and plot"),
     "capacity": ("ds_bench.capacity.main", "the largest model of a family that trains on these ranks, per layout "
                                            "(ZeRO stage, offload, pipeline stages)"),
+    "roofline": ("ds_bench.roofline.main", "measured ceiling of every device of the job: dense matmul TFLOP/s per "
+                                           "dtype and copy GB/s (runs then report mfu_vs_measured)"),
     "doctor": ("ds_bench.comm.doctor", "per-rank network/device/version report and an all_reduce check"),
     "launch": ("ds_bench.jobs.launch", "build (and run) an mpirun/deepspeed/torchrun/srun command"),
     "report": ("ds_bench.report.main", "table (and plot) of a results file"),

@@ -26,11 +26,11 @@ LAYERS = (
     ("record",),
     ("jobs",),
     ("report",),
-    ("run", "sweep", "scaling", "capacity", "comm"),
+    ("run", "sweep", "scaling", "capacity", "comm", "roofline"),
     ("cli", "__main__"),
 )
 """Folders (or root modules) in data-flow order: each may import its own folder and those before it."""
-COMMANDS = ("run", "sweep", "scaling", "capacity", "comm")
+COMMANDS = ("run", "sweep", "scaling", "capacity", "comm", "roofline")
 
 
 def modules(root: Path = PACKAGE) -> dict[str, Path]:

@@ -16,6 +16,7 @@ the points appended.
 
 import math
 import re
+from pathlib import Path
 
 import pytest
 
@@ -60,8 +61,13 @@ def sweep(results, data, *args):
 
 @pytest.fixture(scope="module")
 def torchrun_run(tmp_path_factory, fashion_mnist):
-    """ZeRO-2 fp32 under torchrun with ``--breakdown``, long enough to learn."""
+    """ZeRO-2 fp32 under torchrun with ``--breakdown``, long enough to learn; ``ds-bench roofline`` on the same
+    2 ranks first, into the folder of its results, so the run reports ``mfu_vs_measured``."""
     results = tmp_path_factory.mktemp("tr") / "r.jsonl"
+    roof = run_cmd(["torchrun", "--nproc_per_node", "2", "--master_port", "29721", "-m", "ds_bench", "roofline",
+                    "--dtypes", "fp32", "--sizes", "128,256", "--min-time", "0.2", "--copy-bytes", "8MiB",
+                    "--results", str(results.parent / "roofline.jsonl")])
+    assert roof.returncode == 0, explain(roof)
     proc = run_cmd(["torchrun", "--nproc_per_node", "2", "--master_port", "29720", "-m", "ds_bench", "run",
                     "--workload", "mnist", "--ds-config", "ds_configs/zero2.json", "--steps", str(LEARN_STEPS),
                     "--warmup", str(WARMUP), "--data", str(fashion_mnist), "--results", str(results),
@@ -116,6 +122,18 @@ def test_the_launcher_runs_leave_no_buffer_in_dev_shm(deepspeed_runs):
     recs, _ = deepspeed_runs
     ports = {r["rendezvous"]["master_port"] for r in recs}
     assert ports and all(shm_buffers(port) == [] for port in ports), "DeepSpeed's shm buffers outlived the runs"
+
+
+def test_roofline_measures_every_rank_and_the_run_reads_its_ceiling(torchrun_run):
+    (roof,) = records(Path(torchrun_run["config"]["results"]).parent / "roofline.jsonl")
+    rows = roof["results"]
+    assert {(r["rank"], r["test"], r["size"]) for r in rows} == {
+        (rank, test, size) for rank in (0, 1) for test, size in (("matmul", 128), ("matmul", 256), ("copy", 8 * 2**20))}
+    assert all(r["low"] <= r["median"] <= r["high"] and r["median"] > 0 and r["repeats"] == 5 for r in rows)
+    best = max(r["median"] for r in rows if r["test"] == "matmul" and r["host"] == torchrun_run["host"])
+    m = torchrun_run["metrics"]
+    assert m["measured_tflops"] == best and roof["run_id"] in m["measured_note"]
+    assert m["mfu_vs_measured"] == pytest.approx(m["tflops_per_device"] / best)
 
 
 def test_torchrun(torchrun_run):

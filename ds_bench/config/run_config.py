@@ -196,6 +196,10 @@ class RunConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    def roofline_results_path(self) -> str:
+        """Where a run looks for ``ds-bench roofline`` records: beside its results."""
+        return os.path.join(os.path.dirname(self.results), "roofline.jsonl")
+
     def comm_results_path(self) -> str:
         return self.comm_results or os.path.join(os.path.dirname(self.results), "comm.jsonl")
 

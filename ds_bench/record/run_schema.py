@@ -69,6 +69,13 @@ class RunMetrics(Block):
     """Model FLOPs utilisation, a fraction of ``peak_tflops`` (0.4 = 40 %); None without a peak."""
     mfu_note: str | None = None
     """Where the peak came from, or why there is no MFU."""
+    mfu_vs_measured: float | None = None
+    """``tflops_per_device`` / ``measured_tflops``: utilisation of what this device was measured to do."""
+    measured_tflops: float | None = None
+    """The device's best measured dense matmul TFLOP/s in the run's dtype, from the newest roofline record of
+    this host (``ds-bench roofline``)."""
+    measured_note: str | None = None
+    """Where ``measured_tflops`` came from, or why there is none."""
     peak_tflops: float | None = None
     """Dense peak TFLOP/s per device the MFU is taken against."""
     model_flops_per_step: float | None = None

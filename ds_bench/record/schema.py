@@ -186,11 +186,37 @@ class DoctorRecord(Record):
     links: list[dict[str, Any]] | None = None
 
 
+class RooflineRow(Block):
+    """One measured rate of one rank's device (``ds_bench.measure.roofline``)."""
+
+    rank: int
+    host: str
+    device: str
+    """``torch.cuda.get_device_name``, or the CPU's model name."""
+    test: str
+    """``matmul`` (TFLOP/s, dense n x n) or ``copy`` (GB/s, bytes read + written)."""
+    dtype: str
+    size: int
+    """matmul: n; copy: bytes."""
+    median: float
+    low: float
+    high: float
+    iters: int
+    repeats: int
+
+
+class RooflineRecord(Stamped):
+    kind: Literal["roofline"]
+    world_size: int | None = None
+    min_time_s: float | None = None
+    results: list[RooflineRow] = Field(default_factory=list)
+
+
 AnyRecord = Annotated[Union[RunRecord, SweepPointRecord, ScalingRecord, CommRecord, DoctorRecord, CapacityProbeRecord,
-                            CapacityRecord], Field(discriminator="kind")]
+                            CapacityRecord, RooflineRecord], Field(discriminator="kind")]
 KINDS: dict[str, type[Record]] = {"run": RunRecord, "sweep_point": SweepPointRecord, "scaling": ScalingRecord,
                                   "comm": CommRecord, "doctor": DoctorRecord, "capacity_probe": CapacityProbeRecord,
-                                  "capacity": CapacityRecord}
+                                  "capacity": CapacityRecord, "roofline": RooflineRecord}
 
 
 def model_of(data: Any) -> type[Record] | None:

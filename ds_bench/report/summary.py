@@ -92,7 +92,9 @@ def one_run(record: RunRecord, results_path: str) -> str:
         lines.append(f"  optimizer    none in the DeepSpeed config: ds_bench supplied {record.optimizer['type']}")
     if m.tflops_per_device is not None:
         mfu = f"{m.mfu:.1%}" if m.mfu is not None else f"n/a ({m.mfu_note})"
-        lines.append(f"  compute      {m.tflops_per_device:.3f} TFLOP/s per device, MFU {mfu}")
+        measured = (f"; {m.mfu_vs_measured:.1%} of the measured {m.measured_tflops:.4g} TFLOP/s (ds-bench roofline)"
+                    if m.mfu_vs_measured is not None else "")
+        lines.append(f"  compute      {m.tflops_per_device:.3f} TFLOP/s per device, MFU {mfu}{measured}")
     threshold = record.config.get("slow_rank_threshold", slow_ranks.DEFAULT_THRESHOLD_PCT)
     for slow in record.slow_ranks or []:
         lines.append(f"  slow rank    {slow_ranks.describe(slow.model_dump())} (threshold {threshold:g}%)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import itertools
 import logging
+import socket
 import time
 from dataclasses import dataclass
 
@@ -21,10 +22,11 @@ from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_config import RunConfig
 from ds_bench.engines.pipeline import clip_on_the_whole_model
 from ds_bench.machine import memory
-from ds_bench.measure import checkpoint, peaks, slow_ranks, stage_timers
+from ds_bench.measure import checkpoint, peaks, roofline, slow_ranks, stage_timers
 from ds_bench.measure.loop import DeviceClock, run_loop, timing
 from ds_bench.measure.metrics import summarize
 from ds_bench.record import store as results
+from ds_bench.record.schema import RooflineRecord
 from ds_bench.report import comm_bound as verdict
 from ds_bench.run.record import Started, rank_report, record_failure
 
@@ -207,4 +209,17 @@ def _flops_metrics(cfg: RunConfig, flops_per_sample: float | None, samples_per_s
         peak, note = peaks.peak_tflops(hw["device"], hw["device_type"], ds_config.precision_of(ds_cfg))
     out = peaks.compute_metrics(flops_per_sample, samples_per_s, state.world_size, peak, note)
     out["model_flops_per_step"] = flops_per_sample * ds_cfg["train_batch_size"] if flops_per_sample else None
+    out.update(vs_measured(out["tflops_per_device"], results.hardware(state.device)["device"],
+                           ds_config.precision_of(ds_cfg), cfg.roofline_results_path()))
     return out
+
+
+def vs_measured(tflops: float | None, device: str, precision: str, path: str) -> dict:
+    """``mfu_vs_measured`` against the newest ``ds-bench roofline`` record of this host in ``path``."""
+    host = socket.gethostname()
+    newest = [r for r in results.read_records(path, RooflineRecord, missing_ok=True) if r.host == host][-1:]
+    best = roofline.ceiling([row.model_dump() for row in newest[0].results], host, device, precision) if newest else None
+    if best is None:
+        return {"measured_note": f"no roofline record of {device} {precision} on {host} in {path}: run ds-bench roofline"}
+    return {"measured_tflops": best, "mfu_vs_measured": tflops / best if tflops is not None else None,
+            "measured_note": f"ds-bench roofline {newest[0].run_id} in {path}"}

@@ -1,0 +1,1 @@
+"""``ds-bench roofline``: the measured ceiling of every device of a job."""

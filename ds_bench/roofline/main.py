@@ -1,0 +1,97 @@
+"""``ds-bench roofline``: achieved dense matmul TFLOP/s per dtype and copy bandwidth on every device of the
+job, as one ``kind: roofline`` record (``ds_bench.measure.roofline`` says how each figure is taken).
+
+Run it under the launcher the benchmarks use (or alone, one process): every rank measures its own device
+at the same time as the others, rank 0 prints the table and appends the record. Runs whose results file
+sits in the same folder then report ``mfu_vs_measured`` against the newest record of their host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+
+import torch
+from tabulate import tabulate
+
+from ds_bench.cluster import join, process
+from ds_bench.config import argcheck
+from ds_bench.config.parsers import parse_list, parse_size
+from ds_bench.config.run_config import check_timeout
+from ds_bench.config.run_flags import add_local_rank
+from ds_bench.errors import UserError
+from ds_bench.measure import roofline
+from ds_bench.record import store as results
+from ds_bench.record.schema import RooflineRecord, RooflineRow
+
+DEFAULT_SIZES = {"cuda": "4096,8192", "cpu": "512,1024"}
+DEFAULT_COPY = {"cuda": "1GiB", "cpu": "64MiB"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dtypes", default=None, help="fp32,bf16,fp16 (default: bf16 and fp32; fp16 too on GPUs)")
+    p.add_argument("--sizes", default=None, help="square matmul sides, e.g. 4096,8192 (default: 4096,8192 on "
+                                                 "GPUs, 512,1024 on CPUs)")
+    p.add_argument("--copy-bytes", default=None, help="bytes copied per copy operation (default 1GiB GPU, 64MiB CPU)")
+    p.add_argument("--min-time", dest="min_time_s", type=float, default=1.0,
+                   help="seconds of timed work per figure (default 1)")
+    p.add_argument("--repeats", type=int, default=5, help="samples per figure (default 5): median, min, max")
+    p.add_argument("--results", default="results/roofline.jsonl", help="JSON-lines file the record is appended to")
+    p.add_argument("--iface", default=None, help="network interface for the rendezvous")
+    p.add_argument("--dist-timeout", dest="dist_timeout_s", type=float, default=60.0)
+    p.add_argument("--connect-timeout", dest="connect_timeout_s", type=float, default=30.0)
+    add_local_rank(p)
+
+
+def main(args: argparse.Namespace) -> int:
+    device_type = "cuda" if torch.cuda.is_available() else "cpu"
+    dtypes = parse_list("--dtypes", args.dtypes or ("bf16,fp32,fp16" if device_type == "cuda" else "bf16,fp32"),
+                        tuple(roofline.DTYPES))
+    sizes = parse_list("--sizes", args.sizes or DEFAULT_SIZES[device_type], kind=int)
+    try:
+        copy_bytes = parse_size(args.copy_bytes or DEFAULT_COPY[device_type])
+    except ValueError as e:
+        raise UserError(f"--copy-bytes {e}") from None
+    if copy_bytes < 4 or not 0 < args.min_time_s <= 600 or args.repeats < 1:
+        raise UserError(f"--copy-bytes must be >= 4, --min-time in (0, 600] s and --repeats >= 1; got "
+                        f"{args.copy_bytes}, {args.min_time_s}, {args.repeats}")
+    check_timeout("--dist-timeout", args.dist_timeout_s)
+    check_timeout("--connect-timeout", args.connect_timeout_s)
+    argcheck.output_folder("--results", args.results)
+    state = join.join(join.prepare(args.iface, args.dist_timeout_s), args.dist_timeout_s, args.connect_timeout_s)
+    mine = measure(state, dtypes, sizes, copy_bytes, args.min_time_s, args.repeats)
+    rows = [row for rank_rows in process.gather(mine) for row in rank_rows]
+    if state.rank == 0:
+        print(table(rows), flush=True)
+        record = RooflineRecord(kind="roofline", world_size=state.world_size, min_time_s=args.min_time_s,
+                                results=rows, **results.base_record(results.new_run_id(), vars(args)))
+        results.append_record(args.results, record)
+        print(f"results: {args.results}", flush=True)
+    return 0
+
+
+def measure(state: process.DistState, dtypes: tuple, sizes: tuple, copy_bytes: int, min_time_s: float,
+            repeats: int) -> list[RooflineRow]:
+    """This rank's figures; a barrier before each, so every rank measures while the others do."""
+    from deepspeed.accelerator import get_accelerator
+
+    sync, device = get_accelerator().synchronize, state.device
+    name = results.hardware(device)["device"]
+    where = {"rank": state.rank, "host": socket.gethostname(), "device": name}
+    rows = []
+    for dtype in dtypes:
+        for n in sizes:
+            torch.distributed.barrier()
+            fig = roofline.matmul(n, dtype, device, sync, min_time_s, repeats)
+            rows.append(RooflineRow(**where, test="matmul", dtype=dtype, size=n, **vars(fig)))
+    torch.distributed.barrier()
+    fig = roofline.copy(copy_bytes, device, sync, min_time_s, repeats)
+    rows.append(RooflineRow(**where, test="copy", dtype="fp32", size=copy_bytes, **vars(fig)))
+    return rows
+
+
+def table(rows: list[RooflineRow]) -> str:
+    body = [[r.rank, r.host, r.device, r.test, r.dtype, r.size, f"{r.median:.4g}", f"{r.low:.4g}-{r.high:.4g}",
+             "TFLOP/s" if r.test == "matmul" else "GB/s"] for r in rows]
+    return tabulate(body, headers=["rank", "host", "device", "test", "dtype", "n / bytes", "median", "min-max",
+                                   "unit"])
