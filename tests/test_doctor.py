@@ -2,7 +2,7 @@
 
 import pytest
 
-from ds_bench.comm.doctor import leftover_notes, version_problems
+from ds_bench.comm.doctor import ceiling_lines, leftover_notes, version_problems
 from tests.conftest import ds_bench, explain, run_cmd
 
 
@@ -23,6 +23,16 @@ def test_doctor_under_torchrun_reports_every_rank_and_a_correct_all_reduce():
     assert "OK: ranks agree on versions and all_reduce works" in out
     assert "GLOO_SOCKET_IFNAME=lo" in out
     assert sum(line.startswith("|      ") and "lo (127.0.0.1)" in line for line in out.splitlines()) == 2
+    for rank in (0, 1):  # each rank's short ceiling: bf16 and fp32 matmul, a copy
+        (line,) = [x for x in out.splitlines() if x.startswith(f"ceiling rank {rank} ")]
+        assert "matmul bf16 n=512" in line and "matmul fp32 n=512" in line and "GB/s" in line, line
+
+
+def test_ceiling_lines_give_each_rank_its_figures():
+    rows = [{"rank": r, "device": "x86_64", "test": "matmul", "dtype": "fp32", "size": 512, "median": 0.09 + r}
+            for r in (1, 0)] + [{"rank": 0, "device": "x86_64", "test": "copy", "dtype": "fp32", "size": 8, "median": 29.0}]
+    assert ceiling_lines(rows) == ["ceiling rank 0 (x86_64): matmul fp32 n=512 0.09 TFLOP/s, copy 29 GB/s",
+                                   "ceiling rank 1 (x86_64): matmul fp32 n=512 1.09 TFLOP/s"]
 
 
 def test_leftover_shm_buffers_are_one_note_per_host():

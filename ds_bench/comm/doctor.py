@@ -7,7 +7,9 @@ rank 0 prints them and checks that versions agree and that an all_reduce gives t
 with several hosts, a checked 64 MiB all_reduce inside each host and one across hosts (one rank
 per host) give each link class its own busbw.
 The bandwidth figure is the NCCL-tests convention (busbw = 2(n-1)/n x bytes / time, see
-NVIDIA/nccl-tests doc/PERFORMANCE.md). Exit 0 when all is well, 1 with the reasons when not.
+NVIDIA/nccl-tests doc/PERFORMANCE.md). Each rank also measures its device's ceiling, briefly
+(``ds_bench.measure.roofline``: one matmul size per dtype and a copy; ``ds-bench roofline`` for the full
+record runs read). Exit 0 when all is well, 1 with the reasons when not.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ ENV_PREFIXES = ("NCCL_", "GLOO_", "CUDA_", "MASTER_", "OMP_NUM_THREADS", "DS_BEN
 ALLREDUCE_BYTES = 8 * 2**20
 ALLREDUCE_ITERS = 5
 LINK_BYTES = 64 * 2**20
+ROOFLINE = {"cuda": (("bf16", "fp16", "fp32"), (8192,), 2**30), "cpu": (("bf16", "fp32"), (512,), 64 * 2**20)}
+"""Device type -> (dtypes, matmul sizes, copy bytes) of doctor's short ceiling check."""
+ROOFLINE_TIME_S, ROOFLINE_REPEATS = 0.3, 3
 
 
 def rank_facts(state: process.DistState) -> dict:
@@ -81,6 +86,30 @@ def allreduce_check(state: process.DistState) -> tuple[list[str], dict]:
         return row["wrong"], {}
     busbw = row["busbw_GBps"] if state.world_size > 1 else None
     return [], {"allreduce_bytes": row["size_bytes"], "allreduce_ms": row["time_us"] / 1e3, "busbw_GBps": busbw}
+
+
+def ceiling_check(state: process.DistState) -> list[dict]:
+    """Every rank's short roofline (all ranks at once), gathered: rows of ``measure.roofline.measure_rank``."""
+    from deepspeed.accelerator import get_accelerator
+
+    from ds_bench.measure import roofline
+
+    dtypes, sizes, copy_bytes = ROOFLINE["cuda" if state.device.type == "cuda" else "cpu"]
+    where = {"rank": state.rank, "host": socket.gethostname(), "device": results.hardware(state.device)["device"]}
+    mine = roofline.measure_rank(where, state.device, dtypes, sizes, copy_bytes, ROOFLINE_TIME_S, ROOFLINE_REPEATS,
+                                 get_accelerator().synchronize, torch.distributed.barrier)
+    return [row for rows in process.gather(mine) for row in rows]
+
+
+def ceiling_lines(rows: list[dict]) -> list[str]:
+    """One line per rank: its matmul TFLOP/s per dtype and its copy GB/s (medians)."""
+    out = []
+    for rank in sorted({r["rank"] for r in rows}):
+        mine = [r for r in rows if r["rank"] == rank]
+        parts = [f"matmul {r['dtype']} n={r['size']} {r['median']:.4g} TFLOP/s" if r["test"] == "matmul"
+                 else f"copy {r['median']:.4g} GB/s" for r in mine]
+        out.append(f"ceiling rank {rank} ({mine[0]['device']}): " + ", ".join(parts))
+    return out
 
 
 def link_check(state: process.DistState, hosts: list[str]) -> list[dict]:
@@ -136,6 +165,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dist-timeout", dest="dist_timeout_s", type=float, default=60.0)
     p.add_argument("--connect-timeout", dest="connect_timeout_s", type=float, default=30.0)
     p.add_argument("--json", default=None, help="append the full report as a JSON line here")
+    p.add_argument("--no-roofline", dest="roofline", action="store_false",
+                   help="skip the short matmul/copy ceiling check on every rank")
     add_local_rank(p)
 
 
@@ -143,10 +174,11 @@ def main(args: argparse.Namespace) -> int:
     check_timeout("--dist-timeout", args.dist_timeout_s)
     check_timeout("--connect-timeout", args.connect_timeout_s)
     argcheck.output_folder("--json", args.json)
-    return run_doctor(args.iface, args.dist_timeout_s, args.connect_timeout_s, args.json)
+    return run_doctor(args.iface, args.dist_timeout_s, args.connect_timeout_s, args.json, args.roofline)
 
 
-def run_doctor(iface: str | None, dist_timeout_s: float, connect_timeout_s: float, json_path: str | None) -> int:
+def run_doctor(iface: str | None, dist_timeout_s: float, connect_timeout_s: float, json_path: str | None,
+               with_ceiling: bool = True) -> int:
     state = join.join(join.prepare(iface, dist_timeout_s), dist_timeout_s, connect_timeout_s)
     facts = process.gather(rank_facts(state))
     try:
@@ -159,6 +191,10 @@ def run_doctor(iface: str | None, dist_timeout_s: float, connect_timeout_s: floa
         links, wrong = link_lines(link_rows)
         problems += wrong
         timing = {**timing, "links": link_rows} if link_rows else timing
+    if with_ceiling and not problems:
+        ceilings = ceiling_check(state)
+        links += ceiling_lines(ceilings)
+        timing = {**timing, "roofline": ceilings}
     problems = version_problems(facts) + problems
     verdict = [problems]
     torch.distributed.broadcast_object_list(verdict, src=0)

@@ -75,6 +75,21 @@ def copy(nbytes: int, device: torch.device, sync: Callable[[], None], min_time_s
     return sampled(lambda: dst.copy_(src), 2 * src.numel() * 4 / 1e9, sync, min_time_s, repeats)
 
 
+def measure_rank(where: dict, device: torch.device, dtypes: tuple, sizes: tuple, copy_bytes: int, min_time_s: float,
+                 repeats: int, sync: Callable[[], None], barrier: Callable[[], None]) -> list[dict]:
+    """This rank's rows (``where``: rank, host, device name), a barrier before each figure so every rank of
+    the job measures while the others do."""
+    rows = []
+    for dtype in dtypes:
+        for n in sizes:
+            barrier()
+            rows.append({**where, "test": "matmul", "dtype": dtype, "size": n,
+                         **vars(matmul(n, dtype, device, sync, min_time_s, repeats))})
+    barrier()
+    return rows + [{**where, "test": "copy", "dtype": "fp32", "size": copy_bytes,
+                    **vars(copy(copy_bytes, device, sync, min_time_s, repeats))}]
+
+
 def ceiling(rows: list[dict], host: str, device: str, dtype: str) -> float | None:
     """The best median matmul TFLOP/s measured on ``host``'s ``device`` in ``dtype`` (any size), or None.
 

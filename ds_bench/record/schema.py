@@ -184,6 +184,8 @@ class DoctorRecord(Record):
     allreduce_ms: float | None = None
     busbw_GBps: float | None = None
     links: list[dict[str, Any]] | None = None
+    roofline: list[dict[str, Any]] | None = None
+    """Every rank's short ceiling check (``ds_bench.comm.doctor.ceiling_check``): RooflineRow fields."""
 
 
 class RooflineRow(Block):

@@ -72,22 +72,13 @@ def main(args: argparse.Namespace) -> int:
 
 def measure(state: process.DistState, dtypes: tuple, sizes: tuple, copy_bytes: int, min_time_s: float,
             repeats: int) -> list[RooflineRow]:
-    """This rank's figures; a barrier before each, so every rank measures while the others do."""
+    """This rank's figures (``measure.roofline.measure_rank``)."""
     from deepspeed.accelerator import get_accelerator
 
-    sync, device = get_accelerator().synchronize, state.device
-    name = results.hardware(device)["device"]
-    where = {"rank": state.rank, "host": socket.gethostname(), "device": name}
-    rows = []
-    for dtype in dtypes:
-        for n in sizes:
-            torch.distributed.barrier()
-            fig = roofline.matmul(n, dtype, device, sync, min_time_s, repeats)
-            rows.append(RooflineRow(**where, test="matmul", dtype=dtype, size=n, **vars(fig)))
-    torch.distributed.barrier()
-    fig = roofline.copy(copy_bytes, device, sync, min_time_s, repeats)
-    rows.append(RooflineRow(**where, test="copy", dtype="fp32", size=copy_bytes, **vars(fig)))
-    return rows
+    where = {"rank": state.rank, "host": socket.gethostname(), "device": results.hardware(state.device)["device"]}
+    return [RooflineRow(**row) for row in roofline.measure_rank(where, state.device, dtypes, sizes, copy_bytes,
+                                                                  min_time_s, repeats, get_accelerator().synchronize,
+                                                                  torch.distributed.barrier)]
 
 
 def table(rows: list[RooflineRow]) -> str:
