@@ -101,10 +101,26 @@ def test_attention_implementations_compute_the_same_loss(attn):
         w = workload(size="tiny", seq_len=64, attn=impl)
         torch.manual_seed(3)
         model = w.build_model()
-        assert w.attention_used(model) == impl == model.config._attn_implementation
+        assert w.model_settings(model)["attn_implementation"] == impl == model.config._attn_implementation
         ids = torch.randint(0, 50257, (2, 64), generator=torch.Generator().manual_seed(4))
         losses[impl] = w.loss(model, {"input_ids": ids}).item()
     assert losses[attn] == pytest.approx(losses["eager"], rel=1e-4), losses
+
+
+def test_the_fused_tanh_gelu_is_gpt2s_gelu_new():
+    """fp32: the same weights and tokens give the same loss with HF's gelu_new and torch's fused tanh GELU,
+    which the workload's models run (from scratch and from a folder that says gelu_new)."""
+    w = workload(size="tiny", seq_len=64)
+    assert w.config.activation_function == "gelu_pytorch_tanh"
+    ids = torch.randint(0, 50257, (2, 64), generator=torch.Generator().manual_seed(4))
+    losses = []
+    for activation in ("gelu_new", "gelu_pytorch_tanh"):
+        w.config.activation_function = activation
+        torch.manual_seed(3)
+        model = w.build_model()
+        assert w.model_settings(model)["activation_function"] == activation
+        losses.append(w.loss(model, {"input_ids": ids}).item())
+    assert losses[1] == pytest.approx(losses[0], rel=1e-6), losses
 
 
 def test_activation_checkpointing_is_switched_on():
@@ -284,6 +300,7 @@ def test_torchrun_zero3_with_activation_checkpointing(learning_run):
     check_record(learning_run, "torchrun", 3, "fp32")
     assert learning_run["config"]["activation_checkpointing"] is True
     assert (learning_run["config"]["attn"], learning_run["attn_implementation"]) == (None, "sdpa")  # the default
+    assert learning_run["activation_function"] == "gelu_pytorch_tanh"
     m = learning_run["metrics"]  # recomputation: model FLOPs + one forward of the blocks
     per_token_model = flops.gpt2_flops_per_token(2, 64, 256, 50257, SEQ)
     per_token_hw = flops.gpt2_hardware_flops_per_token(2, 64, 256, 50257, SEQ)

@@ -234,6 +234,9 @@ class RunRecord(Stamped):
     attn_implementation: str | None = None
     """The attention implementation the built model runs (HF ``_attn_implementation``, read back from the
     model: ``sdpa``, ``eager``, ``flash_attention_2``); None for workloads without attention."""
+    activation_function: str | None = None
+    """The MLP activation the built model runs (HF ``activation_function``; GPT-2: ``gelu_pytorch_tanh``,
+    ``ds_bench.workloads.gpt2.FUSED_GELU``); None for workloads without one."""
     hosts: list[str] | None = None
     slow_ranks: list[SlowRank] | None = None
     comm_bound: dict[str, Any] | None = None

@@ -57,8 +57,8 @@ class Built:
     ``run_metrics`` adds its timers, bubble and peak memory (``ds_bench.measure.stage_timers``)."""
     build: dict | None = None
     """The record's ``build`` (``ds_bench.record.run_schema.ModelBuild``): partitioned or not, times, memory."""
-    attention: str | None = None
-    """The attention implementation the built model runs (``Workload.attention_used``)."""
+    settings: dict | None = None
+    """Speed settings the built model runs with, record fields (``Workload.model_settings``)."""
 
 
 def measure(run: Started, workload) -> tuple[dict, dict]:
@@ -95,7 +95,7 @@ def build(run: Started, workload) -> Built:
         "partitioned": partitioned, "model_s": model_built[0] - started,
         "engine_s": time.perf_counter() - engine_started, "model_mem_bytes": model_built[1],
         "engine_mem_bytes": memory.held_bytes(run.state.device) - run.baseline_bytes},
-        attention=workload.attention_used(model))
+        settings=workload.model_settings(model))
 
 
 def build_pipeline(run: Started, workload) -> Built:
@@ -114,7 +114,7 @@ def build_pipeline(run: Started, workload) -> Built:
     engine = engines.build(run.engine, module, run.ds_cfg, run.state.device, run.cfg.lr or workload.default_lr)
     params = sum(stage["unique_params"] for stage in stages)
     largest = max(entry.pop("largest_layer_params") for entry in layouts)
-    return Built(engine, params, largest, flops, hw_flops, stages, attention=workload.attention_used(module))
+    return Built(engine, params, largest, flops, hw_flops, stages, settings=workload.model_settings(module))
 
 
 def train(run: Started, workload, engine) -> tuple[list, float]:
@@ -167,7 +167,7 @@ def run_metrics(run: Started, workload, built: Built, reports: list, loop_starte
     hosts = sorted({r.host for r in reports})
     extra = {"loop_started_at": loop_started_at, "params": built.params,
              "largest_layer_params": built.largest_layer_params, "build": built.build, "hosts": hosts,
-             "attn_implementation": built.attention,
+             **(built.settings or {}),
              "slow_ranks": slow_ranks.from_metrics(metrics, cfg.slow_rank_threshold),
              "comm_bound": _comm_bound(run, built, metrics, hosts)}
     if built.stages is not None:

@@ -101,9 +101,10 @@ class Workload(ABC):
         """FLOPs the device actually executes per sample: model FLOPs plus any recomputation."""
         return self.model_flops_per_sample(model)
 
-    def attention_used(self, model: torch.nn.Module) -> str | None:
-        """The attention implementation the built model runs, read back from it; None without attention."""
-        return None
+    def model_settings(self, model: torch.nn.Module) -> dict[str, str]:
+        """Speed settings the built model runs with, read back from it, as record fields
+        (``attn_implementation``, ``activation_function``); none for most workloads."""
+        return {}
 
 
 def shard_epochs(n: int, rank: int, world_size: int, micro_batch: int, seed: int) -> Iterator[torch.Tensor]:

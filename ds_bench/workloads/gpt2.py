@@ -37,6 +37,11 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json",
                 "pytorch_model.bin", "pytorch_model.bin.index.json")
 FINETUNE_LR = 5e-5  # HF Trainer's default learning rate
 SYNTHETIC_POOL = 8  # distinct synthetic batches per rank, cycled
+FUSED_GELU = "gelu_pytorch_tanh"
+"""GPT-2's ``gelu_new`` (HF NewGELUActivation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) in
+five elementwise ops) and ``gelu_pytorch_tanh`` (``F.gelu(approximate="tanh")``, one kernel) are the same
+function (Hendrycks & Gimpel 2016, eq. 2's tanh form); nanoGPT uses the latter. Models from scratch and
+``--model`` folders that say ``gelu_new`` run it."""
 DEFAULT_ATTENTION = "sdpa"
 """Batches are packed full sequences and pass no attention mask, so SDPA takes its causal path (``is_causal``)
 and may use its flash / memory-efficient kernels (a mask would keep it on the math kernel)."""
@@ -75,6 +80,8 @@ class GPT2Workload(Workload):
             self.size = shape.label
             self.config = shape_config(shape)
         self.config._attn_implementation = cfg.attn or DEFAULT_ATTENTION
+        if self.config.activation_function == "gelu_new":  # the same tanh GELU, as one fused op
+            self.config.activation_function = FUSED_GELU
         self.files = None if cfg.data == "synthetic" else text.find_text_files(cfg.data)
         self.seqs: torch.Tensor | None = None  # [n, seq_len] packed tokens, set by prepare_data
         self.n_tokens = 0
@@ -154,9 +161,12 @@ class GPT2Workload(Workload):
         return self.seq_len * flops.gpt2_hardware_flops_per_token(*_shape(_config_of(model, self.config)),
                                                                   self.seq_len)
 
-    def attention_used(self, model: nn.Module) -> str:
-        """``_attn_implementation`` of the model's config (a pipeline's blocks share the workload's)."""
-        return _config_of(model, self.config)._attn_implementation
+    def model_settings(self, model: nn.Module) -> dict[str, str]:
+        """Attention implementation and MLP activation of the model's config (a pipeline's blocks share the
+        workload's)."""
+        config = _config_of(model, self.config)
+        return {"attn_implementation": config._attn_implementation,
+                "activation_function": config.activation_function}
 
     def _synthetic_pool(self, rank: int, micro_batch: int) -> list[Batch]:
         gen = torch.Generator().manual_seed(self.cfg.seed * 1000 + rank)
