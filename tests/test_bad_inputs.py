@@ -121,6 +121,10 @@ CASES["--attn unknown"] = Case(run(*GPT2, "--attn", "flash"), r"--attn 'flash' i
 if importlib.util.find_spec("flash_attn") is None:  # a CUDA machine may have it
     CASES["--attn flash_attention_2 without flash-attn"] = Case(run(*GPT2, "--attn", "flash_attention_2"),
                                                                r"--attn flash_attention_2 needs the flash-attn package")
+CASES["--channels-last for mnist"] = Case(run("--channels-last", "--engine", "ddp"),
+                                         r"--channels-last: workload mnist has no 2-D convolutions")
+CASES["--channels-last with DeepSpeed"] = Case(run("--workload", "resnet", "--channels-last"),
+                                              r"--channels-last with --engine deepspeed: only DDP trains NHWC weights")
 CASES["--attn for mnist"] = Case(run("--attn", "sdpa"), r"--attn: workload mnist has no attention \(gpt2 has\)")
 CASES["--attn eager with a pipeline"] = Case(run(*GPT2, "--attn", "eager", "--pipeline-stages", "2"),
                                              r"--attn eager with --pipeline-stages: .* no attention mask")

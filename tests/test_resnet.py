@@ -136,6 +136,21 @@ def test_bf16_model_trains_a_step():
 SHAPE = ("--size", "resnet18", "--image-size", "32", "--num-classes", "10", "--micro-batch", "4")
 
 
+def test_channels_last_computes_the_same_loss_and_says_so():
+    """fp32 ResNet-18 at 32 x 32: NHWC weights and inputs give the contiguous model's loss (within 1e-4
+    relative: other convolution kernels), and the model reports its layout."""
+    pixels = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    batch = {"pixel_values": pixels, "labels": torch.tensor([0, 1, 2, 3])}
+    out = {}
+    for nhwc in (False, True):
+        w = workload(size="resnet18", image_size=32, num_classes=10, channels_last=nhwc, engine="ddp")
+        torch.manual_seed(2)
+        model = w.build_model()
+        out[nhwc] = (w.model_settings(model)["memory_format"], w.loss(model, batch).item())
+    assert (out[False][0], out[True][0]) == ("contiguous", "channels_last")
+    assert out[True][1] == pytest.approx(out[False][1], rel=1e-4), out
+
+
 @pytest.fixture(scope="module")
 def bench_run(tmp_path_factory):
     results = tmp_path_factory.mktemp("resnet_bench") / "r.jsonl"
@@ -155,6 +170,7 @@ def test_bench_records_resnet_under_zero(bench_run, stage):
     assert r["status"] == "ok" and r["error"] is None
     assert (r["launcher"], r["world_size"], r["precision"]) == ("torchrun", 2, "bf16")
     assert (r["workload"], r["size"], r["params"]) == ("resnet", "resnet18", RESNET18_10_CLASSES)
+    assert r["memory_format"] == "partitioned"  # ZeRO-3 holds a flat shard of each weight
     m = r["metrics"]
     assert m["sample_unit"] == "images" and m["samples_per_s"] > 0 and len(m["loss_curve"]) == STEPS
     assert all(math.isfinite(x) for x in m["loss_curve"])
@@ -176,7 +192,8 @@ def test_bench_table_lists_the_resnet_run(bench_run):
 
 @pytest.mark.dist
 def test_resnet_learns_on_real_fashion_mnist(tmp_path, fashion_mnist):
-    """ResNet-18 at 32 x 32, ZeRO-2 fp32 via torchrun, 40 steps of 2 x 16 images.
+    """ResNet-18 at 32 x 32, DDP fp32 with NHWC weights and inputs (``--channels-last``, which only DDP
+    trains) via torchrun, 40 steps of 2 x 16 images.
 
     Measured: loss 2.53 (first 3 steps) -> 1.06 (last 5), ratio 0.42 (chance is ln 10 = 2.30);
     steps are noisy at 32 images, hence the 0.6 bound. --peak-tflops gives an MFU.
@@ -185,11 +202,12 @@ def test_resnet_learns_on_real_fashion_mnist(tmp_path, fashion_mnist):
     proc = run_cmd(["torchrun", "--nproc_per_node", "2", "--master_port", "29762", "-m", "ds_bench", "run",
                     "--workload", "resnet", "--size", "resnet18", "--image-size", "32", "--micro-batch", "16",
                     "--ds-config", "ds_configs/zero2.json", "--set", "bf16.enabled=false", "--steps", "40",
-                    "--warmup", "3", "--data", str(fashion_mnist), "--peak-tflops", "0.5",
+                    "--warmup", "3", "--data", str(fashion_mnist), "--peak-tflops", "0.5", "--engine", "ddp", "--channels-last",
                     "--results", str(results)])
     assert proc.returncode == 0, explain(proc)
     (r,) = records(results)
-    assert (r["launcher"], r["precision"], r["zero_stage"]) == ("torchrun", "fp32", 2)
+    assert (r["launcher"], r["precision"], r["engine"]) == ("torchrun", "fp32", "ddp")
+    assert (r["config"]["channels_last"], r["memory_format"]) == (True, "channels_last")
     m = r["metrics"]
     assert m["mfu"] == pytest.approx(m["tflops_per_device"] / 0.5) and m["mfu_note"] == "--peak-tflops"
     curve = m["loss_curve"]

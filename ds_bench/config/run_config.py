@@ -85,6 +85,9 @@ class RunConfig:
                               help="gpt2's attention implementation (default sdpa); flash_attention_2 needs the "
                                    "flash-attn package. The record states the one the model used")
     """HF ``attn_implementation`` for workloads with attention; None: the workload's default (sdpa)."""
+    channels_last: bool = option(False, "--channels-last",
+                                 help="resnet under --engine ddp: weights and inputs in channels-last (NHWC) memory format")
+    """ResNet's convolutions in NHWC (``torch.channels_last``), the layout GPU tensor cores and oneDNN prefer."""
     peak_tflops: float | None = option(None, "--peak-tflops", help="per-device dense peak for MFU")
     """Override of the per-device peak used for MFU (dense TFLOP/s)."""
     lr: float | None = option(None, "--lr", help="learning rate where the config says auto")
@@ -174,6 +177,9 @@ class RunConfig:
                      f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
         check_engine(self.engine)
         check_attention(self.attn)
+        _require(not self.channels_last or self.engine == "ddp",
+                 f"--channels-last with --engine {self.engine}: only DDP trains NHWC weights (deepspeed 0.19.8 fails "
+                 "at its first step viewing them as bytes, FSDP2 refuses non-contiguous parameters); use --engine ddp")
         check_pipeline_flags(self)
         check_timeout("--dist-timeout", self.dist_timeout_s)
         check_timeout("--connect-timeout", self.connect_timeout_s)

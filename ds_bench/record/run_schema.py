@@ -237,6 +237,9 @@ class RunRecord(Stamped):
     activation_function: str | None = None
     """The MLP activation the built model runs (HF ``activation_function``; GPT-2: ``gelu_pytorch_tanh``,
     ``ds_bench.workloads.gpt2.FUSED_GELU``); None for workloads without one."""
+    memory_format: str | None = None
+    """ResNet: its first convolution's weight layout after the engine wrapped it (``channels_last`` with
+    ``--channels-last``, ``contiguous``, ``partitioned`` under ZeRO-3)."""
     hosts: list[str] | None = None
     slow_ranks: list[SlowRank] | None = None
     comm_bound: dict[str, Any] | None = None

@@ -95,7 +95,7 @@ def build(run: Started, workload) -> Built:
         "partitioned": partitioned, "model_s": model_built[0] - started,
         "engine_s": time.perf_counter() - engine_started, "model_mem_bytes": model_built[1],
         "engine_mem_bytes": memory.held_bytes(run.state.device) - run.baseline_bytes},
-        settings=workload.model_settings(model))
+        settings=workload.model_settings(model))  # after the engine: what it left the model running with
 
 
 def build_pipeline(run: Started, workload) -> Built:

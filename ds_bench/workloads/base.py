@@ -33,6 +33,8 @@ class Workload(ABC):
     build's time and memory are the model's, not its library's (transformers' GPT-2: ~38 MiB RSS, ~1 s)."""
     attention: bool = False
     """Whether the model has attention whose implementation ``--attn`` chooses (GPT-2)."""
+    convolutions: bool = False
+    """Whether ``--channels-last`` applies (ResNet)."""
     partitioned_build: bool = False
     """Whether DeepSpeed ZeRO-3 may build the model partitioned (``deepspeed.zero.Init``,
     ``ds_bench.engines.zero_init``): true only where ``model_flops_per_sample`` needs no forward pass
@@ -51,6 +53,8 @@ class Workload(ABC):
                        if v is not None]
         if shape_flags and not self.custom_shapes:
             raise UserError(f"{'/'.join(shape_flags)}: workload {self.name} has no custom shapes (gpt2 has)")
+        if cfg.channels_last and not self.convolutions:
+            raise UserError(f"--channels-last: workload {self.name} has no 2-D convolutions to lay out (resnet has)")
         if cfg.attn is not None and not self.attention:
             raise UserError(f"--attn: workload {self.name} has no attention (gpt2 has)")
 

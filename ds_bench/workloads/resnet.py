@@ -50,6 +50,7 @@ class ResNetWorkload(Workload):
     default_size = "resnet50"
     default_lr = 1e-3  # AdamW on a ResNet from scratch
     sample_unit = "images"
+    convolutions = True
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -67,7 +68,8 @@ class ResNetWorkload(Workload):
     def build_model(self) -> nn.Module:
         from transformers import ResNetForImageClassification
 
-        return ResNetForImageClassification(resnet_config(self.size, self.num_classes))
+        model = ResNetForImageClassification(resnet_config(self.size, self.num_classes))
+        return model.to(memory_format=torch.channels_last) if self.cfg.channels_last else model
 
     def prepare_data(self, world_size: int, micro_batch: int) -> None:
         """idx: both files read and paired; image folder: loaded and its first image decoded."""
@@ -92,7 +94,10 @@ class ResNetWorkload(Workload):
         return images.batches(fetch, indices, self.image_size)
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        logits = model(pixel_values=batch["pixel_values"], return_dict=True).logits
+        pixels = batch["pixel_values"]
+        if self.cfg.channels_last:  # in the step, as a training script converts its loader's batches
+            pixels = pixels.contiguous(memory_format=torch.channels_last)
+        logits = model(pixel_values=pixels, return_dict=True).logits
         return F.cross_entropy(logits.float(), batch["labels"])
 
     def model_flops_per_sample(self, model: nn.Module) -> float:
@@ -100,6 +105,15 @@ class ResNetWorkload(Workload):
         param = next(model.parameters())
         x = torch.zeros(1, 3, self.image_size, self.image_size, dtype=param.dtype, device=param.device)
         return flops.TRAIN_FACTOR * flops.layer_forward_flops(model, lambda: model(pixel_values=x))
+
+    def model_settings(self, model: nn.Module) -> dict[str, str]:
+        """``memory_format`` of the first convolution's weight as the engine left it: ``channels_last``,
+        ``contiguous``, or ``partitioned`` (ZeRO-3 holds a flat shard)."""
+        weight = next(m.weight for m in model.modules() if isinstance(m, nn.Conv2d))
+        if weight.dim() != 4:
+            return {"memory_format": "partitioned"}
+        nhwc = weight.is_contiguous(memory_format=torch.channels_last) and not weight.is_contiguous()
+        return {"memory_format": "channels_last" if nhwc else "contiguous"}
 
     def _synthetic_pool(self, rank: int, micro_batch: int) -> list[Batch]:
         """ImageNet-shaped batches: normalized pixels ~ N(0, 1), uniform labels; seeded per rank."""
