@@ -136,6 +136,15 @@ def test_roofline_measures_every_rank_and_the_run_reads_its_ceiling(torchrun_run
     assert m["mfu_vs_measured"] == pytest.approx(m["tflops_per_device"] / best)
 
 
+def test_the_record_says_where_the_start_up_went(torchrun_run):
+    s = torchrun_run["startup"]
+    phases = [k for k in s if k not in ("total_s", "other_s")]
+    assert len(phases) == 9 and all(s[k] is not None and s[k] >= 0 for k in phases), s
+    assert s["imports_s"] > 0.5 and s["warmup_s"] > 0  # torch alone takes ~1 s to import here
+    assert s["total_s"] == pytest.approx(sum(s[k] for k in phases) + s["other_s"])
+    assert abs(s["other_s"]) < 0.5 * s["total_s"], s  # the named phases hold most of it
+
+
 def test_torchrun(torchrun_run):
     check_record(torchrun_run, "torchrun", 2, "fp32", steps=LEARN_STEPS)
     assert torchrun_run["comm_bound"]["note"].startswith("no comm record of these 2 gloo ranks in ")  # no verdict

@@ -9,6 +9,7 @@ rendezvous timeouts; an optional memory cap; then the process group).
 from __future__ import annotations
 
 import os
+import time
 
 from ds_bench.cluster import process, rendezvous
 from ds_bench.machine import environ, jit_ops, memory
@@ -22,12 +23,17 @@ def prepare(iface: str | None, dist_timeout_s: float) -> rendezvous.Rendezvous:
 
 
 def join(rdzv: rendezvous.Rendezvous, dist_timeout_s: float, connect_timeout_s: float,
-         optimizer_op: str | None = None, memory_cap: int | None = None) -> process.DistState:
+         optimizer_op: str | None = None, memory_cap: int | None = None, took: dict | None = None) -> process.DistState:
     """Load the ops this process needs, cap its memory (after the builds: the compilers are not the
-    run), and join the process group, every wait bounded."""
+    run), and join the process group, every wait bounded; ``took`` gets ``ops_s`` and ``process_group_s``."""
+    started = time.perf_counter()
     device_type = environ.device_type()
     jit_ops.announce_cpu_builds(device_type, optimizer_op)
     jit_ops.ensure_loaded(jit_ops.ops_for_run(device_type, optimizer_op))
     if memory_cap:
         memory.cap_process_memory(memory_cap)
-    return process.init_distributed(rdzv, dist_timeout_s, connect_timeout_s)
+    loaded = time.perf_counter()
+    state = process.init_distributed(rdzv, dist_timeout_s, connect_timeout_s)
+    if took is not None:
+        took.update(ops_s=loaded - started, process_group_s=time.perf_counter() - loaded)
+    return state

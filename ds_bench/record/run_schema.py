@@ -192,6 +192,23 @@ class ModelBuild(Block):
     created lazily, e.g. torch Adam's moments, not yet counted)."""
 
 
+class StartUp(Block):
+    """Seconds from the process's start to the first measured step, by phase (``ds_bench.run.startup``
+    says what each holds); rank 0's clock."""
+
+    imports_s: float | None = None
+    prepare_s: float | None = None
+    ops_s: float | None = None
+    process_group_s: float | None = None
+    libraries_s: float | None = None
+    model_build_s: float | None = None
+    engine_s: float | None = None
+    data_s: float | None = None
+    warmup_s: float | None = None
+    other_s: float | None = None
+    total_s: float | None = None
+
+
 class RunRecord(Stamped):
     kind: Literal["run"] = "run"
     workload: str
@@ -231,6 +248,8 @@ class RunRecord(Stamped):
     """Parameters of the largest module (its own, not its children's): whole-model counts when partitioned."""
     build: ModelBuild | None = None
     """Model build and engine init: times, memory, partitioned or not (records from before: None)."""
+    startup: StartUp | None = None
+    """Where the time before the first measured step went (records from before: None)."""
     attn_implementation: str | None = None
     """The attention implementation the built model runs (HF ``_attn_implementation``, read back from the
     model: ``sdpa``, ``eager``, ``flash_attention_2``); None for workloads without attention."""

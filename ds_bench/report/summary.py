@@ -88,6 +88,8 @@ def one_run(record: RunRecord, results_path: str) -> str:
                      f"engine {b.engine_s:.2f} s; rank 0 held {b.model_mem_bytes / MIB:.0f} MiB over its baseline "
                      f"after the model, {b.engine_mem_bytes / MIB:.0f} MiB after the engine")
     lines += pipeline_lines(record)
+    if record.startup is not None and record.startup.total_s is not None:
+        lines.append(f"  start-up     {startup_line(record.startup)}")
     if (record.optimizer or {}).get("source") == "ds_bench default":
         lines.append(f"  optimizer    none in the DeepSpeed config: ds_bench supplied {record.optimizer['type']}")
     if m.tflops_per_device is not None:
@@ -164,3 +166,12 @@ def checkpoint_lines(record: RunRecord) -> list[str]:
             line += f"; load {ck['load_s']:.3f} s, {ck['load_GBps']:.2f} GB/s"
         lines.append(f"{line} ({ck['api']}; not in step times)")
     return lines
+
+
+def startup_line(s) -> str:
+    """``9.1 s to the first measured step: imports 2.4, prepare 0.3, ...`` (phases that were measured)."""
+    phases = [("imports", s.imports_s), ("prepare", s.prepare_s), ("ops", s.ops_s),
+              ("process group", s.process_group_s), ("libraries", s.libraries_s), ("model", s.model_build_s),
+              ("engine", s.engine_s), ("data", s.data_s), ("warm-up", s.warmup_s), ("other", s.other_s)]
+    return f"{s.total_s:.1f} s to the first measured step: " + ", ".join(
+        f"{name} {value:.2f}" for name, value in phases if value is not None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import time
 
 import torch
 
@@ -22,6 +23,7 @@ from ds_bench.record import store as results
 from ds_bench.report import summary
 from ds_bench.run.measure import measure
 from ds_bench.run.prepare import prepare
+from ds_bench.run import startup
 from ds_bench.run.record import Started, record_failure, run_record
 
 
@@ -34,14 +36,16 @@ def main(args: argparse.Namespace) -> int:
 
 
 def run_benchmark(cfg: RunConfig) -> int:
+    marks = startup.begin()
     ready = prepare(cfg)
+    marks["prepare_s"] = time.time() - marks["entered_at"]
     faults.install_signal_handlers()  # after the checks: a rejected run leaves the caller's handlers alone
     state = join.join(ready.rdzv, cfg.dist_timeout_s, cfg.connect_timeout_s, optimizer_op=ready.optimizer_op,
-                      memory_cap=cfg.cpu_mem_limit)
+                      memory_cap=cfg.cpu_mem_limit, took=marks)
     quiet_deepspeed()
     whoami = {"rank": state.rank, "host": socket.gethostname(), "pid": os.getpid()}
     run = Started(cfg, ready.ds_cfg, ready.engine, state, ready.workload.size, _shared_run_id(),
-                  process.gather(whoami), ckpt=ready.ckpt)
+                  process.gather(whoami), ckpt=ready.ckpt, startup=marks)
     try:
         metrics, extra = measure(run, ready.workload)
     except UserError:

@@ -28,6 +28,7 @@ from ds_bench.measure.metrics import summarize
 from ds_bench.record import store as results
 from ds_bench.record.schema import RooflineRecord
 from ds_bench.report import comm_bound as verdict
+from ds_bench.run import startup
 from ds_bench.run.record import Started, rank_report, record_failure
 
 log = logging.getLogger("ds_bench")
@@ -67,7 +68,9 @@ def measure(run: Started, workload) -> tuple[dict, dict]:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(run.cfg.seed)
+    preload_started = time.perf_counter()
     _preload_libraries(PRELOADED + workload.preload)
+    run.startup["libraries_s"] = time.perf_counter() - preload_started
     run.baseline_bytes = memory.current_bytes(run.state.device)
     built = build(run, workload)
     reports, loop_started_at = train(run, workload, built.engine)
@@ -130,16 +133,22 @@ def train(run: Started, workload, engine) -> tuple[list, float]:
     with faults.StepWatchdog(cfg.step_timeout_s, lambda done: _stalled(run)) as watchdog:
         batches = _batches(run, workload, engine)
         batches = checkpoint.skip(batches, start * accumulation)  # used before the resume
+        first_batch = time.perf_counter()
         batches = itertools.chain([next(batches)], batches)  # one-time loading (files, tokenizing) stays untimed
+        run.startup["data_s"] = time.perf_counter() - first_batch
         loop_started_at = time.time()  # wall clock, for a sweep's per-point overhead (launch to first step)
         run_loop(engine, workload, batches, steps=cfg.steps, warmup=cfg.warmup, grad_accum=accumulation,
                  float_dtype=run.engine.input_dtype, sync=accel.synchronize, barrier=torch.distributed.barrier,
                  times=run.times, beat=watchdog.beat, clock=clock, breakdown=cfg.breakdown,
                  after_step=run.ckpt.after_step, pipeline=timers is not None, stage_timers=timers,
-                 on_window_open=lambda: log.info("warm-up done (%d steps): measuring %d steps",
-                                                 cfg.warmup, cfg.steps - cfg.warmup))
+                 on_window_open=lambda: _window_open(run))
         run.ckpt.load_back()
         return process.gather(rank_report(run)), loop_started_at
+
+
+def _window_open(run: Started) -> None:
+    run.startup["window_open_at"] = time.time()
+    log.info("warm-up done (%d steps): measuring %d steps", run.cfg.warmup, run.cfg.steps - run.cfg.warmup)
 
 
 def _batches(run: Started, workload, engine):
@@ -166,6 +175,7 @@ def run_metrics(run: Started, workload, built: Built, reports: list, loop_starte
         metrics["tokens_per_s"] = metrics["samples_per_s"] * workload.tokens_per_sample
     hosts = sorted({r.host for r in reports})
     extra = {"loop_started_at": loop_started_at, "params": built.params,
+             "startup": startup.breakdown(run.startup, built.build, loop_started_at),
              "largest_layer_params": built.largest_layer_params, "build": built.build, "hosts": hosts,
              **(built.settings or {}),
              "slow_ranks": slow_ranks.from_metrics(metrics, cfg.slow_rank_threshold),

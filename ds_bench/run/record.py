@@ -45,6 +45,8 @@ class Started:
     """Memory this rank held before the model was built (runtime, libraries, process group)."""
     ckpt: checkpoint.Checkpointer = field(default_factory=checkpoint.Checkpointer)
     """--checkpoint / --resume (``ds_bench.measure.checkpoint``); does nothing without them."""
+    startup: dict = field(default_factory=dict)
+    """Wall-clock marks and durations of this rank's start (``ds_bench.run.startup``)."""
 
 
 def rank_report(run: Started) -> RankReport:

@@ -1,0 +1,47 @@
+"""Where a run's time goes before its first measured step (rank 0's own clock).
+
+``begin`` is called as ``run`` starts; the phases after it are filled in as the run reaches them
+(``prepare_s`` by ``run.main``, ``ops_s`` and ``process_group_s`` by ``cluster.join``, ``data_s`` and
+``window_open_at`` by ``run.measure``); ``breakdown`` turns them into the record's ``startup`` block:
+
+  imports_s        process start (the kernel's, ``psutil``) -> ``ds-bench run`` entered: interpreter,
+                   torch and ds_bench imports, argument parsing
+  prepare_s        input checks, DeepSpeed config resolution, data read and tokenized (before joining)
+  ops_s            DeepSpeed JIT op loads (a build, the first time in an environment)
+  process_group_s  rendezvous and process-group init
+  libraries_s      the libraries every run imports anyway, loaded before the memory baseline
+                   (``run.measure.PRELOADED``: torch._dynamo, DeepSpeed's optimizers; the workload's)
+  model_build_s    the workload's model (``build.model_s``; ZeRO-3: partitioned)
+  engine_s         ``deepspeed.initialize`` or the DDP/FSDP wrap (``build.engine_s``)
+  data_s           the first batch (files read, tokenized, cached)
+  warmup_s         the warm-up steps, until the measured window opens
+  other_s          total_s less the phases: what lies between them (DeepSpeed's own imports after the
+                   join, the run id and peers exchanged, the memory baseline read)
+  total_s          process start -> the window opens (what a sweep point costs before it measures)
+"""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+
+
+def begin() -> dict:
+    """The marks of a starting run: when its process started and when ``run`` was entered (Unix s)."""
+    return {"process_started_at": psutil.Process().create_time(), "entered_at": time.time()}
+
+
+def breakdown(marks: dict, build: dict | None, loop_started_at: float) -> dict:
+    """The record's ``startup`` (seconds; None where a mark is missing, e.g. a pipeline's build)."""
+    started, opened = marks.get("process_started_at"), marks.get("window_open_at")
+    build = build or {}
+    out = {"imports_s": marks["entered_at"] - started if started else None,
+            "prepare_s": marks.get("prepare_s"), "ops_s": marks.get("ops_s"),
+            "process_group_s": marks.get("process_group_s"), "libraries_s": marks.get("libraries_s"),
+            "model_build_s": build.get("model_s"), "engine_s": build.get("engine_s"), "data_s": marks.get("data_s"),
+            "warmup_s": opened - loop_started_at if opened else None,
+            "total_s": opened - started if opened and started else None}
+    if out["total_s"] is not None:
+        out["other_s"] = out["total_s"] - sum(v for k, v in out.items() if k != "total_s" and v is not None)
+    return out
