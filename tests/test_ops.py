@@ -32,8 +32,8 @@ def test_built_ops_and_gpus_are_quiet(tmp_path, monkeypatch, caplog):
 
 # --- one toolchain and one build folder per environment (pure) ---
 
-def toolchain(env, ninja_beside=True, prefix="/work/a/.venv", versions=("2.13.0+cpu", "0.19.8")):
-    return machine_toolchain.toolchain_env(env, "/work/a/.venv/bin", ninja_beside, prefix, versions, "/home/u")
+def toolchain(env, ninja_beside=True, prefix="/work/a/.venv", versions=("2.13.0+cpu", "0.19.8"), cpu="Xeon|avx2 avx512f"):
+    return machine_toolchain.toolchain_env(env, "/work/a/.venv/bin", ninja_beside, prefix, versions, "/home/u", cpu)
 
 
 def test_the_ninja_beside_the_interpreter_goes_first_on_path():
@@ -49,9 +49,17 @@ def test_each_environment_builds_in_its_own_folder_unless_the_user_chose_one():
     others = {toolchain({}, prefix="/work/b/.venv")["TORCH_EXTENSIONS_DIR"],
               toolchain({}, versions=("2.13.0+cpu", "0.19.9"))["TORCH_EXTENSIONS_DIR"],
               toolchain({}, versions=("2.14.1", "0.19.8"))["TORCH_EXTENSIONS_DIR"],
-              toolchain({}, ninja_beside=False)["TORCH_EXTENSIONS_DIR"]}
-    assert base not in others and len(others) == 4
+              toolchain({}, ninja_beside=False)["TORCH_EXTENSIONS_DIR"],
+              toolchain({}, cpu="AMD EPYC|avx2")["TORCH_EXTENSIONS_DIR"]}
+    assert base not in others and len(others) == 5
     assert "TORCH_EXTENSIONS_DIR" not in toolchain({"TORCH_EXTENSIONS_DIR": "/scratch/ext"})
+
+
+def test_a_native_build_is_keyed_by_the_cpu_it_targets():
+    xeon = "processor\t: 0\nmodel name\t: Intel Xeon\nflags\t\t: sse avx2 avx512f\n\nprocessor\t: 1\nmodel name\t: Intel Xeon\nflags\t\t: sse avx2 avx512f\n"
+    assert machine_toolchain.cpu_identity(xeon) == "Intel Xeon|avx2 avx512f sse"
+    assert machine_toolchain.cpu_identity(xeon.replace(" avx512f", "")) != machine_toolchain.cpu_identity(xeon)
+    assert machine_toolchain.cpu_identity("") == ""
 
 
 def test_a_lock_is_stale_only_when_old_and_nobody_builds():
