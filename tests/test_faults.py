@@ -111,7 +111,8 @@ def job(tmp_path):
 
 @pytest.mark.dist
 @pytest.mark.parametrize("launcher,port,run", [
-    ("torchrun", 29801, RUN), ("deepspeed", 29802, RUN), ("mpirun", 0, RUN), ("torchrun", 29813, PIPELINE_RUN),
+    ("torchrun", 29801, RUN), ("deepspeed", 29802, RUN), ("mpirun", 0, RUN),
+    pytest.param("torchrun", 29813, PIPELINE_RUN, marks=pytest.mark.full),
 ], ids=["torchrun", "deepspeed", "mpirun", "torchrun-pipeline"])
 def test_a_rank_killed_mid_run_ends_the_job_with_a_record_naming_it(job, launcher, port, run):
     j = job(launcher, port, run=run)
@@ -132,7 +133,7 @@ def test_a_rank_killed_mid_run_ends_the_job_with_a_record_naming_it(job, launche
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.full)])
 def test_a_signal_to_the_launcher_stops_every_rank_with_a_record(job, signum):
     j = job("torchrun", 29805 + signum)
     j.wait_for("warm-up done")
@@ -150,7 +151,7 @@ def test_a_signal_to_the_launcher_stops_every_rank_with_a_record(job, signum):
     print(f"torchrun {name}: exit {code} after {seconds:.1f} s; {[r['error'] for r in recs]}")
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.full)])
 def test_one_process_exits_128_plus_the_signal(job, signum):
     j = job("single", 0)
     j.wait_for("warm-up done")
@@ -232,7 +233,8 @@ def test_deferred_sections_nest():
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("port,run", [(29809, RUN), (29814, PIPELINE_RUN)], ids=["data-parallel", "pipeline"])
+@pytest.mark.parametrize("port,run", [(29809, RUN), pytest.param(29814, PIPELINE_RUN, marks=pytest.mark.full)],
+                         ids=["data-parallel", "pipeline"])
 def test_a_stalled_rank_is_caught_by_the_step_watchdog(job, port, run):
     """A pipeline stage stopped leaves the other waiting in its receive, which gloo would hold for the
     whole --dist-timeout: the watchdog ends it after --step-timeout, as for a data-parallel rank."""

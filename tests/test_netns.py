@@ -147,6 +147,7 @@ def test_control_first_hostname_i_address_unreachable(bed):
 # calls MPI Abort rather than MPI_Finalize (a collective fence in Open MPI that would wait for
 # rank 0, itself stuck in TCPStore until --dist-timeout, 60 s here).
 @pytest.mark.timeout(90)
+@pytest.mark.full
 def test_control_ds_bench_on_eth0_fails_fast(mpi, tmp_path):
     first = first_hostname_i(mpi, "hosta")
     results = tmp_path / "r.jsonl"

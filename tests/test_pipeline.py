@@ -204,6 +204,7 @@ def test_pipeline_records_say_the_layout(runs):
 
 
 @pytest.mark.dist
+@pytest.mark.full
 def test_two_stages_times_two_replicas_on_four_oversubscribed_ranks(tmp_path_factory):
     """P=2 x DP=2 (4 torchrun ranks on this machine's 2 cores) trains like P=1 x DP=2: each replica reads
     its own shard whatever the stages, and the replicas' gradients are averaged once per step."""

@@ -218,6 +218,7 @@ def test_a_rank_under_a_cpu_quota_is_named_slow(tmp_path, fashion_mnist):
 
 
 @pytest.mark.dist
+@pytest.mark.full
 def test_a_normal_run_with_a_high_threshold_names_nobody(tmp_path, fashion_mnist):
     started = time.monotonic()
     comm = run_cmd([str(BIN / "torchrun"), "--nproc_per_node", "2", "--master_port", "29854", "-m", "ds_bench", "comm",

@@ -273,6 +273,7 @@ def test_the_recommended_point_is_the_fastest_that_fits_and_its_config_runs(capp
 
 
 @pytest.mark.dist
+@pytest.mark.full
 def test_a_sweep_with_a_pipeline_axis_runs_pp2_under_the_deepspeed_launcher(tmp_path):
     """``--pipeline-stages 1,2``: the pipeline point runs through the sweep's launcher (the deepspeed
     launcher, 2 ranks, one data-parallel replica) beside the data-parallel one, and is ranked with it."""

@@ -152,6 +152,7 @@ TARGET_MBS = 128
 
 
 @pytest.mark.dist
+@pytest.mark.full
 def test_prediction_against_real_runs(tmp_path):
     """Stage 0 at micro-batches 8 and 32 calibrate; stage 3 at 128 (fully sharded, the far end from the
     calibration; the sweep's capped test predicts within 0.8-1.3x too) is predicted, then run."""
