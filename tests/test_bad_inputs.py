@@ -125,6 +125,10 @@ CASES["--channels-last for mnist"] = Case(run("--channels-last", "--engine", "dd
                                          r"--channels-last: workload mnist has no 2-D convolutions")
 CASES["--channels-last with DeepSpeed"] = Case(run("--workload", "resnet", "--channels-last"),
                                               r"--channels-last with --engine deepspeed: only DDP trains NHWC weights")
+CASES["--compile without warm-up"] = Case(run("--compile", "--warmup", "0"), r"--compile needs --warmup 1 or more")
+CASES["--compile with dynamo disabled"] = Case(run("--compile"), r"--compile with TORCHDYNAMO_DISABLE set")  # conftest sets it
+CASES["--compile with a pipeline"] = Case(run(*GPT2, "--compile", "--pipeline-stages", "2"),
+                                         r"--pipeline-stages: --compile with a pipeline is not measured yet")
 CASES["--attn for mnist"] = Case(run("--attn", "sdpa"), r"--attn: workload mnist has no attention \(gpt2 has\)")
 CASES["--attn eager with a pipeline"] = Case(run(*GPT2, "--attn", "eager", "--pipeline-stages", "2"),
                                              r"--attn eager with --pipeline-stages: .* no attention mask")

@@ -85,6 +85,12 @@ class RunConfig:
                               help="gpt2's attention implementation (default sdpa); flash_attention_2 needs the "
                                    "flash-attn package. The record states the one the model used")
     """HF ``attn_implementation`` for workloads with attention; None: the workload's default (sdpa)."""
+    compile: bool = option(False, "--compile",
+                           help="torch.compile the model (DeepSpeed: engine.compile(); DDP/FSDP: the wrapped module). "
+                                "Compiling happens in the warm-up steps and is recorded apart (seconds, graphs, graph "
+                                "breaks, recompilations); a run that compiles inside its measured steps fails "
+                                "(raise --warmup)")
+    """``torch.compile`` through each engine's own route (``ds_bench.engines.compiled``)."""
     channels_last: bool = option(False, "--channels-last",
                                  help="resnet under --engine ddp: weights and inputs in channels-last (NHWC) memory format")
     """ResNet's convolutions in NHWC (``torch.channels_last``), the layout GPU tensor cores and oneDNN prefer."""
@@ -181,6 +187,7 @@ class RunConfig:
                  f"--channels-last with --engine {self.engine}: only DDP trains NHWC weights (deepspeed 0.19.8 fails "
                  "at its first step viewing them as bytes, FSDP2 refuses non-contiguous parameters); use --engine ddp")
         check_pipeline_flags(self)
+        check_compile(self)
         check_timeout("--dist-timeout", self.dist_timeout_s)
         check_timeout("--connect-timeout", self.connect_timeout_s)
         check_timeout("--step-timeout", self.step_timeout_s)
@@ -223,6 +230,17 @@ def check_attention(name: str | None) -> None:
                  "(pip install flash-attn on a CUDA machine), or use --attn sdpa")
 
 
+def check_compile(cfg: RunConfig) -> None:
+    """``--compile`` needs a warm-up step to compile in and dynamo switched on (checked before joining)."""
+    if not cfg.compile:
+        return
+    _require(cfg.warmup >= 1, "--compile needs --warmup 1 or more: the first step compiles, and a compile "
+                              "inside the measured steps fails the run")
+    _require(os.environ.get("TORCHDYNAMO_DISABLE", "0").lower() in ("", "0", "false"),
+             "--compile with TORCHDYNAMO_DISABLE set in the environment: torch.compile would silently run eager; "
+             "unset it")
+
+
 def check_engine(name: str) -> None:
     """``--engine`` must name one of ``ENGINES``."""
     if name not in ENGINES:
@@ -233,6 +251,7 @@ PIPELINE_CONFLICTS = {
     "breakdown": "--breakdown times the phases of each micro-step; a pipeline runs them all inside train_batch",
     "checkpoint": "--checkpoint with a pipeline is not measured yet",
     "resume": "--resume with a pipeline is not measured yet",
+    "compile": "--compile with a pipeline is not measured yet (DeepSpeed's PipelineEngine runs stage by stage)",
     "model_path": "--model (pretrained weights) is not loaded into pipeline stages yet; use --size or --layers",
 }
 """Flags a pipeline run refuses, and why."""

@@ -55,3 +55,22 @@ def summarize(marks: dict) -> dict:
             "graphs": end["graphs"] - start["graphs"], "graph_breaks": end["graph_breaks"] - start["graph_breaks"],
             "recompilations": end["frames"] - after_first["frames"],
             "inside_window": end["frames"] - marks.get("window", end)["frames"]}
+
+
+def combine(per_rank: list[dict], backend: str) -> dict:
+    """The record's ``compile`` block from every rank's ``summarize`` (pure): rank 0's counts and time,
+    the slowest rank's time, and every rank's most recompilations and compiles inside the window."""
+    first = per_rank[0]
+    return {"backend": backend, "compile_s": first["compile_s"], "compile_s_max": max(r["compile_s"] for r in per_rank),
+            "frames_compiled": first["frames_compiled"], "graphs": first["graphs"], "graph_breaks": first["graph_breaks"],
+            "recompilations": max(r["recompilations"] for r in per_rank),
+            "inside_window": max(r["inside_window"] for r in per_rank)}
+
+
+def check_settled(per_rank: list[dict], warmup: int) -> None:
+    """Every rank's compiles ended before the window opened; else the run fails (it would time the compiler)."""
+    late = {rank: r["inside_window"] for rank, r in enumerate(per_rank) if r["inside_window"]}
+    if late:
+        raise RuntimeError(f"torch.compile compiled {sum(late.values())} frame(s) inside the measured steps "
+                           f"(ranks {sorted(late)}): they recompiled after {warmup} warm-up step(s); "
+                           "raise --warmup or remove what changes between steps")

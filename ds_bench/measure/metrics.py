@@ -40,6 +40,8 @@ class RankReport:
     """Pipeline runs: this rank's stage."""
     stage_s: dict[str, list[float]] = field(default_factory=dict)
     """Pipeline runs: each instruction timer's seconds per measured step (``ds_bench.measure.stage_timers``)."""
+    compiled: dict | None = None
+    """``--compile``: this rank's counts (``ds_bench.measure.compile_stats.summarize``)."""
 
 
 def straggler_steps(reports: list[RankReport]) -> np.ndarray:

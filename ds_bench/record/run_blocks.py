@@ -107,6 +107,25 @@ class StartUp(Block):
     model_build_s: float | None = None
     engine_s: float | None = None
     data_s: float | None = None
+    compile_s: float | None = None
+    """``--compile``: compiling in the warm-up steps (taken out of ``warmup_s``)."""
     warmup_s: float | None = None
     other_s: float | None = None
     total_s: float | None = None
+
+
+class Compiled(Block):
+    """``--compile``: what compiling cost and whether it settled in the warm-up
+    (``ds_bench.measure.compile_stats`` defines each count; rank 0's, seconds also the slowest rank's)."""
+
+    backend: str | None = None
+    compile_s: float | None = None
+    """Dynamo's frame + backward compile time on rank 0 (s), spent in warm-up steps, in no measured step."""
+    compile_s_max: float | None = None
+    frames_compiled: int | None = None
+    graphs: int | None = None
+    graph_breaks: int | None = None
+    recompilations: int | None = None
+    """Frames compiled after the first step (warm-up and window, every rank's most)."""
+    inside_window: int | None = None
+    """Frames compiled while the measured window was open, every rank's most: more than 0 fails the run."""

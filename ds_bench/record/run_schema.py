@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ds_bench.record.base_schema import Block, Stamped
-from ds_bench.record.run_blocks import ModelBuild, PipelineStage, SlowRank, StartUp
+from ds_bench.record.run_blocks import Compiled, ModelBuild, PipelineStage, SlowRank, StartUp
 
 
 class RunMetrics(Block):
@@ -146,6 +146,8 @@ class RunRecord(Stamped):
     """Model build and engine init: times, memory, partitioned or not (records from before: None)."""
     startup: StartUp | None = None
     """Where the time before the first measured step went (records from before: None)."""
+    compile: Compiled | None = None
+    """``--compile``: compile time, graphs, graph breaks, recompilations (None: not compiled)."""
     attn_implementation: str | None = None
     """The attention implementation the built model runs (HF ``_attn_implementation``, read back from the
     model: ``sdpa``, ``eager``, ``flash_attention_2``); None for workloads without attention."""

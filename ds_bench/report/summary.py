@@ -90,6 +90,11 @@ def one_run(record: RunRecord, results_path: str) -> str:
     lines += pipeline_lines(record)
     if record.startup is not None and record.startup.total_s is not None:
         lines.append(f"  start-up     {startup_line(record.startup)}")
+    if record.compile is not None:
+        c = record.compile
+        lines.append(f"  compile      {c.backend}: {c.compile_s:.1f} s in warm-up (slowest rank {c.compile_s_max:.1f}), "
+                     f"{c.graphs} graph(s), {c.graph_breaks} graph break(s), {c.recompilations} recompilation(s) "
+                     f"after step 1, {c.inside_window} in the measured steps")
     if (record.optimizer or {}).get("source") == "ds_bench default":
         lines.append(f"  optimizer    none in the DeepSpeed config: ds_bench supplied {record.optimizer['type']}")
     if m.tflops_per_device is not None:
@@ -172,6 +177,6 @@ def startup_line(s) -> str:
     """``9.1 s to the first measured step: imports 2.4, prepare 0.3, ...`` (phases that were measured)."""
     phases = [("imports", s.imports_s), ("prepare", s.prepare_s), ("ops", s.ops_s),
               ("process group", s.process_group_s), ("libraries", s.libraries_s), ("model", s.model_build_s),
-              ("engine", s.engine_s), ("data", s.data_s), ("warm-up", s.warmup_s), ("other", s.other_s)]
+              ("engine", s.engine_s), ("data", s.data_s), ("compile", s.compile_s), ("warm-up", s.warmup_s), ("other", s.other_s)]
     return f"{s.total_s:.1f} s to the first measured step: " + ", ".join(
         f"{name} {value:.2f}" for name, value in phases if value is not None)

@@ -22,7 +22,8 @@ from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_config import RunConfig
 from ds_bench.engines.pipeline import clip_on_the_whole_model
 from ds_bench.machine import memory
-from ds_bench.measure import checkpoint, peaks, roofline, slow_ranks, stage_timers
+from ds_bench.engines.compiled import compile_engine
+from ds_bench.measure import checkpoint, compile_stats, peaks, roofline, slow_ranks, stage_timers
 from ds_bench.measure.loop import DeviceClock, run_loop, timing
 from ds_bench.measure.metrics import summarize
 from ds_bench.record import store as results
@@ -60,6 +61,8 @@ class Built:
     """The record's ``build`` (``ds_bench.record.run_schema.ModelBuild``): partitioned or not, times, memory."""
     settings: dict | None = None
     """Speed settings the built model runs with, record fields (``Workload.model_settings``)."""
+    compile_backend: str | None = None
+    """``--compile``: the backend the engine's model is compiled with (None: eager)."""
 
 
 def measure(run: Started, workload) -> tuple[dict, dict]:
@@ -74,6 +77,8 @@ def measure(run: Started, workload) -> tuple[dict, dict]:
     run.baseline_bytes = memory.current_bytes(run.state.device)
     built = build(run, workload)
     reports, loop_started_at = train(run, workload, built.engine)
+    if built.compile_backend:
+        compile_stats.check_settled([r.compiled for r in reports], run.cfg.warmup)
     if run.state.rank != 0:
         return {}, {}
     return run_metrics(run, workload, built, reports, loop_started_at)
@@ -94,7 +99,8 @@ def build(run: Started, workload) -> Built:
     flops, hw_flops = workload.model_flops_per_sample(model), workload.hardware_flops_per_sample(model)
     engine_started = time.perf_counter()
     engine = engines.build(run.engine, model, run.ds_cfg, run.state.device, run.cfg.lr or workload.default_lr)
-    return Built(engine, params, largest, flops, hw_flops, build={
+    backend = compile_engine(engine, run.engine.name) if run.cfg.compile else None  # lazy: compiles in step 1
+    return Built(engine, params, largest, flops, hw_flops, compile_backend=backend, build={
         "partitioned": partitioned, "model_s": model_built[0] - started,
         "engine_s": time.perf_counter() - engine_started, "model_mem_bytes": model_built[1],
         "engine_mem_bytes": memory.held_bytes(run.state.device) - run.baseline_bytes},
@@ -130,6 +136,7 @@ def train(run: Started, workload, engine) -> tuple[list, float]:
                             rank=state.rank, world_size=state.world_size)  # resumes: returns the step reached
     clock = DeviceClock(state.device)
     timers = stage_timers.StageTimers(engine, clock) if run.engine.pipeline is not None else None
+    watch = compile_stats.CompileWatch() if cfg.compile else None
     with faults.StepWatchdog(cfg.step_timeout_s, lambda done: _stalled(run)) as watchdog:
         batches = _batches(run, workload, engine)
         batches = checkpoint.skip(batches, start * accumulation)  # used before the resume
@@ -137,16 +144,29 @@ def train(run: Started, workload, engine) -> tuple[list, float]:
         batches = itertools.chain([next(batches)], batches)  # one-time loading (files, tokenizing) stays untimed
         run.startup["data_s"] = time.perf_counter() - first_batch
         loop_started_at = time.time()  # wall clock, for a sweep's per-point overhead (launch to first step)
+        if watch:
+            watch.mark("start")
         run_loop(engine, workload, batches, steps=cfg.steps, warmup=cfg.warmup, grad_accum=accumulation,
                  float_dtype=run.engine.input_dtype, sync=accel.synchronize, barrier=torch.distributed.barrier,
                  times=run.times, beat=watchdog.beat, clock=clock, breakdown=cfg.breakdown,
-                 after_step=run.ckpt.after_step, pipeline=timers is not None, stage_timers=timers,
-                 on_window_open=lambda: _window_open(run))
+                 after_step=_after_step(run, watch), pipeline=timers is not None, stage_timers=timers,
+                 on_window_open=lambda: _window_open(run, watch))
+        if watch:
+            watch.mark("end")
         run.ckpt.load_back()
-        return process.gather(rank_report(run)), loop_started_at
+        return process.gather(rank_report(run, watch and watch.block())), loop_started_at
 
 
-def _window_open(run: Started) -> None:
+def _after_step(run: Started, watch):
+    if watch is None:
+        return run.ckpt.after_step
+    return lambda done: (watch.after_step(done), run.ckpt.after_step(done))
+
+
+def _window_open(run: Started, watch) -> None:
+    if watch:
+        watch.mark("window")
+        run.startup["compile_s"] = watch.marks["window"]["compile_s"] - watch.marks["start"]["compile_s"]
     run.startup["window_open_at"] = time.time()
     log.info("warm-up done (%d steps): measuring %d steps", run.cfg.warmup, run.cfg.steps - run.cfg.warmup)
 
@@ -178,6 +198,8 @@ def run_metrics(run: Started, workload, built: Built, reports: list, loop_starte
              "startup": startup.breakdown(run.startup, built.build, loop_started_at),
              "largest_layer_params": built.largest_layer_params, "build": built.build, "hosts": hosts,
              **(built.settings or {}),
+             "compile": compile_stats.combine([r.compiled for r in reports], built.compile_backend)
+             if built.compile_backend else None,
              "slow_ranks": slow_ranks.from_metrics(metrics, cfg.slow_rank_threshold),
              "comm_bound": _comm_bound(run, built, metrics, hosts)}
     if built.stages is not None:

@@ -14,7 +14,8 @@
   model_build_s    the workload's model (``build.model_s``; ZeRO-3: partitioned)
   engine_s         ``deepspeed.initialize`` or the DDP/FSDP wrap (``build.engine_s``)
   data_s           the first batch (files read, tokenized, cached)
-  warmup_s         the warm-up steps, until the measured window opens
+  compile_s        ``--compile``: dynamo's compile time inside the warm-up steps (``measure.compile_stats``)
+  warmup_s         the warm-up steps, until the measured window opens, less compile_s
   other_s          total_s less the phases: what lies between them (DeepSpeed's own imports after the
                    join, the run id and peers exchanged, the memory baseline read)
   total_s          process start -> the window opens (what a sweep point costs before it measures)
@@ -40,7 +41,8 @@ def breakdown(marks: dict, build: dict | None, loop_started_at: float) -> dict:
             "prepare_s": marks.get("prepare_s"), "ops_s": marks.get("ops_s"),
             "process_group_s": marks.get("process_group_s"), "libraries_s": marks.get("libraries_s"),
             "model_build_s": build.get("model_s"), "engine_s": build.get("engine_s"), "data_s": marks.get("data_s"),
-            "warmup_s": opened - loop_started_at if opened else None,
+            "compile_s": marks.get("compile_s"),
+            "warmup_s": opened - loop_started_at - (marks.get("compile_s") or 0.0) if opened else None,
             "total_s": opened - started if opened and started else None}
     if out["total_s"] is not None:
         out["other_s"] = out["total_s"] - sum(v for k, v in out.items() if k != "total_s" and v is not None)
