@@ -366,6 +366,17 @@ CASES["sweep warmup negative"] = Case(cmd(*SWEEP, "--warmup", "-1"), r"--warmup 
 CASES["sweep port"] = Case(cmd(*SWEEP, "--master-port", "99999"), r"--master-port must be a TCP port in 1\.\.65535")
 CASES["sweep repeats 0"] = Case(cmd(*SWEEP, "--repeats", "0"), r"--repeats must be a positive integer, got 0")
 CASES["sweep max micro-batch 0"] = Case(cmd(*SWEEP, "--max-micro-batch", "0"), r"--max-micro-batch must be a positive integer")
+SWEEP_GPT2 = (*SWEEP, "--workload", "gpt2", "--ds-config", "zero1.json")
+CASES["sweep attn for mnist"] = Case(cmd(*SWEEP, "--workload", "mnist", "--ds-config", "zero1.json", "--attn", "eager"),
+                                     r"--attn: workload mnist has no attention \(gpt2 has\)")
+CASES["sweep attn unknown"] = Case(cmd(*SWEEP_GPT2, "--attn", "sdpa,flash"), r"--attn")
+CASES["sweep compile value"] = Case(cmd(*SWEEP_GPT2, "--compile", "yes"), r"--compile")
+CASES["sweep compile without warm-up"] = Case(cmd(*SWEEP_GPT2, "--compile", "off,on", "--warmup", "0"),
+                                              r"--warmup \(with --compile on\) must be a positive integer, got 0")
+CASES["sweep compile with dynamo disabled"] = Case(cmd(*SWEEP_GPT2, "--compile", "on"),
+                                                   r"--compile on with TORCHDYNAMO_DISABLE set")  # conftest sets it
+CASES["sweep compile after --"] = Case(cmd(*SWEEP_GPT2, "--", "--compile"),
+                                       r"run argument --compile after '--': the sweep sets it per point")
 CASES["sweep unknown workload"] = Case(cmd(*SWEEP, "--workload", "bert", "--ds-config", "zero1.json"), r"--workload 'bert' is unknown")
 CASES["sweep workload without config"] = Case(cmd(*SWEEP, "--workload", "mnist"), r"--ds-config is required with --workload")
 CASES["sweep missing config"] = Case(cmd(*SWEEP, "--workload", "mnist", "--ds-config", "nope.json"), r"--ds-config nope\.json: file not found")

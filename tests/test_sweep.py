@@ -45,6 +45,23 @@ def test_grid_is_family_by_family_with_micro_batches_ascending():
     assert Point(2, "optimizer", "bf16", 4, 4).key == "z2 off=optimizer bf16 mbs=4 ga=4"
 
 
+def test_attention_and_compile_are_axes_with_their_own_families_and_run_flags():
+    pts = grid((0,), ("none",), ("bf16",), (4,), (1,), attns=("sdpa", "eager"), compiles=(False, True))
+    assert [p.key for p in pts] == ["z0 off=none bf16 mbs=4 attn=sdpa", "z0 off=none bf16 mbs=4 attn=sdpa compile",
+                                    "z0 off=none bf16 mbs=4 attn=eager", "z0 off=none bf16 mbs=4 attn=eager compile"]
+    assert len({p.family for p in pts}) == 4
+    assert pts[3].run_flags() == ["--attn", "eager", "--compile"] and Point(0, "none", "bf16", 4).run_flags() == []
+    d = Point(1, "none", "fp32", 32)
+    assert parse_key("attn=eager compile", d) == Point(1, "none", "fp32", 32, attn="eager", compile=True)
+    assert Point.from_dict(pts[3].to_dict()) == pts[3]
+    assert Point.from_dict({"stage": 0, "offload": "none", "precision": "fp32", "micro_batch": 1}).compile is False
+    piped = Point(1, "none", "fp32", 1, pipeline_stages=2, compile=True)
+    assert "--compile with a pipeline" in invalid_reason(piped, "cpu", 2)
+    assert "attn=eager" in invalid_reason(Point(1, "none", "fp32", 1, pipeline_stages=2, attn="eager"), "cpu", 2)
+    with pytest.raises(ValueError, match="'attn=math' is not"):
+        parse_key("attn=math", d)
+
+
 def test_invalid_combinations_have_reasons():
     assert invalid_reason(Point(0, "optimizer", "fp32", 1), "cpu") == "offload needs ZeRO stage 1, 2 or 3"
     assert invalid_reason(Point(2, "all", "fp32", 1), "cpu") == "parameter offload needs ZeRO stage 3"
@@ -295,3 +312,22 @@ def test_a_sweep_with_a_pipeline_axis_runs_pp2_under_the_deepspeed_launcher(tmp_
     (pp2,) = [r for r in records(results.with_suffix(".runs.jsonl")) if r.get("pipeline_stages") == 2]
     assert (pp2["launcher"], pp2["world_size"], pp2["data_parallel_size"]) == ("deepspeed", 2, 1)
     assert pp2_row.split()[1:3] == ["pp2", "z1"]
+
+
+@pytest.mark.dist
+def test_an_attention_axis_runs_each_point_with_its_implementation(tmp_path):
+    """``--attn sdpa,eager``: two families, and each point's run record says the model ran the point's own."""
+    results = tmp_path / "s.jsonl"
+    proc = ds_bench("sweep", "--workload", "gpt2", "--size", "tiny", "--seq-len", "32", "--ds-config",
+                    "ds_configs/zero1.json", "--precision", "fp32", "--stages", "0", "--micro-batch", "2",
+                    "--attn", "sdpa,eager", "--nproc", "2", "--launcher", "torchrun", "--steps", "3", "--warmup", "1",
+                    "--results", str(results), "--master-port", "29667", timeout=600, HF_HUB_OFFLINE="1")
+    assert proc.returncode == 0, explain(proc)
+    points = {r["key"]: r for r in point_records(results)}
+    assert set(points) == {"z0 off=none fp32 mbs=2 attn=sdpa", "z0 off=none fp32 mbs=2 attn=eager"}, points
+    runs = {r["tag"]: r for r in records(results.with_suffix(".runs.jsonl"))}
+    for key, point in points.items():
+        assert point["status"] == "ok", point
+        run = next(r for r in runs.values() if r["run_id"] == point["run_id"])
+        assert run["config"]["attn"] == point["point"]["attn"] == run["attn_implementation"], (key, run["config"])
+    assert "attn=eager" in proc.stdout and "attn=sdpa" in proc.stdout

@@ -115,7 +115,7 @@ class LayoutSearch:
                     "--seq-len", str(s.seq_len), "--micro-batch", str(self.layout.micro_batch),
                     "--steps", str(s.steps), "--warmup", str(s.warmup), "--results", s.runs_path, "--tag", tag,
                     "--step-timeout", str(s.timeout_s),
-                    *(["--pipeline-stages", str(pipes)] if (pipes := self.layout.pipeline_stages) > 1 else []),
+                    *self.layout.run_flags(),
                     *(["--cpu-mem-limit", str(s.cpu_mem_limit)] if s.cpu_mem_limit else []), *s.run_args]
         log = os.path.join(s.output_path(".logs"), f"{slug(self.layout.key)}-{slug(m.name)}-{tag[-6:]}.log")
         attempt = run_attempt(s, run_args, tag, log)

@@ -236,8 +236,13 @@ def check_compile(cfg: RunConfig) -> None:
         return
     _require(cfg.warmup >= 1, "--compile needs --warmup 1 or more: the first step compiles, and a compile "
                               "inside the measured steps fails the run")
+    check_compile_environment("--compile")
+
+
+def check_compile_environment(flag: str) -> None:
+    """Dynamo is on: with TORCHDYNAMO_DISABLE set, torch.compile silently runs eager."""
     _require(os.environ.get("TORCHDYNAMO_DISABLE", "0").lower() in ("", "0", "false"),
-             "--compile with TORCHDYNAMO_DISABLE set in the environment: torch.compile would silently run eager; "
+             f"{flag} with TORCHDYNAMO_DISABLE set in the environment: torch.compile would silently run eager; "
              "unset it")
 
 

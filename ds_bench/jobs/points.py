@@ -14,7 +14,7 @@ import dataclasses
 import itertools
 from dataclasses import asdict, dataclass
 
-from ds_bench.config.run_config import ENGINES
+from ds_bench.config.run_config import ATTENTION, ENGINES
 
 OFFLOADS = ("none", "optimizer", "all")
 """``optimizer``: ``offload_optimizer`` to CPU (ZeRO-Offload); ``all``: optimizer and parameters
@@ -32,16 +32,21 @@ class Point:
     engine: str = "deepspeed"
     pipeline_stages: int = 1
     """DeepSpeed pipeline stages (``--pipeline-stages``); 1: no pipeline. Data-parallel degree = ranks / this."""
+    attn: str = ""
+    """``--attn`` of the run (``ATTENTION``); empty: the workload's default."""
+    compile: bool = False
+    """``--compile`` of the run."""
 
     @property
     def key(self) -> str:
         return self._label(f" mbs={self.micro_batch}")
 
     @property
-    def family(self) -> tuple[int, str, str, int, str, int]:
+    def family(self) -> tuple:
         """Every point that differs only in micro-batch: one line of the throughput plot and one
         ``--micro-batch auto`` search."""
-        return (self.stage, self.offload, self.precision, self.grad_accum, self.engine, self.pipeline_stages)
+        return (self.stage, self.offload, self.precision, self.grad_accum, self.engine, self.pipeline_stages,
+                self.attn, self.compile)
 
     def family_label(self) -> str:
         return self._label("")
@@ -50,7 +55,13 @@ class Point:
         engine = "" if self.engine == "deepspeed" else f"{self.engine} "
         engine += f"pp{self.pipeline_stages} " if self.pipeline_stages > 1 else ""
         return f"{engine}z{self.stage} off={self.offload} {self.precision}{micro_batch}" + (
-            f" ga={self.grad_accum}" if self.grad_accum != 1 else "")
+            f" ga={self.grad_accum}" if self.grad_accum != 1 else "") + (
+            f" attn={self.attn}" if self.attn else "") + (" compile" if self.compile else "")
+
+    def run_flags(self) -> list[str]:
+        """The ``ds-bench run`` flags of this point's options beyond its DeepSpeed config."""
+        return ((["--pipeline-stages", str(self.pipeline_stages)] if self.pipeline_stages > 1 else [])
+                + (["--attn", self.attn] if self.attn else []) + (["--compile"] if self.compile else []))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -58,7 +69,8 @@ class Point:
     @classmethod
     def from_dict(cls, d: dict) -> Point:
         return cls(int(d["stage"]), str(d["offload"]), str(d["precision"]), int(d["micro_batch"]),
-                   int(d.get("grad_accum", 1)), str(d.get("engine", "deepspeed")), int(d.get("pipeline_stages", 1)))
+                   int(d.get("grad_accum", 1)), str(d.get("engine", "deepspeed")), int(d.get("pipeline_stages", 1)),
+                   str(d.get("attn", "")), bool(d.get("compile", False)))
 
     def with_micro_batch(self, micro_batch: int) -> Point:
         return dataclasses.replace(self, micro_batch=micro_batch)
@@ -80,25 +92,30 @@ def parse_key(text: str, defaults: Point) -> Point:
             fields["offload"] = value
         elif not value and part[:2] == "pp" and part[2:].isdigit() and int(part[2:]) > 0:
             fields["pipeline_stages"] = int(part[2:])
+        elif name == "attn" and value in ATTENTION:
+            fields["attn"] = value
+        elif part == "compile":
+            fields["compile"] = True
         elif name in ("mbs", "ga") and value.isdigit() and int(value) > 0:
             fields["micro_batch" if name == "mbs" else "grad_accum"] = int(value)
         else:
             raise ValueError(f"{part!r} is not {'|'.join(ENGINES[1:])}, z0..z3, ppN, off={'|'.join(OFFLOADS)}, "
-                             f"{'|'.join(PRECISIONS)}, mbs=N or ga=N")
+                             f"{'|'.join(PRECISIONS)}, mbs=N, ga=N, attn={'|'.join(ATTENTION)} or compile")
     if fields["micro_batch"] < 1:
         raise ValueError("a point needs a micro-batch: mbs=N")
     return Point.from_dict(fields)
 
 
-def families(stages, offloads, precisions, grad_accums, engines=("deepspeed",), pipelines=(1,)) -> list[Point]:
+def families(stages, offloads, precisions, grad_accums, engines=("deepspeed",), pipelines=(1,), attns=("",),
+             compiles=(False,)) -> list[Point]:
     """One point per family (micro-batch 0, a placeholder), engine by engine, in axis order; pipeline
     stages beyond 1 only for DeepSpeed (its pipeline engine)."""
     out: list[Point] = []
     for engine in engines:
         e_stages, e_offloads = engine_axes(engine, stages, offloads)
         e_pipes = pipelines if engine == "deepspeed" else (1,)
-        out += [Point(s, o, p, 0, g, engine, pp)
-                for pp, s, o, p, g in itertools.product(e_pipes, e_stages, e_offloads, precisions, grad_accums)]
+        out += [Point(s, o, p, 0, g, engine, pp, a, c) for pp, s, o, p, g, a, c in
+                itertools.product(e_pipes, e_stages, e_offloads, precisions, grad_accums, attns, compiles)]
     return out
 
 
@@ -112,9 +129,10 @@ def engine_axes(engine: str, stages, offloads) -> tuple[tuple, tuple]:
 
 
 def grid(stages, offloads, precisions, micro_batches, grad_accums, engines=("deepspeed",),
-         pipelines=(1,)) -> list[Point]:
+         pipelines=(1,), attns=("",), compiles=(False,)) -> list[Point]:
     """The full grid for explicit micro-batches, family by family, micro-batches ascending."""
-    return [f.with_micro_batch(m) for f in families(stages, offloads, precisions, grad_accums, engines, pipelines)
+    return [f.with_micro_batch(m) for f in families(stages, offloads, precisions, grad_accums, engines, pipelines,
+                                                    attns, compiles)
             for m in sorted(micro_batches)]
 
 
@@ -129,6 +147,10 @@ def invalid_reason(point: Point, device_type: str, world_size: int | None = None
         return f"a pipeline ({pp} stages) takes ZeRO stage 0 or 1 only (DeepSpeed's pipeline engine)"
     if pp > 1 and point.offload != "none":
         return f"a pipeline ({pp} stages) cannot offload: it takes ZeRO stage 0 or 1 only"
+    if pp > 1 and point.compile:
+        return f"a pipeline ({pp} stages) runs eager: --compile with a pipeline is not measured yet"
+    if pp > 1 and point.attn == "eager":
+        return f"a pipeline ({pp} stages) gives its blocks no attention mask: attn=eager cannot run causally"
     if world_size is not None and world_size % pp:
         return f"{pp} pipeline stages do not divide the {world_size} ranks"
     if point.engine == "ddp" and (point.stage, point.offload) != (0, "none"):

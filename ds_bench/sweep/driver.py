@@ -41,7 +41,8 @@ class Sweep:
     # --- the plan -------------------------------------------------------------------------------
     def run(self) -> None:
         s = self.spec
-        fams = families(s.stages, s.offloads, s.precisions, s.grad_accums, s.engines, s.pipeline_stages)
+        fams = families(s.stages, s.offloads, s.precisions, s.grad_accums, s.engines, s.pipeline_stages, s.attns,
+                        s.compiles)
         planned = (len(fams) * (len(s.micro_batches) if s.micro_batches else 4) + len(s.extra_points)) * s.repeats
         with self.progress.open(planned):
             for family in fams:
@@ -115,8 +116,7 @@ class Sweep:
         run_args = ["run", "--workload", s.workload, "--ds-config", self._config_file(point),  # written by the check
                     "--steps", str(s.steps), "--warmup", str(s.warmup), "--results", s.runs_path, "--tag", tag,
                     "--step-timeout", str(s.timeout_s), "--engine", point.engine,
-                    *(["--pipeline-stages", str(point.pipeline_stages)] if point.pipeline_stages > 1 else []),
-                    *(["--cpu-mem-limit", str(s.cpu_mem_limit)] if s.cpu_mem_limit else []),
+                    *point.run_flags(), *(["--cpu-mem-limit", str(s.cpu_mem_limit)] if s.cpu_mem_limit else []),
                     *s.run_args]
         log_path = os.path.join(s.output_path(".logs"), f"{slug(point.key)}-r{repeat}-{tag[-6:]}.log")
         done = run_attempt(s, run_args, tag, log_path)

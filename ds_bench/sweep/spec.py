@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ds_bench.config import argcheck
 from ds_bench.config.parsers import CONFIG_DIR, config_path, memory_cap, parse_duration, parse_list
-from ds_bench.config.run_config import ENGINES
+from ds_bench.config.run_config import ATTENTION, ENGINES
 from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
 from ds_bench.jobs.points import OFFLOADS, PRECISIONS, Point, parse_key
@@ -57,6 +57,10 @@ class SweepSpec:
     engines: tuple[str, ...] = ("deepspeed",)
     pipeline_stages: tuple[int, ...] = (1,)
     """``--pipeline-stages``: DeepSpeed pipeline layouts beside the data-parallel ones (GPT-2)."""
+    attns: tuple[str, ...] = ("",)
+    """``--attn``: attention implementations (empty: the workload's default)."""
+    compiles: tuple[bool, ...] = (False,)
+    """``--compile off,on``: eager and/or compiled points."""
 
     @property
     def runs_path(self) -> str:
@@ -91,6 +95,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engines", default=None,
                    help="deepspeed,ddp,fsdp: DDP and FSDP baselines beside ZeRO from the same config (default "
                         "deepspeed; the preset: all three). DDP: one point per precision; FSDP: stages 2 and 3")
+    p.add_argument("--attn", default=None, help=f"attention implementations per point, e.g. sdpa,eager (gpt2; known: "
+                                                 f"{', '.join(ATTENTION)}; default: the workload's)")
+    p.add_argument("--compile", default=None, help="off, on or off,on: eager and/or torch.compile points (default off)")
     p.add_argument("--point", dest="points", action="append", default=None, metavar="KEY",
                    help="one more point beyond the grid, e.g. 'z2 off=optimizer mbs=128' (repeatable)")
     p.add_argument("--repeats", type=int, default=1, help="runs per point, each in fresh processes (default 1)")
@@ -153,7 +160,20 @@ def from_args(args: argparse.Namespace, run_tail: list[str], gpu: bool, native_b
         max_micro_batch=args.max_micro_batch, cpu_mem_limit=memory_cap(args.cpu_mem_limit),
         launcher=args.launcher or "deepspeed", hostfile=args.hostfile, master_port=args.master_port,
         device_type="cuda" if gpu else "cpu", notes=tuple(notes))
+    _check_variants(spec)
     return dataclasses.replace(spec, extra_points=_extra_points(args.points or (), spec)), base
+
+
+def _check_variants(spec: SweepSpec) -> None:
+    """``--attn`` only for a workload with attention; ``--compile on`` needs a warm-up and dynamo on."""
+    from ds_bench.config.run_config import check_compile_environment
+    from ds_bench.workloads import REGISTRY
+
+    if spec.attns != ("",) and not REGISTRY[spec.workload].attention:
+        raise UserError(f"--attn: workload {spec.workload} has no attention (gpt2 has)")
+    if True in spec.compiles:
+        argcheck.at_least("--warmup (with --compile on)", spec.warmup, 1)
+        check_compile_environment("--compile on")
 
 
 def _base_config(args: argparse.Namespace) -> tuple[str, dict]:
@@ -189,7 +209,10 @@ def _axes(args: argparse.Namespace, base: dict, bf16_native: bool, notes: list[s
         micro_batches=parse_micro_batches(args.micro_batch, axes["micro_batch"]),
         grad_accums=parse_list("--grad-accum", args.grad_accum, kind=int) if args.grad_accum else (axes["grad_accum"],),
         engines=parse_list("--engines", args.engines, allowed=ENGINES) if args.engines else ("deepspeed",),
-        pipeline_stages=parse_list("--pipeline-stages", args.pipeline_stages, kind=int))
+        pipeline_stages=parse_list("--pipeline-stages", args.pipeline_stages, kind=int),
+        attns=parse_list("--attn", args.attn, allowed=ATTENTION) if args.attn else ("",),
+        compiles=tuple(v == "on" for v in parse_list("--compile", args.compile, allowed=("off", "on")))
+        if args.compile else (False,))
 
 
 def _extra_points(texts, spec: SweepSpec) -> tuple[Point, ...]:
@@ -215,7 +238,8 @@ def _run_args(args: argparse.Namespace, tail: list[str]) -> tuple[str, ...]:
     except UserError as e:
         raise UserError(f"run arguments ({' '.join(out)}): {e}") from None
     owned = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
-             "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit", "engine": "--engine"}
+             "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit", "engine": "--engine", "attn": "--attn",
+             "compile": "--compile"}
     for name, flag in owned.items():
         if name in given:
             raise UserError(f"run argument {flag} after '--': the sweep sets it per point; "
