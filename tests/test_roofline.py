@@ -4,6 +4,7 @@ run reads, the flags; the real 2-rank measurement is tests/test_distributed.py's
 from __future__ import annotations
 
 import pytest
+import torch
 
 from ds_bench import cli
 from ds_bench.measure import roofline
@@ -56,8 +57,31 @@ def test_a_run_takes_the_newest_record_of_its_host(tmp_path, monkeypatch):
 @pytest.mark.parametrize("args,message", [
     (["--dtypes", "fp8"], "--dtypes"), (["--sizes", "0"], "must be a positive integer"),
     (["--min-time", "0"], "--min-time in"), (["--repeats", "0"], "--repeats >= 1"),
-    (["--copy-bytes", "lots"], "--copy-bytes"), (["--results", "/nonexistent/dir/r.jsonl"], "--results")])
+    (["--copy-bytes", "lots"], "--copy-bytes"), (["--results", "/nonexistent/dir/r.jsonl"], "--results"),
+    (["--gpt2", "huge"], "--gpt2 'huge' is unknown"), (["--tokens", "64"], "--tokens needs --gpt2"),
+    (["--gpt2", "small", "--tokens", "0"], "--tokens must be a positive integer")])
 def test_bad_flags_are_one_line_before_joining(args, message, capsys):
     assert cli.main(["roofline", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err, err
+
+
+def test_a_gpt2_blocks_products_are_its_forward_and_backward_gemms():
+    """Per forward product (m x k) @ (k x n), backward's input and weight gradients: same FLOPs, other shapes;
+    all of them together are 3 x forward, and forward is 2 x tokens x the block's weights and the LM head."""
+    from ds_bench.workloads.gpt2_shapes import VOCAB, gemms
+
+    shapes = gemms(768, 1024)
+    assert shapes[:3] == [("qkv", 1024, 768, 2304), ("qkv.dgrad", 1024, 2304, 768), ("qkv.wgrad", 768, 1024, 2304)]
+    flops = {name: 2 * m * k * n for name, m, k, n in shapes}
+    forward = sum(f for name, f in flops.items() if "." not in name)
+    assert sum(flops.values()) == 3 * forward
+    assert forward == 2 * 1024 * (12 * 768 * 768 + 768 * VOCAB)  # weights: 3d^2 + d^2 + 4d^2 + 4d^2, head d x V
+
+
+def test_a_gemm_row_names_its_product_and_rates_its_flops():
+    rows = roofline.measure_rank({"rank": 0, "host": "h", "device": "cpu"}, torch.device("cpu"), ("fp32",), (), 4096,
+                                 0.0, 2, lambda: None, lambda: None, gemms=(("mlp_fc", 8, 4, 16),))
+    gemm = next(r for r in rows if r["test"] == "gemm")
+    assert (gemm["name"], gemm["shape"], gemm["size"]) == ("mlp_fc", [8, 4, 16], 8) and gemm["median"] > 0
+    RooflineRow(**gemm)  # the record's row type takes it

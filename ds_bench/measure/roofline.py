@@ -5,6 +5,8 @@ turns a run's achieved TFLOP/s into ``mfu_vs_measured``.
   as two operations, as datasheet peaks count them); one untimed warm-up product, then iterations doubled
   until one sample lasts ``min_time_s / repeats``, then ``repeats`` samples, each clock read after the
   device is synchronized. TFLOP/s = 2 n^3 x iterations / seconds / 1e12; median, min and max over samples.
+- gemm: ``torch.mm`` of (m x k) by (k x n), 2 m k n FLOPs, sampled the same way: a run's own shapes
+  (``ds_bench.workloads.gpt2_shapes.gemms``), whose rate can sit well below the square ceiling.
 - copy: ``dst.copy_(src)`` of ``nbytes``; GB/s = 2 x nbytes (read once, written once: the STREAM "copy"
   convention, McCalpin) x iterations / seconds / 1e9, sampled the same way.
 
@@ -68,6 +70,16 @@ def matmul(n: int, dtype: str, device: torch.device, sync: Callable[[], None], m
     return sampled(lambda: torch.mm(a, b, out=out), 2 * n**3 / 1e12, sync, min_time_s, repeats)
 
 
+def gemm(m: int, k: int, n: int, dtype: str, device: torch.device, sync: Callable[[], None], min_time_s: float,
+         repeats: int) -> Figure:
+    """Dense (m x k) @ (k x n) rate in TFLOP/s."""
+    gen = torch.Generator().manual_seed(m + k + n)
+    a = torch.randn(m, k, generator=gen).to(device=device, dtype=DTYPES[dtype])
+    b = torch.randn(k, n, generator=gen).to(device=device, dtype=DTYPES[dtype])
+    out = torch.empty(m, n, device=device, dtype=DTYPES[dtype])
+    return sampled(lambda: torch.mm(a, b, out=out), 2 * m * k * n / 1e12, sync, min_time_s, repeats)
+
+
 def copy(nbytes: int, device: torch.device, sync: Callable[[], None], min_time_s: float, repeats: int) -> Figure:
     """Device memory copy rate in GB/s (bytes read + bytes written)."""
     src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
@@ -76,15 +88,19 @@ def copy(nbytes: int, device: torch.device, sync: Callable[[], None], min_time_s
 
 
 def measure_rank(where: dict, device: torch.device, dtypes: tuple, sizes: tuple, copy_bytes: int, min_time_s: float,
-                 repeats: int, sync: Callable[[], None], barrier: Callable[[], None]) -> list[dict]:
+                 repeats: int, sync: Callable[[], None], barrier: Callable[[], None], gemms: tuple = ()) -> list[dict]:
     """This rank's rows (``where``: rank, host, device name), a barrier before each figure so every rank of
-    the job measures while the others do."""
+    the job measures while the others do. ``gemms``: (name, m, k, n) of a run's own products."""
     rows = []
     for dtype in dtypes:
         for n in sizes:
             barrier()
             rows.append({**where, "test": "matmul", "dtype": dtype, "size": n,
                          **vars(matmul(n, dtype, device, sync, min_time_s, repeats))})
+        for name, m, k, n in gemms:
+            barrier()
+            rows.append({**where, "test": "gemm", "dtype": dtype, "size": m, "name": name, "shape": [m, k, n],
+                         **vars(gemm(m, k, n, dtype, device, sync, min_time_s, repeats))})
     barrier()
     return rows + [{**where, "test": "copy", "dtype": "fp32", "size": copy_bytes,
                     **vars(copy(copy_bytes, device, sync, min_time_s, repeats))}]

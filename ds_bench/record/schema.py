@@ -196,10 +196,15 @@ class RooflineRow(Block):
     device: str
     """``torch.cuda.get_device_name``, or the CPU's model name."""
     test: str
-    """``matmul`` (TFLOP/s, dense n x n) or ``copy`` (GB/s, bytes read + written)."""
+    """``matmul`` (TFLOP/s, dense n x n), ``gemm`` (TFLOP/s, a run's own m x k by k x n) or ``copy`` (GB/s,
+    bytes read + written)."""
     dtype: str
     size: int
-    """matmul: n; copy: bytes."""
+    """matmul: n; gemm: m; copy: bytes."""
+    name: str | None = None
+    """gemm: which product of the run (``ds_bench.workloads.gpt2_shapes.gemms``)."""
+    shape: list[int] | None = None
+    """gemm: [m, k, n]."""
     median: float
     low: float
     high: float

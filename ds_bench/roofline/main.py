@@ -32,6 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtypes", default=None, help="fp32,bf16,fp16 (default: bf16 and fp32; fp16 too on GPUs)")
     p.add_argument("--sizes", default=None, help="square matmul sides, e.g. 4096,8192 (default: 4096,8192 on "
                                                  "GPUs, 512,1024 on CPUs)")
+    p.add_argument("--gpt2", default=None, metavar="SIZE",
+                   help="also time the matrix products of one GPT-2 SIZE block and its LM head (forward and backward) "
+                        "at --tokens: a run's own GEMM shapes (e.g. small, gpt3-1.3b)")
+    p.add_argument("--tokens", type=int, default=None, help="with --gpt2: micro-batch x sequence length (default 4096)")
     p.add_argument("--copy-bytes", default=None, help="bytes copied per copy operation (default 1GiB GPU, 64MiB CPU)")
     p.add_argument("--min-time", dest="min_time_s", type=float, default=1.0,
                    help="seconds of timed work per figure (default 1)")
@@ -55,11 +59,12 @@ def main(args: argparse.Namespace) -> int:
     if copy_bytes < 4 or not 0 < args.min_time_s <= 600 or args.repeats < 1:
         raise UserError(f"--copy-bytes must be >= 4, --min-time in (0, 600] s and --repeats >= 1; got "
                         f"{args.copy_bytes}, {args.min_time_s}, {args.repeats}")
+    gemm_shapes = run_gemms(args.gpt2, args.tokens)
     check_timeout("--dist-timeout", args.dist_timeout_s)
     check_timeout("--connect-timeout", args.connect_timeout_s)
     argcheck.output_folder("--results", args.results)
     state = join.join(join.prepare(args.iface, args.dist_timeout_s), args.dist_timeout_s, args.connect_timeout_s)
-    mine = measure(state, dtypes, sizes, copy_bytes, args.min_time_s, args.repeats)
+    mine = measure(state, dtypes, sizes, copy_bytes, args.min_time_s, args.repeats, gemm_shapes)
     rows = [row for rank_rows in process.gather(mine) for row in rank_rows]
     if state.rank == 0:
         print(table(rows), flush=True)
@@ -70,19 +75,36 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_gemms(size: str | None, tokens: int | None) -> tuple:
+    """``--gpt2 SIZE --tokens T``: the (name, m, k, n) products to time (``gpt2_shapes.gemms``)."""
+    from ds_bench.workloads.gpt2_shapes import SHAPES, gemms
+
+    if size is None:
+        if tokens is not None:
+            raise UserError("--tokens needs --gpt2 SIZE (whose products it sizes)")
+        return ()
+    if size not in SHAPES:
+        raise UserError(f"--gpt2 {size!r} is unknown; known: {', '.join(SHAPES)}")
+    if tokens is not None and tokens < 1:
+        raise UserError(f"--tokens must be a positive integer, got {tokens}")
+    _, n_embd, _ = SHAPES[size]
+    return tuple(gemms(n_embd, tokens or 4096))
+
+
 def measure(state: process.DistState, dtypes: tuple, sizes: tuple, copy_bytes: int, min_time_s: float,
-            repeats: int) -> list[RooflineRow]:
+            repeats: int, gemms: tuple = ()) -> list[RooflineRow]:
     """This rank's figures (``measure.roofline.measure_rank``)."""
     from deepspeed.accelerator import get_accelerator
 
     where = {"rank": state.rank, "host": socket.gethostname(), "device": results.hardware(state.device)["device"]}
     return [RooflineRow(**row) for row in roofline.measure_rank(where, state.device, dtypes, sizes, copy_bytes,
                                                                   min_time_s, repeats, get_accelerator().synchronize,
-                                                                  torch.distributed.barrier)]
+                                                                  torch.distributed.barrier, gemms)]
 
 
 def table(rows: list[RooflineRow]) -> str:
-    body = [[r.rank, r.host, r.device, r.test, r.dtype, r.size, f"{r.median:.4g}", f"{r.low:.4g}-{r.high:.4g}",
-             "TFLOP/s" if r.test == "matmul" else "GB/s"] for r in rows]
-    return tabulate(body, headers=["rank", "host", "device", "test", "dtype", "n / bytes", "median", "min-max",
-                                   "unit"])
+    body = [[r.rank, r.host, r.device, r.test if r.name is None else f"gemm {r.name}", r.dtype,
+             r.size if r.shape is None else " x ".join(map(str, r.shape)), f"{r.median:.4g}",
+             f"{r.low:.4g}-{r.high:.4g}", "GB/s" if r.test == "copy" else "TFLOP/s"] for r in rows]
+    return tabulate(body, headers=["rank", "host", "device", "test", "dtype", "n / m x k x n / bytes", "median",
+                                   "min-max", "unit"])

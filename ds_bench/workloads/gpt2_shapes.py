@@ -103,3 +103,17 @@ def gpt2_param_count(n_layer: int, d_model: int, vocab: int = VOCAB, positions: 
 def _near_divisor(hidden: int, heads: int) -> int:
     """The divisor of ``hidden`` closest to ``heads``, to suggest."""
     return min((a for a in range(1, hidden + 1) if hidden % a == 0), key=lambda a: (abs(a - heads), a))
+
+
+def gemms(n_embd: int, tokens: int, vocab: int = VOCAB) -> list[tuple[str, int, int, int]]:
+    """The matrix products of one GPT-2 block and the LM head for ``tokens`` = micro-batch x sequence, as
+    (name, m, k, n) of an (m x k) @ (k x n) product (pure): each forward product, then backward's two, the
+    input gradient (m x n) @ (n x k) and the weight gradient (k x m) @ (m x n), as autograd computes them.
+    Attention's score and value products (per head, sequence-long) are left out: SDPA fuses them."""
+    forward = [("qkv", tokens, n_embd, 3 * n_embd), ("attn_proj", tokens, n_embd, n_embd),
+               ("mlp_fc", tokens, n_embd, 4 * n_embd), ("mlp_proj", tokens, 4 * n_embd, n_embd),
+               ("lm_head", tokens, n_embd, vocab)]
+    out = []
+    for name, m, k, n in forward:
+        out += [(name, m, k, n), (f"{name}.dgrad", m, n, k), (f"{name}.wgrad", k, m, n)]
+    return out
