@@ -5,8 +5,9 @@ The ZeRO matrix goes through ``ds-bench sweep`` under the deepspeed launcher (wh
 runs), which starts ``deepspeed --num_gpus 2 --module ds_bench run ...`` per point: ZeRO 0-3 in fp32
 and ZeRO-2 with its optimizer offloaded (DeepSpeedCPUAdam, the op ``make test`` builds), each given
 ``--busbw`` so the comm-bound verdict is checked per stage. The baselines go through a second sweep,
-``--engines ddp,fsdp --launcher torchrun``: DDP, FSDP at stages 2 and 3 in fp32, DDP and FSDP-3 in bf16
-(the launcher does not change what an engine computes, and torchrun starts a point ~5 s sooner).
+``--engines ddp,fsdp --launcher torchrun``: DDP, FSDP at stages 2 and 3 in fp32 (the launcher does not
+change what an engine computes, and torchrun starts a point ~5 s sooner); DDP and FSDP-3 in bf16 are a
+third sweep, in the full tier (``make test-full``).
 torchrun also runs ZeRO-2 in fp32 with ``--breakdown`` for 60 steps on Fashion-MNIST, which must
 learn (DeepSpeed in bf16 under torchrun: ZeRO-2 GPT-2 in tests/test_gpt2.py, ZeRO-3 in
 tests/test_checkpoint.py and tests/test_capacity.py; bf16 is emulated on an AVX2-only CPU, ~9x slower,
@@ -25,10 +26,8 @@ from tests.conftest import ds_bench, explain, precision_args, records, run_cmd, 
 pytestmark = pytest.mark.dist
 
 STAGES = (0, 1, 2, 3)
-PRECISIONS = ("fp32", "bf16")
 LAUNCHER_POINTS = [(stage, "fp32") for stage in STAGES]
 FSDP_STAGES = {"fp32": (2, 3), "bf16": (3,)}
-BASELINE_BF16_POINTS = ("ddp bf16", "fsdp z3 bf16")
 STEPS, WARMUP = 10, 2
 LEARN_STEPS = 60
 SLOW_BUSBW = 0.001
@@ -47,7 +46,16 @@ def deepspeed_runs(tmp_path_factory, fashion_mnist):
 def baseline_runs(tmp_path_factory, fashion_mnist):
     results = tmp_path_factory.mktemp("baselines") / "r.jsonl"
     proc = sweep(results, fashion_mnist, "--stages", "0,2,3", "--engines", "ddp,fsdp", "--launcher", "torchrun",
-                 *[arg for point in BASELINE_BF16_POINTS for arg in ("--point", point)], "--master-port", "29715")
+                 "--master-port", "29715")
+    return records(results.with_suffix(".runs.jsonl")), proc
+
+
+@pytest.fixture(scope="module")
+def baseline_bf16_runs(tmp_path_factory, fashion_mnist):
+    """DDP and FSDP-3 in bf16 (autocast and MixedPrecisionPolicy): the full tier (bf16 is emulated on AVX2 CPUs)."""
+    results = tmp_path_factory.mktemp("baselines_bf16") / "r.jsonl"
+    proc = sweep(results, fashion_mnist, "--stages", "3", "--engines", "ddp,fsdp", "--launcher", "torchrun",
+                 "--precision", "bf16", "--master-port", "29717")
     return records(results.with_suffix(".runs.jsonl")), proc
 
 
@@ -138,8 +146,9 @@ def test_roofline_measures_every_rank_and_the_run_reads_its_ceiling(torchrun_run
 
 def test_the_record_says_where_the_start_up_went(torchrun_run):
     s = torchrun_run["startup"]
-    phases = [k for k in s if k not in ("total_s", "other_s")]
+    phases = [k for k in s if k not in ("total_s", "other_s", "compile_s")]
     assert len(phases) == 9 and all(s[k] is not None and s[k] >= 0 for k in phases), s
+    assert s["compile_s"] is None  # not compiled (tests/test_compile.py has a compiled run)
     assert s["imports_s"] > 0.5 and s["warmup_s"] > 0  # torch alone takes ~1 s to import here
     assert s["total_s"] == pytest.approx(sum(s[k] for k in phases) + s["other_s"])
     assert abs(s["other_s"]) < 0.5 * s["total_s"], s  # the named phases hold most of it
@@ -166,14 +175,15 @@ def test_comm_bound_verdict_from_the_stage_bytes_and_busbw(deepspeed_runs, stage
     assert entry["fraction_of_step"] > 1 and entry["communication_bound"] is True
 
 
-@pytest.mark.parametrize("which, launcher, ddp_rows, fsdp_rows",
-                         [("deepspeed_runs", "deepspeed", 0, 0), ("baseline_runs", "torchrun", 2, 3)])
-def test_sweep_prints_the_ranked_table(request, which, launcher, ddp_rows, fsdp_rows):
+@pytest.mark.parametrize("which, launcher, points, ddp_rows, fsdp_rows",
+                         [("deepspeed_runs", "deepspeed", 5, 0, 0), ("baseline_runs", "torchrun", 3, 1, 2)])
+def test_sweep_prints_the_ranked_table(request, which, launcher, points, ddp_rows, fsdp_rows):
     recs, proc = request.getfixturevalue(which)
     lines = proc.stdout.splitlines()
     rows = [line for line in lines
             if re.match(r"^=?\d+\s+((ddp|fsdp) )?z[0-3] off=(none|optimizer) (fp32|bf16) mbs=32\s+ok", line)]
-    assert len(rows) == 5 and len(recs) == 5 and {r["launcher"] for r in recs} == {launcher}, proc.stdout
+    assert len(rows) == len(recs) == points, proc.stdout
+    assert {r["launcher"] for r in recs} == {launcher}, proc.stdout
     assert sum(" ddp z0 " in row for row in rows) == ddp_rows and sum(" fsdp z" in row for row in rows) == fsdp_rows
     assert "median images/s" in proc.stdout and any(line.startswith("recommended: ") for line in lines)
 
@@ -192,11 +202,11 @@ def test_loss_parity_across_zero_stages(deepspeed_runs):
         assert curve == pytest.approx(curves[0], rel=1e-4)
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
-def test_ddp_and_fsdp_records(baseline_runs, deepspeed_runs, precision):
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=pytest.mark.full)])
+def test_ddp_and_fsdp_records(request, deepspeed_runs, precision):
     """The baselines run through the same sweep, loop and record as ZeRO; the record says which
     engine ran and how the config was mapped (ds_bench.engines.plan)."""
-    recs, _ = baseline_runs
+    recs, _ = request.getfixturevalue("baseline_runs" if precision == "fp32" else "baseline_bf16_runs")
     ddp = find(recs, 0, precision, engine="ddp")
     check_record(ddp, "torchrun", 0, precision)
     assert ddp["engine_plan"]["engine"] == "ddp" and ddp["optimizer"]["type"] == "torch.optim.AdamW"
