@@ -246,7 +246,7 @@ def bench_run(tmp_path_factory):
                     "--precision", "bf16", "--micro-batch", "2", "--nproc", "2", "--launcher", "torchrun",
                     "--steps", str(STEPS),
                     "--warmup", str(WARMUP), "--results", str(results), "--master-port", "29863",
-                    "--size", "tiny", "--seq-len", str(SEQ), "--", "--attn", "eager", timeout=600, **OFFLINE)
+                    "--size", "tiny", "--seq-len", str(SEQ), "--attn", "eager", timeout=600, **OFFLINE)
     assert proc.returncode == 0, explain(proc)
     return records(results.with_suffix(".runs.jsonl")), proc.stdout
 
@@ -257,13 +257,13 @@ def test_bench_records_gpt2_under_zero(bench_run, stage):
     recs, _ = bench_run
     (r,) = [r for r in recs if r["zero_stage"] == stage]
     check_record(r, "torchrun", stage, "bf16")
-    assert (r["config"]["attn"], r["attn_implementation"]) == ("eager", "eager")  # --attn after the sweep's --
+    assert (r["config"]["attn"], r["attn_implementation"]) == ("eager", "eager")  # the sweep's --attn axis
 
 
 @pytest.mark.dist
 def test_bench_table_lists_the_gpt2_run(bench_run):
     _, out = bench_run
-    pattern = re.compile(r"(^|\s)z2 off=none bf16 mbs=2\s.*\bok\b")
+    pattern = re.compile(r"(^|\s)z2 off=none bf16 mbs=2 attn=eager\s.*\bok\b")
     assert sum(bool(pattern.search(line)) for line in out.splitlines()) == 2, out  # progress line + table row
     assert "tokens/s" in out
 
