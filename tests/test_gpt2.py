@@ -246,7 +246,7 @@ def bench_run(tmp_path_factory):
                     "--precision", "bf16", "--micro-batch", "2", "--nproc", "2", "--launcher", "torchrun",
                     "--steps", str(STEPS),
                     "--warmup", str(WARMUP), "--results", str(results), "--master-port", "29863",
-                    "--size", "tiny", "--seq-len", str(SEQ), "--attn", "eager", timeout=600, **OFFLINE)
+                    "--size", "tiny", "--seq-len", str(SEQ), "--attn", "sdpa,eager", timeout=600, **OFFLINE)
     assert proc.returncode == 0, explain(proc)
     return records(results.with_suffix(".runs.jsonl")), proc.stdout
 
@@ -254,17 +254,20 @@ def bench_run(tmp_path_factory):
 @pytest.mark.dist
 @pytest.mark.parametrize("stage", [2])  # ZeRO-3 GPT-2 bf16: test_torchrun_zero3_with_activation_checkpointing
 def test_bench_records_gpt2_under_zero(bench_run, stage):
+    """The sweep's --attn axis: one point per implementation, and each run's model ran the point's own."""
     recs, _ = bench_run
-    (r,) = [r for r in recs if r["zero_stage"] == stage]
-    check_record(r, "torchrun", stage, "bf16")
-    assert (r["config"]["attn"], r["attn_implementation"]) == ("eager", "eager")  # the sweep's --attn axis
+    runs = [r for r in recs if r["zero_stage"] == stage]
+    for r in runs:
+        check_record(r, "torchrun", stage, "bf16")
+    assert sorted((r["config"]["attn"], r["attn_implementation"]) for r in runs) == [("eager", "eager"), ("sdpa", "sdpa")]
 
 
 @pytest.mark.dist
 def test_bench_table_lists_the_gpt2_run(bench_run):
     _, out = bench_run
-    pattern = re.compile(r"(^|\s)z2 off=none bf16 mbs=2 attn=eager\s.*\bok\b")
-    assert sum(bool(pattern.search(line)) for line in out.splitlines()) == 2, out  # progress line + table row
+    for attn in ("sdpa", "eager"):
+        pattern = re.compile(rf"(^|\s)z2 off=none bf16 mbs=2 attn={attn}\s.*\bok\b")
+        assert sum(bool(pattern.search(line)) for line in out.splitlines()) == 2, out  # progress line + table row
     assert "tokens/s" in out
 
 

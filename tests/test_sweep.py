@@ -313,21 +313,3 @@ def test_a_sweep_with_a_pipeline_axis_runs_pp2_under_the_deepspeed_launcher(tmp_
     assert (pp2["launcher"], pp2["world_size"], pp2["data_parallel_size"]) == ("deepspeed", 2, 1)
     assert pp2_row.split()[1:3] == ["pp2", "z1"]
 
-
-@pytest.mark.dist
-def test_an_attention_axis_runs_each_point_with_its_implementation(tmp_path):
-    """``--attn sdpa,eager``: two families, and each point's run record says the model ran the point's own."""
-    results = tmp_path / "s.jsonl"
-    proc = ds_bench("sweep", "--workload", "gpt2", "--size", "tiny", "--seq-len", "32", "--ds-config",
-                    "ds_configs/zero1.json", "--precision", "fp32", "--stages", "0", "--micro-batch", "2",
-                    "--attn", "sdpa,eager", "--nproc", "2", "--launcher", "torchrun", "--steps", "3", "--warmup", "1",
-                    "--results", str(results), "--master-port", "29667", timeout=600, HF_HUB_OFFLINE="1")
-    assert proc.returncode == 0, explain(proc)
-    points = {r["key"]: r for r in point_records(results)}
-    assert set(points) == {"z0 off=none fp32 mbs=2 attn=sdpa", "z0 off=none fp32 mbs=2 attn=eager"}, points
-    runs = {r["tag"]: r for r in records(results.with_suffix(".runs.jsonl"))}
-    for key, point in points.items():
-        assert point["status"] == "ok", point
-        run = next(r for r in runs.values() if r["run_id"] == point["run_id"])
-        assert run["config"]["attn"] == point["point"]["attn"] == run["attn_implementation"], (key, run["config"])
-    assert "attn=eager" in proc.stdout and "attn=sdpa" in proc.stdout
