@@ -25,7 +25,7 @@ from tabulate import tabulate
 from ds_bench.cluster import join, process
 from ds_bench.cluster.netif import read_interfaces
 from ds_bench.config import argcheck
-from ds_bench.config.run_config import check_timeout
+from ds_bench.config.run_checks import check_timeout
 from ds_bench.config.run_flags import add_local_rank
 from ds_bench.machine import shm
 from ds_bench.record import store as results

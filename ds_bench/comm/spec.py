@@ -71,7 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def from_args(args: argparse.Namespace) -> CommSpec:
-    from ds_bench.config.run_config import check_timeout
+    from ds_bench.config.run_checks import check_timeout
 
     collectives = parse_collectives(args.collectives)
     min_bytes = _size("--min-bytes", args.min_bytes)

@@ -14,7 +14,7 @@ import dataclasses
 import itertools
 from dataclasses import asdict, dataclass
 
-from ds_bench.config.run_config import ATTENTION, ENGINES
+from ds_bench.config.run_checks import ATTENTION, ENGINES
 
 OFFLOADS = ("none", "optimizer", "all")
 """``optimizer``: ``offload_optimizer`` to CPU (ZeRO-Offload); ``all``: optimizer and parameters

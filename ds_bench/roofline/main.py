@@ -17,7 +17,7 @@ from tabulate import tabulate
 from ds_bench.cluster import join, process
 from ds_bench.config import argcheck
 from ds_bench.config.parsers import parse_list, parse_size
-from ds_bench.config.run_config import check_timeout
+from ds_bench.config.run_checks import check_timeout
 from ds_bench.config.run_flags import add_local_rank
 from ds_bench.errors import UserError
 from ds_bench.measure import roofline

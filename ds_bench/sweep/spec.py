@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ds_bench.config import argcheck
 from ds_bench.config.parsers import CONFIG_DIR, config_path, memory_cap, parse_duration, parse_list
-from ds_bench.config.run_config import ATTENTION, ENGINES
+from ds_bench.config.run_checks import ATTENTION, ENGINES
 from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
 from ds_bench.jobs.points import OFFLOADS, PRECISIONS, Point, parse_key
@@ -166,7 +166,7 @@ def from_args(args: argparse.Namespace, run_tail: list[str], gpu: bool, native_b
 
 def _check_variants(spec: SweepSpec) -> None:
     """``--attn`` only for a workload with attention; ``--compile on`` needs a warm-up and dynamo on."""
-    from ds_bench.config.run_config import check_compile_environment
+    from ds_bench.config.run_checks import check_compile_environment
     from ds_bench.workloads import REGISTRY
 
     if spec.attns != ("",) and not REGISTRY[spec.workload].attention:
