@@ -39,10 +39,6 @@ class CompileWatch:
         if done == 1:
             self.mark("first_step")
 
-    def inside_window(self) -> int:
-        """Frames compiled while the window was open (0 in a valid run)."""
-        return self.marks["end"]["frames"] - self.marks["window"]["frames"]
-
     def block(self) -> dict:
         """The record's ``compile`` block (pure over the marks)."""
         return summarize(self.marks)

@@ -169,8 +169,8 @@ def _check_variants(spec: SweepSpec) -> None:
     from ds_bench.config.run_checks import check_compile_environment
     from ds_bench.workloads import REGISTRY
 
-    if spec.attns != ("",) and not REGISTRY[spec.workload].attention:
-        raise UserError(f"--attn: workload {spec.workload} has no attention (gpt2 has)")
+    if spec.attns != ("",):
+        REGISTRY[spec.workload].check_attention_flag()
     if True in spec.compiles:
         argcheck.at_least("--warmup (with --compile on)", spec.warmup, 1)
         check_compile_environment("--compile on")

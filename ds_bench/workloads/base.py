@@ -55,8 +55,14 @@ class Workload(ABC):
             raise UserError(f"{'/'.join(shape_flags)}: workload {self.name} has no custom shapes (gpt2 has)")
         if cfg.channels_last and not self.convolutions:
             raise UserError(f"--channels-last: workload {self.name} has no 2-D convolutions to lay out (resnet has)")
-        if cfg.attn is not None and not self.attention:
-            raise UserError(f"--attn: workload {self.name} has no attention (gpt2 has)")
+        if cfg.attn is not None:
+            self.check_attention_flag()
+
+    @classmethod
+    def check_attention_flag(cls) -> None:
+        """``--attn`` (a run's, or a sweep's axis) needs a model with attention."""
+        if not cls.attention:
+            raise UserError(f"--attn: workload {cls.name} has no attention (gpt2 has)")
 
     @property
     def hidden_size(self) -> int | None:
