@@ -44,18 +44,21 @@ def deepspeed_runs(tmp_path_factory, fashion_mnist):
 
 @pytest.fixture(scope="module")
 def baseline_runs(tmp_path_factory, fashion_mnist):
-    results = tmp_path_factory.mktemp("baselines") / "r.jsonl"
-    proc = sweep(results, fashion_mnist, "--stages", "0,2,3", "--engines", "ddp,fsdp", "--launcher", "torchrun",
-                 "--master-port", "29715")
-    return records(results.with_suffix(".runs.jsonl")), proc
+    return baseline_sweep(tmp_path_factory.mktemp("baselines"), fashion_mnist, "--stages", "0,2,3",
+                          "--master-port", "29715")
 
 
 @pytest.fixture(scope="module")
 def baseline_bf16_runs(tmp_path_factory, fashion_mnist):
     """DDP and FSDP-3 in bf16 (autocast and MixedPrecisionPolicy): the full tier (bf16 is emulated on AVX2 CPUs)."""
-    results = tmp_path_factory.mktemp("baselines_bf16") / "r.jsonl"
-    proc = sweep(results, fashion_mnist, "--stages", "3", "--engines", "ddp,fsdp", "--launcher", "torchrun",
-                 "--precision", "bf16", "--master-port", "29717")
+    return baseline_sweep(tmp_path_factory.mktemp("baselines_bf16"), fashion_mnist, "--stages", "3",
+                          "--precision", "bf16", "--master-port", "29717")
+
+
+def baseline_sweep(folder, data, *args):
+    """DDP and FSDP points through a torchrun sweep: their run records and the sweep's process."""
+    results = folder / "r.jsonl"
+    proc = sweep(results, data, "--engines", "ddp,fsdp", "--launcher", "torchrun", *args)
     return records(results.with_suffix(".runs.jsonl")), proc
 
 

@@ -177,6 +177,7 @@ def startup_line(s) -> str:
     """``9.1 s to the first measured step: imports 2.4, prepare 0.3, ...`` (phases that were measured)."""
     phases = [("imports", s.imports_s), ("prepare", s.prepare_s), ("ops", s.ops_s),
               ("process group", s.process_group_s), ("libraries", s.libraries_s), ("model", s.model_build_s),
-              ("engine", s.engine_s), ("data", s.data_s), ("compile", s.compile_s), ("warm-up", s.warmup_s), ("other", s.other_s)]
+              ("engine", s.engine_s), ("data", s.data_s), ("compile", s.compile_s), ("warm-up", s.warmup_s),
+              ("other", s.other_s)]
     return f"{s.total_s:.1f} s to the first measured step: " + ", ".join(
         f"{name} {value:.2f}" for name, value in phases if value is not None)
