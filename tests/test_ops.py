@@ -5,13 +5,14 @@ import os
 import sys
 from pathlib import Path
 
-from ds_bench.machine import jit_ops
+from ds_bench.machine import jit_ops, op_store
 from ds_bench.machine import toolchain as machine_toolchain
 from tests.conftest import BIN
 
 
 def test_missing_ops_are_announced_before_the_silence(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setenv("DS_BENCH_OP_STORE", str(tmp_path / "store"))
     monkeypatch.setattr(logging.getLogger("ds_bench"), "propagate", True)
     with caplog.at_level(logging.WARNING, logger="ds_bench"):
         jit_ops.announce_cpu_builds("cpu", "cpu_adam")
@@ -19,13 +20,21 @@ def test_missing_ops_are_announced_before_the_silence(tmp_path, monkeypatch, cap
     assert str(tmp_path) in caplog.text
 
 
-def test_built_ops_and_gpus_are_quiet(tmp_path, monkeypatch, caplog):
+def test_built_or_stored_ops_and_gpus_are_quiet(tmp_path, monkeypatch, caplog):
+    """Built in this environment's folder (shm comm) or held by the op store (cpu_adam): no notice."""
+    from deepspeed.accelerator import get_accelerator
+
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setenv("DS_BENCH_OP_STORE", str(tmp_path / "store"))
     (tmp_path / "deepspeed_shm_comm").mkdir()
     (tmp_path / "deepspeed_shm_comm" / "deepspeed_shm_comm.so").write_bytes(b"")
+    stored = Path(jit_ops.stored_path(get_accelerator().create_op_builder("CPUAdamBuilder"), "cpu_adam"))
+    assert stored.is_relative_to(tmp_path / "store")
+    stored.parent.mkdir(parents=True)
+    stored.write_bytes(b"")
     monkeypatch.setattr(logging.getLogger("ds_bench"), "propagate", True)
     with caplog.at_level(logging.WARNING, logger="ds_bench"):
-        jit_ops.announce_cpu_builds("cpu", None)
+        jit_ops.announce_cpu_builds("cpu", "cpu_adam")
         jit_ops.announce_cpu_builds("cuda", "fused_adam")
     assert caplog.text == ""
 
@@ -60,6 +69,51 @@ def test_a_native_build_is_keyed_by_the_cpu_it_targets():
     assert machine_toolchain.cpu_identity(xeon) == "Intel Xeon|avx2 avx512f sse"
     assert machine_toolchain.cpu_identity(xeon.replace(" avx512f", "")) != machine_toolchain.cpu_identity(xeon)
     assert machine_toolchain.cpu_identity("") == ""
+
+
+# --- the op store: a built CPU op kept by what it is built from (pure, and tmp files) ---
+
+KEY = dict(op_name="cpu_adam", source_digest="ab12", versions=("2.13.0+cpu", "0.19.8", "cpython-311"),
+           cpu="AMD EPYC|avx2", compiler="c++ (Debian 12.2.0-14) 12.2.0")
+
+
+def test_a_stored_op_is_keyed_by_everything_its_build_depends_on_and_nothing_else():
+    base = op_store.op_key(**KEY)
+    assert op_store.op_key(**KEY) == base  # no prefix, PATH or time in it: another checkout finds it
+    changed = [{"op_name": "deepspeed_shm_comm"}, {"source_digest": "ab13"},
+               {"versions": ("2.13.0+cpu", "0.19.9", "cpython-311")}, {"versions": ("2.14.1", "0.19.8", "cpython-311")},
+               {"versions": ("2.13.0+cpu", "0.19.8", "cpython-312")}, {"cpu": "Intel Xeon|avx2 avx512f"},
+               {"compiler": "clang version 18"}]
+    keys = {op_store.op_key(**{**KEY, **change}) for change in changed}
+    assert base not in keys and len(keys) == len(changed)
+    assert op_store.stored_path("/s", "cpu_adam", base) == f"/s/cpu_adam-{base}/cpu_adam.so"
+    assert op_store.store_root({}, "/home/u") == "/home/u/.cache/ds_bench/ops"
+    assert op_store.store_root({"DS_BENCH_OP_STORE": "/scratch/ops"}, "/home/u") == "/scratch/ops"
+
+
+def test_the_source_digest_reads_the_contents_of_sources_and_headers(tmp_path):
+    (tmp_path / "inc" / "sub").mkdir(parents=True)
+    src, header = tmp_path / "op.cpp", tmp_path / "inc" / "sub" / "op.h"
+    src.write_text("int f();")
+    header.write_text("#pragma once")
+    (tmp_path / "inc" / "notes.txt").write_text("not compiled")
+    assert op_store.headers_under([str(tmp_path / "inc"), str(tmp_path / "missing")]) == [str(header)]
+    before = op_store.files_digest([str(src), str(header)])
+    header.write_text("#pragma once\n#define X 1")
+    assert op_store.files_digest([str(src), str(header)]) != before
+
+
+def test_a_stored_op_is_written_whole_and_one_that_does_not_load_is_removed(tmp_path, caplog, monkeypatch):
+    built, dest = tmp_path / "cpu_adam.so", tmp_path / "store" / "cpu_adam-k" / "cpu_adam.so"
+    built.write_bytes(b"\x7fELF truncated")
+    op_store.keep(str(built), str(dest))
+    assert dest.read_bytes() == built.read_bytes() and os.access(dest, os.X_OK)
+    assert [p.name for p in dest.parent.iterdir()] == ["cpu_adam.so"]  # no partial copy left beside it
+    monkeypatch.setattr(logging.getLogger("ds_bench"), "propagate", True)
+    with caplog.at_level(logging.WARNING, logger="ds_bench"):
+        assert jit_ops._load_stored(object(), "cpu_adam", str(dest)) is False
+    assert not dest.exists() and "does not load" in caplog.text and str(dest) in caplog.text
+    assert jit_ops._load_stored(object(), "cpu_adam", str(dest)) is False  # nothing stored: build it
 
 
 def test_a_lock_is_stale_only_when_old_and_nobody_builds():
@@ -97,8 +151,8 @@ def test_a_stale_lock_is_removed_and_a_live_build_is_waited_for(tmp_path):
 def test_a_stale_lock_in_a_real_op_folder_does_not_hang_the_next_run(tmp_path):
     """What a build killed mid-way leaves: torch's ``lock`` file. The next load clears it.
 
-    In a copy of this environment's built op folders (TORCH_EXTENSIONS_DIR; the copy is reused, not
-    rebuilt): runs of the other test worker load the real folder meanwhile and would clear the lock first."""
+    In a copy of this environment's op folders (TORCH_EXTENSIONS_DIR; the op itself comes from the op
+    store): runs of the other test worker load the real folder meanwhile and would clear the lock first."""
     import shutil
     import time
 
@@ -113,20 +167,22 @@ def test_a_stale_lock_in_a_real_op_folder_does_not_hang_the_next_run(tmp_path):
                    TORCH_EXTENSIONS_DIR=str(extensions))
     assert proc.returncode == 0, explain(proc)
     assert "removed a stale build lock" in proc.stderr and str(lock) in proc.stderr
-    assert not lock.exists() and "deepspeed_shm_comm: cached in" in proc.stdout, explain(proc)
+    assert not lock.exists() and "deepspeed_shm_comm: from the op store" in proc.stdout, explain(proc)
 
 
-def test_another_path_order_reuses_the_build_instead_of_rebuilding():
-    """The system ninja first on PATH (a bare ``.venv/bin/python``) must not rebuild the op that the
-    venv's ninja built: the two ninja versions' logs are incompatible (ENVIRONMENT.md)."""
+def test_a_new_environment_loads_the_stored_ops_instead_of_compiling(tmp_path):
+    """A fresh build folder (what a new checkout or venv gets) and another PATH order: both CPU ops
+    come from the op store, filled by ``make ops``; nothing is compiled there (a compile takes 30-60 s)."""
     from tests.conftest import explain, run_cmd
 
-    folder = Path(op_folder("deepspeed_shm_comm"))
-    before = (folder / ".ninja_log").read_text()
-    proc = run_cmd([sys.executable, "-m", "ds_bench.machine.jit_ops"], timeout=120, PATH=f"/usr/bin:/bin:{BIN}")
+    extensions = tmp_path / "torch_extensions"
+    proc = run_cmd([sys.executable, "-m", "ds_bench.machine.jit_ops"], timeout=120, PATH=f"/usr/bin:/bin:{BIN}",
+                   TORCH_EXTENSIONS_DIR=str(extensions))
     assert proc.returncode == 0, explain(proc)
-    assert "deepspeed_shm_comm: cached" in proc.stdout
-    assert (folder / ".ninja_log").read_text() == before
+    for name in jit_ops.CPU_OPS:
+        assert f"{name}: from the op store" in proc.stdout, explain(proc)
+    built = [p.name for p in extensions.rglob("*") if p.suffix in (".so", ".o", ".ninja")]
+    assert built == [] and "compiling" not in proc.stderr, (built, explain(proc))
 
 
 def op_folder(name):

@@ -11,14 +11,17 @@ TORCH_EXTENSIONS_DIR. Three traps, measured on this project's machines:
   puts the ninja beside the interpreter first on PATH, whatever PATH the process was started with.
 - Two environments (checkouts, venvs, torch or DeepSpeed versions) sharing one folder rebuild each
   other's ops (the build file embeds the include paths). Unless the user set TORCH_EXTENSIONS_DIR,
-  each environment gets its own folder, keyed by interpreter prefix, torch, DeepSpeed and ninja.
+  each environment gets its own folder, keyed by interpreter prefix, torch, DeepSpeed and ninja;
+  a CPU op built once is kept in ``ds_bench.machine.op_store`` by content, so the next environment of
+  the same versions, CPU and compiler loads it instead of compiling it again.
 - torch guards a build with a ``lock`` file that a killed build leaves behind; every later load
   then waits on it forever. ``ensure_loaded`` serialises ds_bench's loads of an op with a kernel
   lock (released when its holder dies), so a ``lock`` file seen while holding it, with no process
   working in the folder, is stale: it is removed with a warning.
 
 ``ensure_loaded`` runs before the process group is joined, so a first-run compile never eats
-into the rendezvous timeouts. ``python -m ds_bench.machine.jit_ops`` builds the CPU ops up front (``make``),
+into the rendezvous timeouts. ``python -m ds_bench.machine.jit_ops`` builds (or loads from the store)
+the CPU ops up front (``make``),
 after removing DeepSpeed shm buffers that no process maps (``ds_bench.machine.shm``): they are RAM, and
 a compile needs ~2 GB of it.
 """
@@ -33,6 +36,7 @@ import time
 from collections.abc import Iterator
 
 from ds_bench.config.deepspeed.optim import offloads_optimizer
+from ds_bench.machine import op_store
 from ds_bench.machine.locks import file_lock
 
 log = logging.getLogger("ds_bench")
@@ -59,12 +63,20 @@ def is_built(op_name: str) -> bool:
     return bool(glob.glob(os.path.join(build_dir(op_name), f"{op_name}*.so")))
 
 
+def is_stored(op_name: str) -> bool:
+    """Whether the op store holds this CPU op for this environment (``ds_bench.machine.op_store``)."""
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder(BUILDERS[op_name])
+    return builder is not None and os.path.isfile(stored_path(builder, op_name))
+
+
 def announce_cpu_builds(device_type: str, optimizer_op: str | None) -> None:
     """Tell the user, before the silence, that the first run compiles DeepSpeed ops."""
     if device_type != "cpu":
         return
     names = ["deepspeed_shm_comm"] + ([optimizer_op] if optimizer_op else [])
-    missing = [n for n in names if not is_built(n)]
+    missing = [n for n in names if not is_built(n) and not is_stored(n)]
     if missing:
         log.warning("first run on this machine: DeepSpeed compiles %s (~30-60 s each, once; cached in %s)",
                     ", ".join(missing), os.path.dirname(build_dir(missing[0])))
@@ -89,10 +101,12 @@ def ops_for_run(device_type: str, optimizer_op: str | None) -> tuple[str, ...]:
 
 
 def ensure_loaded(op_names: tuple[str, ...], wait_s: float = WAIT_FOR_BUILD_S) -> None:
-    """Load each op into this process (building it once if needed) before DeepSpeed asks for it;
-    DeepSpeed then reuses the loaded module (``OpBuilder._loaded_ops``)."""
+    """Load each op into this process before DeepSpeed asks for it: a CPU op from the store
+    (``ds_bench.machine.op_store``) when it holds one, else built once here (and a CPU op then stored).
+    DeepSpeed reuses the loaded module (``OpBuilder._loaded_ops``)."""
     from deepspeed.accelerator import get_accelerator
 
+    on_cpu = get_accelerator().device_name() == "cpu"
     for name in op_names:
         builder = get_accelerator().create_op_builder(BUILDERS[name])
         if builder is None:
@@ -100,9 +114,42 @@ def ensure_loaded(op_names: tuple[str, ...], wait_s: float = WAIT_FOR_BUILD_S) -
         folder = build_dir(name)
         with _op_lock(folder, name, wait_s):
             _clear_stale_lock(folder, wait_s)
+            stored = stored_path(builder, name) if on_cpu else None
+            if stored and _load_stored(builder, name, stored):
+                continue
             if not is_built(name):
                 log.warning("compiling DeepSpeed op %s in %s (once per environment)", name, folder)
             builder.load(verbose=False)
+            built = os.path.join(folder, f"{name}.so")
+            if stored and os.path.isfile(built):
+                op_store.keep(built, stored)
+
+
+def stored_path(builder, name: str) -> str:
+    """Where the op store keeps this CPU op as this environment would build it."""
+    import deepspeed
+    import torch
+
+    return op_store.path_for(name, [builder.deepspeed_src_path(p) for p in builder.sources()],
+                             [builder.deepspeed_src_path(p) for p in builder.include_paths()],
+                             (torch.__version__, deepspeed.__version__))
+
+
+def _load_stored(builder, name: str, path: str) -> bool:
+    """Import a stored op and hand it to DeepSpeed; False (the file removed) when there is none, or
+    when it does not load (then the caller builds it again)."""
+    if not os.path.isfile(path):
+        return False
+    try:
+        module = op_store.load(name, path)
+    except (ImportError, OSError) as exc:
+        log.warning("stored DeepSpeed op %s does not load (%s); removing it and building the op", path, exc)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return False
+    loaded_ops = next(vars(c)["_loaded_ops"] for c in type(builder).__mro__ if "_loaded_ops" in vars(c))
+    loaded_ops[name] = module
+    return True
 
 
 @contextlib.contextmanager
@@ -172,8 +219,9 @@ def build_all() -> None:
         print(f"[ds_bench.machine.jit_ops] removed {len(removed)} leftover DeepSpeed shm buffer(s) from {SHM_DIR} "
               f"({sum(r.size_bytes for r in removed) / 2**30:.2f} GiB of RAM; ds_bench.machine.shm says why)", flush=True)
     for name in CPU_OPS:
-        state = "cached" if is_built(name) else "compiling (~30-60 s)"
-        print(f"[ds_bench.machine.jit_ops] {name}: {state} in {build_dir(name)}", flush=True)
+        state = ("from the op store" if is_stored(name) else f"cached in {build_dir(name)}" if is_built(name)
+                 else f"compiling (~30-60 s) in {build_dir(name)}")
+        print(f"[ds_bench.machine.jit_ops] {name}: {state}", flush=True)
         ensure_loaded((name,))
 
 

@@ -46,7 +46,7 @@ def this_environment_toolchain(env: Mapping[str, str]) -> dict[str, str]:
     bindir = os.path.dirname(os.path.abspath(sys.executable))
     versions = tuple(_version(p) for p in ("torch", "deepspeed"))
     return toolchain_env(env, bindir, os.path.isfile(os.path.join(bindir, "ninja")), sys.prefix, versions,
-                         os.path.expanduser("~"), cpu_identity(_read("/proc/cpuinfo")))
+                         os.path.expanduser("~"), cpu_identity(read_text("/proc/cpuinfo")))
 
 
 def cpu_identity(cpuinfo: str) -> str:
@@ -61,7 +61,7 @@ def cpu_identity(cpuinfo: str) -> str:
     return f"{fields.get('model name', '')}|{flags}" if fields else ""
 
 
-def _read(path: str) -> str:
+def read_text(path: str) -> str:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read()
