@@ -14,7 +14,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ds_bench.config.run_config import RunConfig
 from ds_bench.workloads import build_workload, flops
-from ds_bench.workloads.gpt2 import enable_checkpointing
+from ds_bench.workloads.causal_lm import enable_checkpointing
 from tests.conftest import REPO
 
 CONFIG = str(REPO / "ds_configs" / "zero0.json")

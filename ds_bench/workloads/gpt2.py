@@ -10,10 +10,7 @@ use no dropout, as nanoGPT does for pretraining, so runs are deterministic acros
 ``config.json``; its own dropout is kept and the default learning rate drops to 5e-5).
 
 ``--seq-len`` (default 1024; ``n_positions`` grows to fit for models from scratch).
-``--data synthetic`` (uniform random tokens) or a text / JSON-lines file or folder
-(``ds_bench.data.text``: tokenized once with the real GPT-2 BPE of ``ds_bench.data.tokenizer``,
-cached, packed into full sequences, sharded across ranks; read and counted by ``prepare_data``
-before the process group is joined). ``--activation-checkpointing``
+``--data`` and the loss as every causal LM (``ds_bench.workloads.causal_lm``). ``--activation-checkpointing``
 recomputes each block in the backward pass. Reports tokens/s and sequences/s; model FLOPs from
 ``ds_bench.workloads.flops.gpt2_flops_per_token`` (PaLM's 6N + 12 L d T, recomputation not counted).
 """
@@ -24,37 +21,28 @@ import json
 import os
 from collections.abc import Iterator
 
-import torch
 from torch import nn
 
 from ds_bench.data import text
 from ds_bench.errors import UserError
 from ds_bench.workloads import flops, hf_init
-from ds_bench.workloads.base import Batch, Workload, check_enough, cycle_pool, shard_epochs
+from ds_bench.workloads.causal_lm import DEFAULT_ATTENTION, CausalLMWorkload, enable_checkpointing
 from ds_bench.workloads.gpt2_shapes import SHAPES, VOCAB, Shape, check_custom_shape, custom_shape, named_shape
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json",
                 "pytorch_model.bin", "pytorch_model.bin.index.json")
 FINETUNE_LR = 5e-5  # HF Trainer's default learning rate
-SYNTHETIC_POOL = 8  # distinct synthetic batches per rank, cycled
 FUSED_GELU = "gelu_pytorch_tanh"
 """GPT-2's ``gelu_new`` (HF NewGELUActivation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) in
 five elementwise ops) and ``gelu_pytorch_tanh`` (``F.gelu(approximate="tanh")``, one kernel) are the same
 function (Hendrycks & Gimpel 2016, eq. 2's tanh form); nanoGPT uses the latter. Models from scratch and
 ``--model`` folders that say ``gelu_new`` run it."""
-DEFAULT_ATTENTION = "sdpa"
-"""Batches are packed full sequences and pass no attention mask, so SDPA takes its causal path (``is_causal``)
-and may use its flash / memory-efficient kernels (a mask would keep it on the math kernel)."""
-
-
-class GPT2Workload(Workload):
+class GPT2Workload(CausalLMWorkload):
     name = "gpt2"
     sizes = tuple(SHAPES)
     default_size = "small"
     default_lr = 6e-4  # GPT-3 paper's rate for the 125M model, nanoGPT's default
-    sample_unit = "sequences"
     custom_shapes = True
-    attention = True
     preload = ("transformers.models.gpt2.modeling_gpt2",)
     partitioned_build = True
     """FLOPs from the config; HF's weight init gathered (``hf_init``). Not with ``--model`` (set in ``__init__``):
@@ -83,16 +71,10 @@ class GPT2Workload(Workload):
         if self.config.activation_function == "gelu_new":  # the same tanh GELU, as one fused op
             self.config.activation_function = FUSED_GELU
         self.files = None if cfg.data == "synthetic" else text.find_text_files(cfg.data)
-        self.seqs: torch.Tensor | None = None  # [n, seq_len] packed tokens, set by prepare_data
-        self.n_tokens = 0
 
     @property
     def hidden_size(self) -> int:
         return self.config.n_embd
-
-    @property
-    def tokens_per_sample(self) -> int:
-        return self.seq_len
 
     def build_model(self) -> nn.Module:
         from transformers import GPT2LMHeadModel
@@ -123,28 +105,6 @@ class GPT2Workload(Workload):
         """Every stage of a replica reads the same stream: the first its inputs, the last its labels."""
         return ((b["input_ids"], b["input_ids"]) for b in self.batches(data_rank, data_world_size, micro_batch))
 
-    def prepare_data(self, world_size: int, micro_batch: int) -> None:
-        """Load the tokenizer, tokenize (or read the cache), pack, and count sequences."""
-        if self.files is None:
-            return
-        if self.seqs is None:
-            stream = text.token_stream(self.files, self._tokenizer(), self.cfg.data, self.cfg.dist_timeout_s)
-            self.n_tokens, self.seqs = len(stream), text.pack(stream, self.seq_len)
-        n = len(self.seqs)
-        check_enough(n, world_size, micro_batch,
-                     f"--data {self.cfg.data}: {self.n_tokens} GPT-2 tokens make {n} sequence(s) of "
-                     f"--seq-len {self.seq_len}", f" ({world_size * micro_batch * self.seq_len} tokens)")
-
-    def batches(self, rank: int, world_size: int, micro_batch: int) -> Iterator[Batch]:
-        if self.files is None:
-            return cycle_pool(self._synthetic_pool(rank, micro_batch))
-        self.prepare_data(world_size, micro_batch)
-        return self._text_batches(rank, world_size, micro_batch)
-
-    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        ids = batch["input_ids"]
-        return model(input_ids=ids, labels=ids, use_cache=False, return_dict=True).loss
-
     def model_flops_per_sample(self, model: nn.Module) -> float:
         """seq_len x ``flops.gpt2_flops_per_token`` of the model's config (a pipeline's stages have none:
         the workload's): PaLM's 6N + 12 L d T.
@@ -167,34 +127,6 @@ class GPT2Workload(Workload):
         config = _config_of(model, self.config)
         return {"attn_implementation": config._attn_implementation,
                 "activation_function": config.activation_function}
-
-    def _synthetic_pool(self, rank: int, micro_batch: int) -> list[Batch]:
-        gen = torch.Generator().manual_seed(self.cfg.seed * 1000 + rank)
-        return [{"input_ids": torch.randint(0, self.config.vocab_size, (micro_batch, self.seq_len), generator=gen)}
-                for _ in range(SYNTHETIC_POOL)]
-
-    def _tokenizer(self):
-        from ds_bench.data.tokenizer import load_gpt2_tokenizer
-
-        tokenizer = load_gpt2_tokenizer(self.cfg.model_path)
-        if len(tokenizer) > self.config.vocab_size:
-            raise UserError(f"tokenizer has {len(tokenizer)} tokens but the model's vocabulary is "
-                            f"{self.config.vocab_size}: give --model a folder whose tokenizer matches")
-        return tokenizer
-
-    def _text_batches(self, rank: int, world_size: int, micro_batch: int) -> Iterator[Batch]:
-        for idx in shard_epochs(len(self.seqs), rank, world_size, micro_batch, self.cfg.seed):
-            yield {"input_ids": self.seqs[idx]}
-
-
-def enable_checkpointing(model: nn.Module) -> None:
-    """Recompute every block in the backward pass (non-reentrant torch.utils.checkpoint)."""
-    kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x; the old name warns
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-
 
 def gpt2_config(size: str, seq_len: int):
     """A from-scratch ``GPT2Config`` of a named size; no dropout, room for ``seq_len`` positions."""

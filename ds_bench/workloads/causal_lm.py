@@ -1,0 +1,89 @@
+"""What every causal-LM workload shares (GPT-2, Llama): token batches, the loss, activation checkpointing.
+
+Data: ``--data synthetic`` (uniform random tokens over the model's vocabulary, a pool of
+``SYNTHETIC_POOL`` batches per rank, cycled) or a text / JSON-lines file or folder (``ds_bench.data.text``:
+tokenized once with the real GPT-2 BPE of ``ds_bench.data.tokenizer``, or a ``--model`` folder's own
+tokenizer, cached, packed into full ``--seq-len`` sequences, sharded across ranks; read and counted
+by ``prepare_data`` before the process group is joined). The loss is HF's causal-LM loss on the
+batch's own tokens (labels = inputs, shifted inside the model).
+A subclass sets ``self.config`` (the HF config), ``self.seq_len`` and ``self.files`` in its constructor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from ds_bench.data import text
+from ds_bench.errors import UserError
+from ds_bench.workloads.base import Batch, Workload, check_enough, cycle_pool, shard_epochs
+
+SYNTHETIC_POOL = 8  # distinct synthetic batches per rank, cycled
+DEFAULT_ATTENTION = "sdpa"
+"""Batches are packed full sequences and pass no attention mask, so SDPA takes its causal path (``is_causal``)
+and may use its flash / memory-efficient kernels (a mask would keep it on the math kernel)."""
+
+
+class CausalLMWorkload(Workload):
+    sample_unit = "sequences"
+    attention = True
+    seq_len: int
+    files: list[str] | None
+    seqs: torch.Tensor | None = None
+    """[n, seq_len] packed tokens, set by ``prepare_data``."""
+    n_tokens = 0
+
+    @property
+    def tokens_per_sample(self) -> int:
+        return self.seq_len
+
+    def prepare_data(self, world_size: int, micro_batch: int) -> None:
+        """Load the tokenizer, tokenize (or read the cache), pack, and count sequences."""
+        if self.files is None:
+            return
+        if self.seqs is None:
+            stream = text.token_stream(self.files, self._tokenizer(), self.cfg.data, self.cfg.dist_timeout_s)
+            self.n_tokens, self.seqs = len(stream), text.pack(stream, self.seq_len)
+        n = len(self.seqs)
+        check_enough(n, world_size, micro_batch,
+                     f"--data {self.cfg.data}: {self.n_tokens} GPT-2 tokens make {n} sequence(s) of "
+                     f"--seq-len {self.seq_len}", f" ({world_size * micro_batch * self.seq_len} tokens)")
+
+    def batches(self, rank: int, world_size: int, micro_batch: int) -> Iterator[Batch]:
+        if self.files is None:
+            return cycle_pool(self._synthetic_pool(rank, micro_batch))
+        self.prepare_data(world_size, micro_batch)
+        return self._text_batches(rank, world_size, micro_batch)
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        ids = batch["input_ids"]
+        return model(input_ids=ids, labels=ids, use_cache=False, return_dict=True).loss
+
+    def _synthetic_pool(self, rank: int, micro_batch: int) -> list[Batch]:
+        gen = torch.Generator().manual_seed(self.cfg.seed * 1000 + rank)
+        return [{"input_ids": torch.randint(0, self.config.vocab_size, (micro_batch, self.seq_len), generator=gen)}
+                for _ in range(SYNTHETIC_POOL)]
+
+    def _tokenizer(self):
+        from ds_bench.data.tokenizer import load_gpt2_tokenizer
+
+        tokenizer = load_gpt2_tokenizer(self.cfg.model_path)
+        if len(tokenizer) > self.config.vocab_size:
+            raise UserError(f"tokenizer has {len(tokenizer)} tokens but the model's vocabulary is "
+                            f"{self.config.vocab_size}: give --model a folder whose tokenizer matches")
+        return tokenizer
+
+    def _text_batches(self, rank: int, world_size: int, micro_batch: int) -> Iterator[Batch]:
+        for idx in shard_epochs(len(self.seqs), rank, world_size, micro_batch, self.cfg.seed):
+            yield {"input_ids": self.seqs[idx]}
+
+
+def enable_checkpointing(model: nn.Module) -> None:
+    """Recompute every block in the backward pass (non-reentrant torch.utils.checkpoint)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x; the old name warns
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
