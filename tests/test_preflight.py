@@ -258,6 +258,7 @@ SHORT_TEXT = "To be, or not to be, that is the question.\n" * 3  # 42 GPT-2 toke
 
 
 @pytest.mark.dist
+@pytest.mark.full  # the one-rank check is in tests/test_bad_inputs.py
 def test_two_ranks_both_stop_before_joining_on_text_shorter_than_a_sequence(tmp_path):
     (tmp_path / "short.txt").write_text(SHORT_TEXT)
     results = tmp_path / "r.jsonl"

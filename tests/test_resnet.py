@@ -163,6 +163,7 @@ def bench_run(tmp_path_factory):
 
 
 @pytest.mark.dist
+@pytest.mark.full  # ResNet trains for real in CI (test_resnet_learns_on_real_fashion_mnist)
 @pytest.mark.parametrize("stage", [3])  # BatchNorm buffers under ZeRO-3's partitioning, bf16 cast first
 def test_bench_records_resnet_under_zero(bench_run, stage):
     recs, _ = bench_run
@@ -183,6 +184,7 @@ def test_bench_records_resnet_under_zero(bench_run, stage):
 
 
 @pytest.mark.dist
+@pytest.mark.full
 def test_bench_table_lists_the_resnet_run(bench_run):
     _, out = bench_run
     pattern = re.compile(r"(^|\s)z3 off=none bf16 mbs=4\s.*\bok\b")
