@@ -129,7 +129,7 @@ CASES["--compile without warm-up"] = Case(run("--compile", "--warmup", "0"), r"-
 CASES["--compile with dynamo disabled"] = Case(run("--compile"), r"--compile with TORCHDYNAMO_DISABLE set")  # conftest sets it
 CASES["--compile with a pipeline"] = Case(run(*GPT2, "--compile", "--pipeline-stages", "2"),
                                          r"--pipeline-stages: --compile with a pipeline is not measured yet")
-CASES["--attn for mnist"] = Case(run("--attn", "sdpa"), r"--attn: workload mnist has no attention \(gpt2 has\)")
+CASES["--attn for mnist"] = Case(run("--attn", "sdpa"), r"--attn: workload mnist has no attention \(gpt2 and llama have\)")
 CASES["--attn eager with a pipeline"] = Case(run(*GPT2, "--attn", "eager", "--pipeline-stages", "2"),
                                              r"--attn eager with --pipeline-stages: .* no attention mask")
 PP = ("--workload", "gpt2", "--size", "tiny", "--seq-len", "32", "--pipeline-stages")
@@ -148,6 +148,21 @@ CASES["pipeline mnist"] = Case(run("--pipeline-stages", "1", "--ds-config", "ds_
                                r"--pipeline-stages 1: this workload has no pipeline model")
 CASES["pipeline breakdown"] = Case(run(*PP, "1", "--breakdown"), r"--pipeline-stages: --breakdown times the phases")
 CASES["pipeline checkpoint"] = Case(run(*PP, "1", "--checkpoint", "{tmp}/ckpt"), r"--pipeline-stages: --checkpoint with a pipeline")
+TP = ("--workload", "llama", "--size", "tiny", "--seq-len", "32", "--ds-config", "ds_configs/zero1.json", "--tensor-parallel")
+CASES["--tensor-parallel 0"] = Case(run(*TP, "0"), r"--tensor-parallel must be a positive integer, got 0")
+CASES["--tensor-parallel non-numeric"] = Case(run(*TP, "two"), r"tensor-parallel.*invalid int value: 'two'")
+CASES["--tensor-parallel not dividing"] = Case(run(*TP, "2"), r"--tensor-parallel 2 does not divide the world size 1")
+CASES["--tensor-parallel gpt2"] = Case(run("--workload", "gpt2", "--size", "tiny", "--tensor-parallel", "1"),
+                                       r"--tensor-parallel 1: DeepSpeed's AutoTP cannot shard workload gpt2")
+CASES["--tensor-parallel engine ddp"] = Case(run(*TP, "1", "--engine", "ddp"), r"--engine ddp with --tensor-parallel")
+CASES["--tensor-parallel with a pipeline"] = Case(run(*TP, "1", "--pipeline-stages", "1"),
+                                                  r"--tensor-parallel with --pipeline-stages: AutoTP does not combine")
+CASES["--tensor-parallel with --checkpoint"] = Case(run(*TP, "1", "--checkpoint", "{tmp}/ckpt"),
+                                                    r"--tensor-parallel with --checkpoint: not measured yet")
+CASES["llama unknown size"] = Case(run("--workload", "llama", "--size", "llama2-7b"),
+                                   r"--size 'llama2-7b' is not a size of workload llama; known: tiny, llama3.2-1b")
+CASES["llama --model"] = Case(run("--workload", "llama", "--size", "tiny", "--model", "{tmp}"),
+                              r"--model: workload llama builds the published shapes from scratch")
 CASES["--partition alone"] = Case(run("--workload", "gpt2", "--partition", "uniform"), r"--partition needs --pipeline-stages")
 CASES["--partition unknown"] = Case(run(*PP, "1", "--partition", "profile"), r"--partition 'profile': expected parameters, uniform or type:REGEX")
 CASES["--partition bad regex"] = Case(run(*PP, "1", "--partition", "type:(block"), r"--partition 'type:\(block': not a regular expression")
@@ -368,7 +383,7 @@ CASES["sweep repeats 0"] = Case(cmd(*SWEEP, "--repeats", "0"), r"--repeats must 
 CASES["sweep max micro-batch 0"] = Case(cmd(*SWEEP, "--max-micro-batch", "0"), r"--max-micro-batch must be a positive integer")
 SWEEP_GPT2 = (*SWEEP, "--workload", "gpt2", "--ds-config", "zero1.json")
 CASES["sweep attn for mnist"] = Case(cmd(*SWEEP, "--workload", "mnist", "--ds-config", "zero1.json", "--attn", "eager"),
-                                     r"--attn: workload mnist has no attention \(gpt2 has\)")
+                                     r"--attn: workload mnist has no attention \(gpt2 and llama have\)")
 CASES["sweep attn unknown"] = Case(cmd(*SWEEP_GPT2, "--attn", "sdpa,flash"), r"--attn")
 CASES["sweep compile value"] = Case(cmd(*SWEEP_GPT2, "--compile", "yes"), r"--compile")
 CASES["sweep compile without warm-up"] = Case(cmd(*SWEEP_GPT2, "--compile", "off,on", "--warmup", "0"),

@@ -35,6 +35,10 @@ PIPELINE_RUN = ["run", "--workload", "gpt2", "--ds-config", "ds_configs/zero1.js
                 "--warmup", "2"]
 """Two pipeline stages on two ranks: each rank waits on the other in every step (activations forward,
 gradients back)."""
+TENSOR_PARALLEL_RUN = ["run", "--workload", "llama", "--size", "tiny", "--ds-config", "ds_configs/zero1.json", "--set",
+                       "bf16.enabled=false", "--seq-len", "32", "--micro-batch", "2", "--tensor-parallel", "2",
+                       "--steps", "100000", "--warmup", "2"]
+"""Two AutoTP ranks: every layer's all-reduce waits on the other rank."""
 
 
 class Job:
@@ -113,7 +117,8 @@ def job(tmp_path):
 @pytest.mark.parametrize("launcher,port,run", [
     ("torchrun", 29801, RUN), pytest.param("deepspeed", 29802, RUN, marks=pytest.mark.full), ("mpirun", 0, RUN),
     pytest.param("torchrun", 29813, PIPELINE_RUN, marks=pytest.mark.full),
-], ids=["torchrun", "deepspeed", "mpirun", "torchrun-pipeline"])
+    pytest.param("torchrun", 29815, TENSOR_PARALLEL_RUN, marks=pytest.mark.full),
+], ids=["torchrun", "deepspeed", "mpirun", "torchrun-pipeline", "torchrun-tensor-parallel"])
 def test_a_rank_killed_mid_run_ends_the_job_with_a_record_naming_it(job, launcher, port, run):
     j = job(launcher, port, run=run)
     j.wait_for("warm-up done")

@@ -79,6 +79,28 @@ def check_pipeline_flags(cfg) -> None:
     check_partition(cfg.partition)
 
 
+TENSOR_PARALLEL_CONFLICTS = {
+    "pipeline_stages": "--pipeline-stages: AutoTP does not combine with DeepSpeed's pipeline engine (DeepSpeed #7147)",
+    "checkpoint": "--checkpoint: not measured yet with tensor parallelism",
+    "resume": "--resume: not measured yet with tensor parallelism",
+    "compile": "--compile: not measured yet with tensor parallelism (DeepSpeed has its own AutoTP compile pass)",
+    "breakdown": "--breakdown: not measured yet with tensor parallelism",
+}
+"""Flags a tensor-parallel run refuses, and why."""
+
+
+def check_tensor_parallel_flags(cfg) -> None:
+    """``--tensor-parallel`` against the other flags (the world size and the model in ``run.prepare``)."""
+    size = cfg.tensor_parallel
+    if size is None:
+        return
+    _require(size >= 1, f"--tensor-parallel must be a positive integer, got {size}")
+    _require(cfg.engine == "deepspeed", f"--engine {cfg.engine} with --tensor-parallel: tensor parallelism is "
+                                        "DeepSpeed's AutoTP here (--engine deepspeed)")
+    for name, why in TENSOR_PARALLEL_CONFLICTS.items():
+        _require(not getattr(cfg, name), f"--tensor-parallel with {why}")
+
+
 def check_partition(method: str | None) -> None:
     """``parameters``, ``uniform`` or ``type:REGEX`` (a regular expression over layer class names)."""
     if method is None or method in ("parameters", "uniform"):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ds_bench.config import argcheck
 from ds_bench.config.run_checks import (_require, check_attention, check_compile, check_engine, check_pipeline_flags,
-                                        check_timeout)
+                                        check_tensor_parallel_flags, check_timeout)
 from ds_bench.errors import UserError
 
 REQUIRED = dataclasses.MISSING
@@ -47,7 +47,7 @@ class RunConfig:
     """One benchmark run, as every rank executes it. Each field is also its ``ds-bench run`` flag
     (``ds_bench.config.run_flags`` builds the parser from these fields and their ``option`` metadata)."""
 
-    workload: str = option(REQUIRED, "--workload", help="mnist | resnet | gpt2")
+    workload: str = option(REQUIRED, "--workload", help="mnist | resnet | gpt2 | llama")
     """Registered workload name (``ds_bench.workloads.REGISTRY``)."""
     ds_config: str = option(REQUIRED, "--ds-config", help="DeepSpeed JSON config (ds_configs/)")
     """Path of the DeepSpeed JSON config."""
@@ -79,7 +79,7 @@ class RunConfig:
     model_path: str | None = option(None, "--model", help="local pretrained weights folder")
     activation_checkpointing: bool = option(False, "--activation-checkpointing")
     attn: str | None = option(None, "--attn", metavar="{sdpa,eager,flash_attention_2}",
-                              help="gpt2's attention implementation (default sdpa); flash_attention_2 needs the "
+                              help="gpt2 and llama: attention implementation (default sdpa); flash_attention_2 needs the "
                                    "flash-attn package. The record states the one the model used")
     """HF ``attn_implementation`` for workloads with attention; None: the workload's default (sdpa)."""
     compile: bool = option(False, "--compile",
@@ -142,6 +142,11 @@ class RunConfig:
                                    help="with --pipeline-stages: how layers are split over stages (DeepSpeed's "
                                         "partition_method; default parameters: balanced by parameter count)")
     """PipelineModule ``partition_method``; None: ``parameters``."""
+    tensor_parallel: int | None = option(None, "--tensor-parallel", metavar="T",
+                                         help="shard every layer over T ranks with DeepSpeed AutoTP "
+                                              "(tensor_parallel.autotp_size; llama): data-parallel degree = world "
+                                              "size / T, the T ranks of a group read the same batch. Default: none")
+    """AutoTP degree (``ds_bench.engines.tensor_parallel``); None: no tensor parallelism."""
     busbw: float | None = option(None, "--busbw", metavar="GBPS",
                                  help="busbw for the comm-bound verdict (default: the newest ds-bench comm record "
                                       "of the same ranks in --comm-results)")
@@ -184,6 +189,7 @@ class RunConfig:
                  f"--channels-last with --engine {self.engine}: only DDP trains NHWC weights (deepspeed 0.19.8 fails "
                  "at its first step viewing them as bytes, FSDP2 refuses non-contiguous parameters); use --engine ddp")
         check_pipeline_flags(self)
+        check_tensor_parallel_flags(self)
         check_compile(self)
         check_timeout("--dist-timeout", self.dist_timeout_s)
         check_timeout("--connect-timeout", self.connect_timeout_s)

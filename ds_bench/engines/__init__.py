@@ -6,7 +6,8 @@ joined; under DeepSpeed ZeRO-3 ``partitioned_build`` is the context the model is
 (``deepspeed.zero.Init``, ``ds_bench.engines.zero_init``). Every engine returns an object with
 DeepSpeed's engine surface (``ds_bench.measure.loop`` calls ``engine(...)``, ``backward``, ``step``,
 ``device``; ``save_checkpoint`` / ``load_checkpoint``), so the loop, timing and records are the same
-for all three. With ``--pipeline-stages`` (``ds_bench.engines.pipeline``) the model is a
+for all three. ``--tensor-parallel`` hands DeepSpeed an AutoTP config (``ds_bench.engines.tensor_parallel``).
+With ``--pipeline-stages`` (``ds_bench.engines.pipeline``) the model is a
 ``PipelineModule`` and DeepSpeed's ``PipelineEngine`` trains a whole step per ``train_batch`` call;
 the loop drives it per step.
 """
@@ -23,6 +24,7 @@ from ds_bench.config.run_checks import ENGINES, check_engine
 from ds_bench.engines.pipeline import PipelinePlan
 from ds_bench.engines.pipeline import check_config as check_pipeline_config
 from ds_bench.engines.plan import TorchPlan, plan
+from ds_bench.engines.tensor_parallel import TensorParallelPlan, deepspeed_config
 from ds_bench.engines.torch_engine import DTYPES, TorchEngine, wrap_ddp, wrap_fsdp
 from ds_bench.engines.zero_init import full_numel, is_partitioned, partitioned_build
 
@@ -43,6 +45,8 @@ class EngineChoice:
     torch_plan: TorchPlan | None = None
     pipeline: PipelinePlan | None = None
     """The pipeline layout (``--pipeline-stages``); None: data parallelism only."""
+    tensor_parallel: TensorParallelPlan | None = None
+    """The AutoTP layout (``--tensor-parallel``); None: no tensor parallelism."""
 
     def describe(self) -> dict:
         """The record's ``engine_plan``: how the config was mapped (None for DeepSpeed: it reads it itself)."""
@@ -56,13 +60,15 @@ class EngineChoice:
         return {"source": source, "type": f"torch.optim.{self.torch_plan.optimizer}"}
 
 
-def choose(name: str, ds_cfg: dict, default_lr: float, where: str, pipeline: PipelinePlan | None = None) -> EngineChoice:
+def choose(name: str, ds_cfg: dict, default_lr: float, where: str, pipeline: PipelinePlan | None = None,
+           tensor_parallel: TensorParallelPlan | None = None) -> EngineChoice:
     check_engine(name)
     compute = DTYPES[ds_config.precision_of(ds_cfg)]
     if pipeline is not None:  # the flags already refused other engines (config.run_config.check_pipeline_flags)
         pipeline = check_pipeline_config(pipeline, ds_cfg, where)
     if name == "deepspeed":
-        return EngineChoice(name, ds_config.zero_stage(ds_cfg), compute, compute, pipeline=pipeline)
+        return EngineChoice(name, ds_config.zero_stage(ds_cfg), compute, compute, pipeline=pipeline,
+                            tensor_parallel=tensor_parallel)
     torch_plan = plan(name, ds_cfg, default_lr, where)
     return EngineChoice(name, torch_plan.zero_stage, torch.float32, torch.float32, torch_plan)
 
@@ -73,6 +79,6 @@ def build(choice: EngineChoice, model: torch.nn.Module, ds_cfg: dict, device: to
     if choice.name == "deepspeed":
         from ds_bench.engines.deepspeed_engine import initialize
 
-        return initialize(model, ds_cfg, lr)
+        return initialize(model, deepspeed_config(choice.tensor_parallel, ds_cfg), lr)
     wrapped = wrap_ddp(model, device) if choice.name == "ddp" else wrap_fsdp(model, choice.torch_plan, device)
     return TorchEngine(wrapped, choice.torch_plan, device)

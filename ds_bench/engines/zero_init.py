@@ -16,6 +16,8 @@ import sys
 
 import torch
 
+from ds_bench.engines.tensor_parallel import deepspeed_config
+
 
 def partitioned_build(choice, ds_cfg: dict, workload_allows: bool) -> contextlib.AbstractContextManager:
     """``deepspeed.zero.Init`` for a DeepSpeed ZeRO-3 ``choice`` (an ``EngineChoice``) whose workload allows
@@ -26,10 +28,11 @@ def partitioned_build(choice, ds_cfg: dict, workload_allows: bool) -> contextlib
         return contextlib.nullcontext()
     import deepspeed
 
+    # The config as deepspeed.initialize gets it (AutoTP: its batch counted over every rank).
     # No dtype argument: deepspeed 0.19.8's Init._set_dtype reads `dtype or torch.float16 if fp16_supported
     # else torch.bfloat16 if ...`, i.e. `(dtype or fp16) if ... else ...`: on a CPU accelerator (no fp16) any
     # dtype given becomes bfloat16 (fp32 runs then train bf16 weights). Without one it takes the config's.
-    init = deepspeed.zero.Init(config_dict_or_path=ds_cfg)
+    init = deepspeed.zero.Init(config_dict_or_path=deepspeed_config(choice.tensor_parallel, ds_cfg))
     if init.dtype != choice.model_dtype:
         raise RuntimeError(f"deepspeed.zero.Init would create {init.dtype} parameters, the run computes in "
                            f"{choice.model_dtype}")

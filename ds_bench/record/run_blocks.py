@@ -93,6 +93,9 @@ class ModelBuild(Block):
     engine_mem_bytes: int
     """Bytes this rank held beyond its baseline once the engine was ready (optimizer state that is
     created lazily, e.g. torch Adam's moments, not yet counted)."""
+    rank_params: int | None = None
+    """``--tensor-parallel``: parameters of rank 0's tensor-parallel share after the engine (its AutoTP shards
+    plus the layers AutoTP replicates; under ZeRO-3 before partitioning), against the whole model's ``params``."""
 
 
 class StartUp(Block):

@@ -170,7 +170,9 @@ class RunRecord(Stamped):
     pipeline_stages: int | None = None
     """``--pipeline-stages`` (``ds_bench.engines.pipeline``); None: no pipeline."""
     data_parallel_size: int | None = None
-    """Pipeline runs: data-parallel replicas, world size / pipeline_stages."""
+    """Pipeline and tensor-parallel runs: data-parallel replicas, world size / pipeline_stages (or / tensor_parallel)."""
+    tensor_parallel: int | None = None
+    """``--tensor-parallel`` (``ds_bench.engines.tensor_parallel``): ranks sharing each layer; None: none."""
     micro_batches: int | None = None
     """Pipeline runs: micro-batches per step (gradient_accumulation_steps)."""
     partition: str | None = None

@@ -117,7 +117,11 @@ def one_run(record: RunRecord, results_path: str) -> str:
 
 
 def _replicas(record: RunRecord) -> str:
-    """What the batch multiplies by: the world size, or under a pipeline the data-parallel replicas."""
+    """What the batch multiplies by: the world size, or under a pipeline or tensor parallelism the
+    data-parallel replicas."""
+    if record.tensor_parallel is not None:
+        return (f"{record.data_parallel_size} data-parallel (tensor parallel {record.tensor_parallel}: "
+                f"DeepSpeed checks {record.train_batch_size * record.tensor_parallel} over every rank)")
     if record.pipeline_stages is None:
         return str(record.world_size)
     return f"{record.data_parallel_size} data-parallel (pipeline {record.pipeline_stages} stages)"

@@ -100,10 +100,12 @@ def build(run: Started, workload) -> Built:
     engine_started = time.perf_counter()
     engine = engines.build(run.engine, model, run.ds_cfg, run.state.device, run.cfg.lr or workload.default_lr)
     backend = compile_engine(engine, run.engine.name) if run.cfg.compile else None  # lazy: compiles in step 1
+    sharded = run.engine.tensor_parallel is not None  # AutoTP replaced the layers inside initialize
     return Built(engine, params, largest, flops, hw_flops, compile_backend=backend, build={
         "partitioned": partitioned, "model_s": model_built[0] - started,
         "engine_s": time.perf_counter() - engine_started, "model_mem_bytes": model_built[1],
-        "engine_mem_bytes": memory.held_bytes(run.state.device) - run.baseline_bytes},
+        "engine_mem_bytes": memory.held_bytes(run.state.device) - run.baseline_bytes,
+        "rank_params": sum(engines.full_numel(p) for p in engine.module.parameters()) if sharded else None},
         settings=workload.model_settings(model))  # after the engine: what it left the model running with
 
 
@@ -172,9 +174,12 @@ def _window_open(run: Started, watch) -> None:
 
 
 def _batches(run: Started, workload, engine):
-    """This rank's batches: its own shard, or under a pipeline its data-parallel replica's (every stage
-    of a replica reads the same stream)."""
+    """This rank's batches: its own shard, or under a pipeline or tensor parallelism its data-parallel
+    replica's (every stage or tensor-parallel rank of a replica reads the same stream)."""
     micro_batch = run.ds_cfg["train_micro_batch_size_per_gpu"]
+    tp = run.engine.tensor_parallel
+    if tp is not None:
+        return workload.batches(tp.data_rank(run.state.rank), tp.data_parallel_size, micro_batch)
     if run.engine.pipeline is None:
         return workload.batches(run.state.rank, run.state.world_size, micro_batch)
     grid = engine.grid

@@ -15,7 +15,7 @@ from ds_bench.cluster.rendezvous import Rendezvous
 from ds_bench.config import preflight
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_config import RunConfig
-from ds_bench.engines import pipeline
+from ds_bench.engines import pipeline, tensor_parallel
 from ds_bench.machine import environ, jit_ops
 from ds_bench.measure import checkpoint
 from ds_bench.workloads import build_workload
@@ -42,14 +42,17 @@ def prepare(cfg: RunConfig) -> Prepared:
     workload = build_workload(cfg)
     lr = cfg.lr or workload.default_lr
     pipe = pipeline.plan(cfg.pipeline_stages, cfg.partition, rdzv.info.world_size, workload.pipeline_blocks)
-    data_world = pipe.data_parallel_size if pipe else rdzv.info.world_size  # what the batch arithmetic counts
+    tp = tensor_parallel.plan(cfg.tensor_parallel, rdzv.info.world_size, workload.tensor_parallel_divisors,
+                              cfg.workload)
+    layout = pipe or tp
+    data_world = layout.data_parallel_size if layout else rdzv.info.world_size  # what the batch arithmetic counts
     ctx = ds_config.RunContext(world_size=data_world, device_type=environ.device_type(), lr=lr,
                                steps=cfg.steps, warmup=cfg.warmup, micro_batch=cfg.micro_batch,
                                hidden_size=workload.hidden_size)
     ds_cfg = ds_config.prepare(cfg.ds_config, cfg.overrides, ctx)
     micro_batch, accumulation = ds_cfg["train_micro_batch_size_per_gpu"], ds_cfg["gradient_accumulation_steps"]
     preflight.check(cfg, workload, data_world, micro_batch)  # results, data (sharded over data-parallel ranks)
-    choice = engines.choose(cfg.engine, ds_cfg, lr, cfg.ds_config, pipeline=pipe)
+    choice = engines.choose(cfg.engine, ds_cfg, lr, cfg.ds_config, pipeline=pipe, tensor_parallel=tp)
     ckpt = checkpoint.plan(cfg, rdzv.info.world_size, micro_batch, accumulation)  # --checkpoint, --resume
     optimizer_op = jit_ops.optimizer_op(ds_cfg) if choice.name == "deepspeed" else None
     return Prepared(workload, ds_cfg, choice, rdzv, ckpt, optimizer_op)

@@ -106,9 +106,11 @@ def run_record(run: Started, status: str, metrics: dict | None = None, error: st
         micro_batch=ds_cfg["train_micro_batch_size_per_gpu"],
         grad_accum=ds_cfg["gradient_accumulation_steps"], train_batch_size=ds_cfg["train_batch_size"],
         hardware=results.hardware(state.device), metrics=RunMetrics(**(metrics or {})), **run.ckpt.record_keys(),
-        **_pipeline_keys(run), **extra)
+        **_layout_keys(run), **extra)
 
 
-def _pipeline_keys(run: Started) -> dict:
-    """A pipeline run's layout: pipeline_stages, data_parallel_size, micro_batches, partition, schedule_bubble."""
-    return run.engine.pipeline.describe() if run.engine.pipeline is not None else {}
+def _layout_keys(run: Started) -> dict:
+    """A pipeline run's layout (pipeline_stages, data_parallel_size, micro_batches, partition, schedule_bubble)
+    or a tensor-parallel run's (tensor_parallel, data_parallel_size)."""
+    layout = run.engine.pipeline or run.engine.tensor_parallel
+    return layout.describe() if layout is not None else {}

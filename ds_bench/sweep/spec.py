@@ -80,7 +80,7 @@ class SweepSpec:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workload", default=None, help="mnist | resnet | gpt2 (default: this machine's preset)")
+    p.add_argument("--workload", default=None, help="mnist | resnet | gpt2 | llama (default: this machine's preset)")
     p.add_argument("--ds-config", default=None, help="base DeepSpeed JSON config (ds_configs/)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a key of the base config by dotted path")

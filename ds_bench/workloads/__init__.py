@@ -6,6 +6,7 @@ from ds_bench.config.run_config import RunConfig
 from ds_bench.errors import UserError
 from ds_bench.workloads.base import Workload
 from ds_bench.workloads.gpt2 import GPT2Workload
+from ds_bench.workloads.llama import LlamaWorkload
 from ds_bench.workloads.mnist import MnistWorkload
 from ds_bench.workloads.resnet import ResNetWorkload
 
@@ -13,6 +14,7 @@ REGISTRY: dict[str, type[Workload]] = {
     MnistWorkload.name: MnistWorkload,
     ResNetWorkload.name: ResNetWorkload,
     GPT2Workload.name: GPT2Workload,
+    LlamaWorkload.name: LlamaWorkload,
 }
 
 

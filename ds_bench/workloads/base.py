@@ -62,7 +62,7 @@ class Workload(ABC):
     def check_attention_flag(cls) -> None:
         """``--attn`` (a run's, or a sweep's axis) needs a model with attention."""
         if not cls.attention:
-            raise UserError(f"--attn: workload {cls.name} has no attention (gpt2 has)")
+            raise UserError(f"--attn: workload {cls.name} has no attention (gpt2 and llama have)")
 
     @property
     def hidden_size(self) -> int | None:
@@ -76,6 +76,11 @@ class Workload(ABC):
     @property
     def pipeline_blocks(self) -> int | None:
         """Blocks a pipeline can split (``--pipeline-stages``); None: no pipeline model."""
+        return None
+
+    @property
+    def tensor_parallel_divisors(self) -> dict[str, int] | None:
+        """The model widths a ``--tensor-parallel`` degree must divide, by name; None: AutoTP cannot shard it."""
         return None
 
     def build_pipeline(self, stages: int, partition: str) -> torch.nn.Module:

@@ -1,0 +1,70 @@
+"""DeepSpeed AutoTP training: the layout of a ``--tensor-parallel T`` run, checked before joining, and the
+config ``deepspeed.initialize`` gets for it.
+
+AutoTP (``"tensor_parallel": {"autotp_size": T}``, DeepSpeed >= 0.16.4, docs/_tutorials/autotp-training.md)
+shards an HF model's linear layers Megatron-style inside ``deepspeed.initialize``: q/k/v and the MLP's
+gate/up by output columns, the attention output and MLP down projections by input rows, each followed
+by an all-reduce over the T ranks of its group (Shoeybi et al. 2019, "Megatron-LM", section 3). So T must
+divide the attention heads, the KV heads, the hidden size and the MLP width (``Workload.tensor_parallel_divisors``).
+
+Layout: T tensor-parallel x D data-parallel ranks, D = world size / T; a TP group is T consecutive
+ranks (DeepSpeed's mesh, data-parallel outer), and every rank of a group must see the same batch
+(DeepSpeed checks it): each reads its data-parallel replica's shard, ``rank // T`` of ``D``.
+Batch arithmetic in ds_bench's terms: global batch = micro-batch x accumulation x D (``train_batch_size``
+of the record, what throughput counts). This DeepSpeed (0.19.8) still checks train_batch_size = micro-batch
+x accumulation x *world size*, TP ranks counted (measured: 2 TP ranks, micro-batch 2 fails at
+train_batch_size 2 and passes at 4), so ``deepspeed_config`` hands it the global batch x T.
+
+Refused (one line, exit 2): DDP/FSDP (torch's own tensor parallel is not wired: ``--engine deepspeed``),
+a pipeline (AutoTP does not combine with DeepSpeed's pipeline engine, DeepSpeed #7147), a workload
+AutoTP cannot shard (GPT-2: its fused ``Conv1D`` projections are on ``module_inject/auto_tp.py``'s
+unsupported list), T not dividing the world or the model's widths.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ds_bench.errors import UserError
+
+
+@dataclass(frozen=True)
+class TensorParallelPlan:
+    size: int
+    """T: ranks that share each layer (``tensor_parallel.autotp_size``)."""
+    data_parallel_size: int
+    """D = world size / T."""
+
+    def data_rank(self, rank: int) -> int:
+        """The data-parallel replica a global rank belongs to (its TP group)."""
+        return rank // self.size
+
+    def describe(self) -> dict:
+        """The record's tensor-parallel keys."""
+        return {"tensor_parallel": self.size, "data_parallel_size": self.data_parallel_size}
+
+
+def plan(size: int | None, world_size: int, divisors: dict[str, int] | None, workload: str) -> TensorParallelPlan | None:
+    """The layout of ``--tensor-parallel`` on ``world_size`` ranks (pure); None without it."""
+    if size is None:
+        return None
+    if divisors is None:
+        raise UserError(f"--tensor-parallel {size}: DeepSpeed's AutoTP cannot shard workload {workload} (llama it "
+                        "can; GPT-2's fused Conv1D projections are on AutoTP's unsupported list)")
+    if world_size % size:
+        raise UserError(f"--tensor-parallel {size} does not divide the world size {world_size}: every "
+                        "data-parallel replica needs a whole tensor-parallel group")
+    for what, count in divisors.items():
+        if count % size:
+            raise UserError(f"--tensor-parallel {size} does not divide the model's {count} {what}: AutoTP gives "
+                            "every rank an equal share of each layer")
+    return TensorParallelPlan(size, world_size // size)
+
+
+def deepspeed_config(tp: TensorParallelPlan | None, ds_cfg: dict) -> dict:
+    """The config ``deepspeed.initialize`` gets (pure): with tensor parallelism, ``tensor_parallel.autotp_size``
+    and train_batch_size counted over every rank, as this DeepSpeed checks it (module docstring)."""
+    if tp is None or tp.size == 1:
+        return ds_cfg
+    return {**ds_cfg, "tensor_parallel": {**(ds_cfg.get("tensor_parallel") or {}), "autotp_size": tp.size},
+            "train_batch_size": ds_cfg["train_batch_size"] * tp.size}

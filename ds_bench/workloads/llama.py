@@ -1,0 +1,89 @@
+"""Llama-family causal-LM training: HuggingFace ``LlamaForCausalLM`` built from config at the published
+shapes (``--size``: tiny, llama3.2-1b, llama3.2-3b, llama3.1-8b, llama3.1-70b; the table, its sources and
+the parameter and FLOPs formulas are ``ds_bench.workloads.llama_shapes``), from scratch: no dropout,
+weights drawn by HF's init (gathered under a partitioned ZeRO-3 build, ``ds_bench.workloads.hf_init``).
+
+``--seq-len`` (default 1024; rotary positions, so any length builds), ``--attn`` (default SDPA, as GPT-2),
+``--activation-checkpointing``, ``--data`` and the loss as every causal LM
+(``ds_bench.workloads.causal_lm``): text is read through GPT-2's BPE, whose 50,257 ids fall inside
+every size's vocabulary (``tiny`` has exactly GPT-2's; the published sizes keep their 128,256 rows).
+Model FLOPs: ``llama_shapes.flops_per_token`` (6 N + 12 L H Q T, grouped-query attention and SwiGLU counted).
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from ds_bench.data import text
+from ds_bench.errors import UserError
+from ds_bench.workloads import hf_init, llama_shapes
+from ds_bench.workloads.causal_lm import DEFAULT_ATTENTION, CausalLMWorkload, enable_checkpointing
+
+MIN_POSITIONS = 2048
+"""``max_position_embeddings`` of a model from scratch (at least the sequence): rotary positions hold no
+weights, so it only bounds the rotary cache."""
+
+
+class LlamaWorkload(CausalLMWorkload):
+    name = "llama"
+    sizes = tuple(llama_shapes.SHAPES)
+    default_size = "llama3.2-1b"
+    default_lr = 3e-4  # Llama 3's peak pretraining rate for the 8B model (Llama 3 paper, section 3.4.1)
+    preload = ("transformers.models.llama.modeling_llama",)
+    partitioned_build = True
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        if cfg.model_path is not None:
+            raise UserError("--model: workload llama builds the published shapes from scratch (--size); "
+                            "local Llama weights are not read yet")
+        self.seq_len = cfg.seq_len
+        self.shape = llama_shapes.SHAPES[self.size]
+        self.config = llama_config(self.shape, cfg.seq_len)
+        self.config._attn_implementation = cfg.attn or DEFAULT_ATTENTION
+        self.files = None if cfg.data == "synthetic" else text.find_text_files(cfg.data)
+
+    @property
+    def hidden_size(self) -> int:
+        return self.shape.hidden
+
+    @property
+    def tensor_parallel_divisors(self) -> dict[str, int]:
+        """What a tensor-parallel degree must divide: AutoTP splits the heads, the KV heads and the MLP."""
+        return {"attention heads": self.shape.heads, "KV heads": self.shape.kv_heads, "hidden size": self.shape.hidden,
+                "MLP width": self.shape.intermediate}
+
+    def build_model(self) -> nn.Module:
+        from transformers import LlamaForCausalLM
+
+        with hf_init.partitioned_weight_init():  # under ZeRO-3 zero.Init: the same weights as unpartitioned
+            model = LlamaForCausalLM(self.config)
+        model.loss_type = "ForCausalLM"
+        if self.cfg.activation_checkpointing:
+            enable_checkpointing(model)
+        return model
+
+    def model_flops_per_sample(self, model: nn.Module) -> float:
+        """seq_len x ``llama_shapes.flops_per_token``: 6 N + 12 L H Q T (model FLOPs, no recomputation)."""
+        return self.seq_len * llama_shapes.flops_per_token(self.shape, self.seq_len)
+
+    def hardware_flops_per_sample(self, model: nn.Module) -> float:
+        """With ``--activation-checkpointing``: + one forward of the blocks (``llama_shapes.hardware_flops_per_token``)."""
+        if not self.cfg.activation_checkpointing:
+            return self.model_flops_per_sample(model)
+        return self.seq_len * llama_shapes.hardware_flops_per_token(self.shape, self.seq_len)
+
+    def model_settings(self, model: nn.Module) -> dict[str, str]:
+        return {"attn_implementation": self.config._attn_implementation, "activation_function": self.config.hidden_act}
+
+
+def llama_config(shape: llama_shapes.LlamaShape, seq_len: int):
+    """A from-scratch ``LlamaConfig`` of ``shape``: no dropout, no KV cache, Llama 3's rotary base."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
+                       num_hidden_layers=shape.n_layer, num_attention_heads=shape.heads,
+                       num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim,
+                       max_position_embeddings=max(MIN_POSITIONS, seq_len), rms_norm_eps=llama_shapes.RMS_NORM_EPS,
+                       rope_parameters={"rope_type": "default", "rope_theta": llama_shapes.ROPE_THETA},
+                       tie_word_embeddings=shape.tied, attention_dropout=0.0, use_cache=False)

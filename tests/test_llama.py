@@ -1,0 +1,180 @@
+"""The Llama workload (published shapes, parameters, FLOPs against torch's counter) and DeepSpeed AutoTP
+tensor parallelism (the layout's checks, and a real 2-rank run against a 1-rank one)."""
+
+import math
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from ds_bench.config.run_config import RunConfig
+from ds_bench.engines import tensor_parallel
+from ds_bench.errors import UserError
+from ds_bench.workloads import build_workload, llama_shapes
+from tests.conftest import REPO, explain, records, run_cmd
+
+CONFIG = str(REPO / "ds_configs" / "zero1.json")
+
+MODEL_CARD_PARAMS = {"llama3.2-1b": 1_235_814_400, "llama3.2-3b": 3_212_749_824, "llama3.1-8b": 8_030_261_248,
+                     "llama3.1-70b": 70_553_706_496}
+"""Parameter counts of Meta's published models (the model cards say 1.24B, 3.21B, 8.03B and 70.6B)."""
+
+
+def workload(**kw):
+    return build_workload(RunConfig(workload="llama", ds_config=CONFIG, **kw))
+
+
+def test_the_formula_counts_the_published_models():
+    for size, count in MODEL_CARD_PARAMS.items():
+        assert llama_shapes.param_count(llama_shapes.SHAPES[size]) == count, size
+
+
+@pytest.mark.parametrize("size", ["tiny", *MODEL_CARD_PARAMS])
+def test_hf_builds_exactly_the_counted_parameters(size):
+    """The HF model of each shape, built on the meta device (no memory), holds what the formula says."""
+    from transformers import LlamaForCausalLM
+
+    from ds_bench.workloads.llama import llama_config
+
+    shape = llama_shapes.SHAPES[size]
+    with torch.device("meta"):
+        model = LlamaForCausalLM(llama_config(shape, 1024))
+    assert sum(p.numel() for p in model.parameters()) == llama_shapes.param_count(shape)
+    assert model.config.num_key_value_heads == shape.kv_heads and model.config.hidden_act == "silu"
+
+
+def test_grouped_query_attention_shrinks_the_projections_not_the_attention_products():
+    """Llama 3.1 8B at 4,096 tokens: N = 6.98B of matmul weights (less the 0.53B embedding, plus the
+    0.53B head), 32 x 32 heads x 128 x 4096 for the attention products; with 8 KV heads instead of 32
+    the k and v projections are a quarter, and 12 L H Q T is unchanged."""
+    s = llama_shapes.SHAPES["llama3.1-8b"]
+    n = llama_shapes.matmul_params(s)
+    assert n == llama_shapes.param_count(s) - s.vocab * s.hidden - (2 * s.hidden * s.n_layer + s.hidden)
+    per_token = llama_shapes.flops_per_token(s, 4096)
+    assert per_token == 6 * n + 12 * 32 * 32 * 128 * 4096
+    mha = llama_shapes.LlamaShape(**{**s.__dict__, "kv_heads": s.heads})
+    assert llama_shapes.matmul_params(mha) - n == s.n_layer * 2 * s.hidden * (32 - 8) * 128
+    assert llama_shapes.flops_per_token(mha, 4096) - per_token == 6 * (llama_shapes.matmul_params(mha) - n)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_flops_formula_matches_torch_flop_counter(checkpointing):
+    """Tiny Llama, eager attention (torch's CPU SDPA kernel has no formula in the counter), one forward +
+    backward of 2 x 64 tokens: the counter within 5% of the formula (model FLOPs; with activation
+    checkpointing the hardware FLOPs, one more forward of the blocks)."""
+    w = workload(size="tiny", seq_len=64, attn="eager", activation_checkpointing=checkpointing)
+    torch.manual_seed(0)
+    model = w.build_model()
+    batch = next(iter(w.batches(0, 1, 2)))
+    with FlopCounterMode(display=False) as counter:
+        w.loss(model, batch).backward()
+    expected = 2 * (w.hardware_flops_per_sample(model) if checkpointing else w.model_flops_per_sample(model))
+    print(f"tiny llama, checkpointing {checkpointing}: counted {counter.get_total_flops():.4g}, formula {expected:.4g}")
+    assert counter.get_total_flops() == pytest.approx(expected, rel=0.05)
+
+
+def test_the_workload_says_what_it_runs():
+    w = workload(size="tiny", seq_len=32)
+    model = w.build_model()
+    assert w.model_settings(model) == {"attn_implementation": "sdpa", "activation_function": "silu"}
+    assert w.tokens_per_sample == 32 and w.hidden_size == 64 and w.sample_unit == "sequences"
+    assert w.tensor_parallel_divisors == {"attention heads": 4, "KV heads": 2, "hidden size": 64, "MLP width": 128}
+
+
+# --- tensor parallelism: the layout (pure) ---
+
+DIVISORS = {"attention heads": 32, "KV heads": 8, "hidden size": 4096, "MLP width": 14336}
+
+
+def test_a_tensor_parallel_layout_splits_the_world_into_replicas():
+    tp = tensor_parallel.plan(2, 8, DIVISORS, "llama")
+    assert (tp.size, tp.data_parallel_size) == (2, 4)
+    assert [tp.data_rank(r) for r in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]  # a TP group: consecutive ranks
+    assert tp.describe() == {"tensor_parallel": 2, "data_parallel_size": 4}
+    assert tensor_parallel.plan(None, 8, DIVISORS, "llama") is None
+
+
+@pytest.mark.parametrize("size, world, divisors, message", [
+    (2, 3, DIVISORS, "does not divide the world size 3"),
+    (16, 16, DIVISORS, "does not divide the model's 8 KV heads"),
+    (4, 4, {**DIVISORS, "MLP width": 30}, "does not divide the model's 30 MLP width"),
+    (2, 2, None, "cannot shard workload gpt2"),
+])
+def test_a_layout_autotp_cannot_shard_is_refused_by_name(size, world, divisors, message):
+    with pytest.raises(UserError, match=message):
+        tensor_parallel.plan(size, world, divisors, "gpt2")
+
+
+def test_deepspeed_gets_autotp_and_the_batch_it_checks():
+    """ds_bench's global batch counts data-parallel replicas; this DeepSpeed counts every rank."""
+    ds_cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 3, "train_batch_size": 6}
+    tp = tensor_parallel.TensorParallelPlan(2, 1)
+    out = tensor_parallel.deepspeed_config(tp, ds_cfg)
+    assert out["tensor_parallel"] == {"autotp_size": 2} and out["train_batch_size"] == 12
+    assert ds_cfg["train_batch_size"] == 6  # the record's figure is untouched
+    assert tensor_parallel.deepspeed_config(None, ds_cfg) is ds_cfg
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"engine": "ddp"}, "--engine ddp with --tensor-parallel"),
+    ({"pipeline_stages": 2}, "--tensor-parallel with --pipeline-stages: AutoTP does not combine"),
+    ({"compile": True}, "--tensor-parallel with --compile: not measured yet"),
+    ({"tensor_parallel": 0}, "--tensor-parallel must be a positive integer"),
+])
+def test_flags_a_tensor_parallel_run_cannot_take(flags, message):
+    with pytest.raises(UserError, match=message):
+        RunConfig(workload="llama", ds_config=CONFIG, **{"tensor_parallel": 2, **flags})
+
+
+# --- real runs ---
+
+RUN = ["-m", "ds_bench", "run", "--workload", "llama", "--size", "tiny", "--seq-len", "32", "--micro-batch", "4",
+       "--set", "bf16.enabled=false", "--steps", "8", "--warmup", "1", "--lr", "3e-3", "--seed", "3"]
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+@pytest.fixture(scope="module", params=[("zero1", 29901), pytest.param(("zero3", 29902), marks=pytest.mark.full)],
+                ids=["zero1", "zero3"])
+def tp_runs(request, tmp_path_factory, shakespeare):
+    """The same tiny Llama, seed and Shakespeare batches (one data-parallel replica), fp32, ZeRO-1 (ZeRO-3,
+    partitioned build, in the full tier): on one rank, and sharded over two with AutoTP under torchrun."""
+    import sys
+
+    config, port = request.param
+    folder = tmp_path_factory.mktemp(f"llama_tp_{config}")
+    cache = {"DS_BENCH_CACHE": str(tmp_path_factory.mktemp("llama_cache")), **OFFLINE}
+    run = [*RUN, "--ds-config", f"ds_configs/{config}.json", "--data", str(shakespeare)]
+    one = run_cmd([sys.executable, *run, "--results", str(folder / "one.jsonl")], timeout=300, **cache)
+    assert one.returncode == 0, explain(one)
+    two = run_cmd(["torchrun", "--nproc_per_node", "2", "--master_port", str(port), *run, "--tensor-parallel", "2",
+                   "--results", str(folder / "two.jsonl")], timeout=300, **cache)
+    assert two.returncode == 0, explain(two)
+    return records(folder / "one.jsonl")[0], records(folder / "two.jsonl")[0], two.stdout
+
+
+@pytest.mark.dist
+def test_two_tensor_parallel_ranks_reproduce_one_rank(tp_runs):
+    one, two, summary = tp_runs
+    assert (one["status"], two["status"]) == ("ok", "ok")
+    assert (two["tensor_parallel"], two["data_parallel_size"], two["world_size"]) == (2, 1, 2)
+    assert two["train_batch_size"] == one["train_batch_size"] == 4  # one replica: micro-batch 4 x 1 accum x 1
+    curve_one, curve_two = one["metrics"]["loss_curve"], two["metrics"]["loss_curve"]
+    print(f"loss 1 rank {curve_one}\nloss 2 TP ranks {curve_two}")
+    assert len(curve_one) == len(curve_two) == 8 and all(math.isfinite(x) for x in curve_one)
+    for a, b in zip(curve_one, curve_two):
+        assert b == pytest.approx(a, rel=1e-4)
+    assert curve_one[-1] < 0.97 * curve_one[0]  # it trains: real text, from ln(50257) = 10.8 down
+    assert "1 data-parallel (tensor parallel 2: DeepSpeed checks 8 over every rank)" in summary
+
+
+@pytest.mark.dist
+def test_each_tensor_parallel_rank_holds_a_share_of_the_model(tp_runs):
+    """Both runs count the whole model; rank 0 of the TP run holds its shards of every block's projections
+    and the layers AutoTP replicates (norms; the embedding), so less than the whole, more than half."""
+    one, two, _ = tp_runs
+    whole = llama_shapes.param_count(llama_shapes.SHAPES["tiny"])
+    assert one["params"] == two["params"] == whole
+    held = two["build"]["rank_params"]
+    print(f"tiny llama: {whole:,} parameters, rank 0 of 2 AutoTP ranks holds {held:,}")
+    assert whole / 2 < held < whole
+    assert one["build"]["rank_params"] is None
