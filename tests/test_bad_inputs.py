@@ -153,7 +153,7 @@ CASES["--tensor-parallel 0"] = Case(run(*TP, "0"), r"--tensor-parallel must be a
 CASES["--tensor-parallel non-numeric"] = Case(run(*TP, "two"), r"tensor-parallel.*invalid int value: 'two'")
 CASES["--tensor-parallel not dividing"] = Case(run(*TP, "2"), r"--tensor-parallel 2 does not divide the world size 1")
 CASES["--tensor-parallel gpt2"] = Case(run("--workload", "gpt2", "--size", "tiny", "--tensor-parallel", "1"),
-                                       r"--tensor-parallel 1: DeepSpeed's AutoTP cannot shard workload gpt2")
+                                       r"--tensor-parallel: DeepSpeed's AutoTP cannot shard workload gpt2")
 CASES["--tensor-parallel engine ddp"] = Case(run(*TP, "1", "--engine", "ddp"), r"--engine ddp with --tensor-parallel")
 CASES["--tensor-parallel with a pipeline"] = Case(run(*TP, "1", "--pipeline-stages", "1"),
                                                   r"--tensor-parallel with --pipeline-stages: AutoTP does not combine")
@@ -384,6 +384,10 @@ CASES["sweep max micro-batch 0"] = Case(cmd(*SWEEP, "--max-micro-batch", "0"), r
 SWEEP_GPT2 = (*SWEEP, "--workload", "gpt2", "--ds-config", "zero1.json")
 CASES["sweep attn for mnist"] = Case(cmd(*SWEEP, "--workload", "mnist", "--ds-config", "zero1.json", "--attn", "eager"),
                                      r"--attn: workload mnist has no attention \(gpt2 and llama have\)")
+CASES["sweep tensor-parallel for gpt2"] = Case(cmd(*SWEEP_GPT2, "--tensor-parallel", "1,2"),
+                                               r"--tensor-parallel: DeepSpeed's AutoTP cannot shard workload gpt2")
+CASES["sweep tensor-parallel after --"] = Case(cmd(*SWEEP_GPT2, "--", "--tensor-parallel", "2"),
+                                               r"run argument --tensor-parallel after '--': the sweep sets it per point")
 CASES["sweep attn unknown"] = Case(cmd(*SWEEP_GPT2, "--attn", "sdpa,flash"), r"--attn")
 CASES["sweep compile value"] = Case(cmd(*SWEEP_GPT2, "--compile", "yes"), r"--compile")
 CASES["sweep compile without warm-up"] = Case(cmd(*SWEEP_GPT2, "--compile", "off,on", "--warmup", "0"),

@@ -87,22 +87,30 @@ DIVISORS = {"attention heads": 32, "KV heads": 8, "hidden size": 4096, "MLP widt
 
 
 def test_a_tensor_parallel_layout_splits_the_world_into_replicas():
-    tp = tensor_parallel.plan(2, 8, DIVISORS, "llama")
+    tp = tensor_parallel.plan(2, 8, DIVISORS)
     assert (tp.size, tp.data_parallel_size) == (2, 4)
     assert [tp.data_rank(r) for r in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]  # a TP group: consecutive ranks
     assert tp.describe() == {"tensor_parallel": 2, "data_parallel_size": 4}
-    assert tensor_parallel.plan(None, 8, DIVISORS, "llama") is None
+    assert tensor_parallel.plan(None, 8, DIVISORS) is None
 
 
 @pytest.mark.parametrize("size, world, divisors, message", [
     (2, 3, DIVISORS, "does not divide the world size 3"),
     (16, 16, DIVISORS, "does not divide the model's 8 KV heads"),
     (4, 4, {**DIVISORS, "MLP width": 30}, "does not divide the model's 30 MLP width"),
-    (2, 2, None, "cannot shard workload gpt2"),
 ])
 def test_a_layout_autotp_cannot_shard_is_refused_by_name(size, world, divisors, message):
     with pytest.raises(UserError, match=message):
-        tensor_parallel.plan(size, world, divisors, "gpt2")
+        tensor_parallel.plan(size, world, divisors)
+
+
+def test_only_a_workload_autotp_can_shard_takes_tensor_parallelism():
+    from ds_bench.workloads import REGISTRY
+
+    REGISTRY["llama"].check_tensor_parallel_flag()
+    for name in ("gpt2", "mnist", "resnet"):
+        with pytest.raises(UserError, match=f"AutoTP cannot shard workload {name}"):
+            REGISTRY[name].check_tensor_parallel_flag()
 
 
 def test_deepspeed_gets_autotp_and_the_batch_it_checks():
@@ -178,3 +186,21 @@ def test_each_tensor_parallel_rank_holds_a_share_of_the_model(tp_runs):
     print(f"tiny llama: {whole:,} parameters, rank 0 of 2 AutoTP ranks holds {held:,}")
     assert whole / 2 < held < whole
     assert one["build"]["rank_params"] is None
+
+
+@pytest.mark.dist
+@pytest.mark.full  # the layouts run for real above; this is the sweep's axis around them
+def test_a_sweep_with_a_tensor_parallel_axis_ranks_tp2_beside_data_parallelism(tmp_path):
+    from tests.conftest import ds_bench
+
+    results = tmp_path / "s.jsonl"
+    proc = ds_bench("sweep", "--workload", "llama", "--size", "tiny", "--seq-len", "32", "--ds-config", "zero1.json",
+                    "--precision", "fp32", "--stages", "1", "--tensor-parallel", "1,2", "--micro-batch", "2",
+                    "--nproc", "2", "--launcher", "torchrun", "--steps", "4", "--warmup", "1", "--results", str(results),
+                    "--master-port", "29903", timeout=600, **OFFLINE)
+    assert proc.returncode == 0, explain(proc)
+    points = {r["key"]: r for r in records(results) if r.get("kind") == "sweep_point"}
+    assert {k: r["status"] for k, r in points.items()} == {"z1 off=none fp32 mbs=2": "ok", "tp2 z1 off=none fp32 mbs=2": "ok"}
+    (tp2,) = [r for r in records(results.with_suffix(".runs.jsonl")) if r.get("tensor_parallel") == 2]
+    assert (tp2["data_parallel_size"], tp2["train_batch_size"]) == (1, 2)
+    assert any(line.split()[1:3] == ["tp2", "z1"] for line in proc.stdout.splitlines()), proc.stdout

@@ -62,6 +62,19 @@ def test_attention_and_compile_are_axes_with_their_own_families_and_run_flags():
         parse_key("attn=math", d)
 
 
+def test_tensor_parallelism_is_an_axis_of_deepspeed_points():
+    pts = grid((1,), ("none",), ("fp32",), (4,), (1,), engines=("deepspeed", "ddp"), tensor_parallels=(1, 2))
+    assert [p.key for p in pts] == ["z1 off=none fp32 mbs=4", "tp2 z1 off=none fp32 mbs=4", "ddp z0 off=none fp32 mbs=4"]
+    tp2 = pts[1]
+    assert tp2.run_flags() == ["--tensor-parallel", "2"] and tp2.model_parallel == 2 and tp2.family != pts[0].family
+    assert parse_key("tp2 z1 mbs=4", Point(0, "none", "fp32", 1)) == tp2
+    assert Point.from_dict(tp2.to_dict()) == tp2 and Point.from_dict(pts[0].to_dict()).tensor_parallel == 1
+    assert invalid_reason(tp2, "cpu", 2) is None
+    assert "does not divide the 3 ranks" in invalid_reason(tp2, "cpu", 3)
+    assert "DDP has no tensor parallelism" in invalid_reason(Point(0, "none", "fp32", 1, engine="ddp", tensor_parallel=2), "cpu")
+    assert "DeepSpeed #7147" in invalid_reason(Point(1, "none", "fp32", 1, pipeline_stages=2, tensor_parallel=2), "cpu", 4)
+
+
 def test_invalid_combinations_have_reasons():
     assert invalid_reason(Point(0, "optimizer", "fp32", 1), "cpu") == "offload needs ZeRO stage 1, 2 or 3"
     assert invalid_reason(Point(2, "all", "fp32", 1), "cpu") == "parameter offload needs ZeRO stage 3"

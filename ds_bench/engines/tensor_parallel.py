@@ -44,13 +44,11 @@ class TensorParallelPlan:
         return {"tensor_parallel": self.size, "data_parallel_size": self.data_parallel_size}
 
 
-def plan(size: int | None, world_size: int, divisors: dict[str, int] | None, workload: str) -> TensorParallelPlan | None:
-    """The layout of ``--tensor-parallel`` on ``world_size`` ranks (pure); None without it."""
+def plan(size: int | None, world_size: int, divisors: dict[str, int]) -> TensorParallelPlan | None:
+    """The layout of ``--tensor-parallel`` on ``world_size`` ranks of a model AutoTP can shard
+    (``Workload.check_tensor_parallel_flag``), whose widths are ``divisors`` (pure); None without it."""
     if size is None:
         return None
-    if divisors is None:
-        raise UserError(f"--tensor-parallel {size}: DeepSpeed's AutoTP cannot shard workload {workload} (llama it "
-                        "can; GPT-2's fused Conv1D projections are on AutoTP's unsupported list)")
     if world_size % size:
         raise UserError(f"--tensor-parallel {size} does not divide the world size {world_size}: every "
                         "data-parallel replica needs a whole tensor-parallel group")

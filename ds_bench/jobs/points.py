@@ -36,6 +36,13 @@ class Point:
     """``--attn`` of the run (``ATTENTION``); empty: the workload's default."""
     compile: bool = False
     """``--compile`` of the run."""
+    tensor_parallel: int = 1
+    """DeepSpeed AutoTP degree (``--tensor-parallel``); 1: none. Data-parallel degree = ranks / this."""
+
+    @property
+    def model_parallel(self) -> int:
+        """Ranks one data-parallel replica spans: pipeline stages x tensor-parallel ranks."""
+        return self.pipeline_stages * self.tensor_parallel
 
     @property
     def key(self) -> str:
@@ -46,7 +53,7 @@ class Point:
         """Every point that differs only in micro-batch: one line of the throughput plot and one
         ``--micro-batch auto`` search."""
         return (self.stage, self.offload, self.precision, self.grad_accum, self.engine, self.pipeline_stages,
-                self.attn, self.compile)
+                self.attn, self.compile, self.tensor_parallel)
 
     def family_label(self) -> str:
         return self._label("")
@@ -54,6 +61,7 @@ class Point:
     def _label(self, micro_batch: str) -> str:
         engine = "" if self.engine == "deepspeed" else f"{self.engine} "
         engine += f"pp{self.pipeline_stages} " if self.pipeline_stages > 1 else ""
+        engine += f"tp{self.tensor_parallel} " if self.tensor_parallel > 1 else ""
         return f"{engine}z{self.stage} off={self.offload} {self.precision}{micro_batch}" + (
             f" ga={self.grad_accum}" if self.grad_accum != 1 else "") + (
             f" attn={self.attn}" if self.attn else "") + (" compile" if self.compile else "")
@@ -61,6 +69,7 @@ class Point:
     def run_flags(self) -> list[str]:
         """The ``ds-bench run`` flags of this point's options beyond its DeepSpeed config."""
         return ((["--pipeline-stages", str(self.pipeline_stages)] if self.pipeline_stages > 1 else [])
+                + (["--tensor-parallel", str(self.tensor_parallel)] if self.tensor_parallel > 1 else [])
                 + (["--attn", self.attn] if self.attn else []) + (["--compile"] if self.compile else []))
 
     def to_dict(self) -> dict:
@@ -70,7 +79,7 @@ class Point:
     def from_dict(cls, d: dict) -> Point:
         return cls(int(d["stage"]), str(d["offload"]), str(d["precision"]), int(d["micro_batch"]),
                    int(d.get("grad_accum", 1)), str(d.get("engine", "deepspeed")), int(d.get("pipeline_stages", 1)),
-                   str(d.get("attn", "")), bool(d.get("compile", False)))
+                   str(d.get("attn", "")), bool(d.get("compile", False)), int(d.get("tensor_parallel", 1)))
 
     def with_micro_batch(self, micro_batch: int) -> Point:
         return dataclasses.replace(self, micro_batch=micro_batch)
@@ -92,6 +101,8 @@ def parse_key(text: str, defaults: Point) -> Point:
             fields["offload"] = value
         elif not value and part[:2] == "pp" and part[2:].isdigit() and int(part[2:]) > 0:
             fields["pipeline_stages"] = int(part[2:])
+        elif not value and part[:2] == "tp" and part[2:].isdigit() and int(part[2:]) > 0:
+            fields["tensor_parallel"] = int(part[2:])
         elif name == "attn" and value in ATTENTION:
             fields["attn"] = value
         elif part == "compile":
@@ -99,7 +110,7 @@ def parse_key(text: str, defaults: Point) -> Point:
         elif name in ("mbs", "ga") and value.isdigit() and int(value) > 0:
             fields["micro_batch" if name == "mbs" else "grad_accum"] = int(value)
         else:
-            raise ValueError(f"{part!r} is not {'|'.join(ENGINES[1:])}, z0..z3, ppN, off={'|'.join(OFFLOADS)}, "
+            raise ValueError(f"{part!r} is not {'|'.join(ENGINES[1:])}, z0..z3, ppN, tpN, off={'|'.join(OFFLOADS)}, "
                              f"{'|'.join(PRECISIONS)}, mbs=N, ga=N, attn={'|'.join(ATTENTION)} or compile")
     if fields["micro_batch"] < 1:
         raise ValueError("a point needs a micro-batch: mbs=N")
@@ -107,15 +118,15 @@ def parse_key(text: str, defaults: Point) -> Point:
 
 
 def families(stages, offloads, precisions, grad_accums, engines=("deepspeed",), pipelines=(1,), attns=("",),
-             compiles=(False,)) -> list[Point]:
+             compiles=(False,), tensor_parallels=(1,)) -> list[Point]:
     """One point per family (micro-batch 0, a placeholder), engine by engine, in axis order; pipeline
-    stages beyond 1 only for DeepSpeed (its pipeline engine)."""
+    stages and tensor-parallel degrees beyond 1 only for DeepSpeed (its pipeline engine, AutoTP)."""
     out: list[Point] = []
     for engine in engines:
         e_stages, e_offloads = engine_axes(engine, stages, offloads)
-        e_pipes = pipelines if engine == "deepspeed" else (1,)
-        out += [Point(s, o, p, 0, g, engine, pp, a, c) for pp, s, o, p, g, a, c in
-                itertools.product(e_pipes, e_stages, e_offloads, precisions, grad_accums, attns, compiles)]
+        e_pipes, e_tps = (pipelines, tensor_parallels) if engine == "deepspeed" else ((1,), (1,))
+        out += [Point(s, o, p, 0, g, engine, pp, a, c, tp) for pp, tp, s, o, p, g, a, c in
+                itertools.product(e_pipes, e_tps, e_stages, e_offloads, precisions, grad_accums, attns, compiles)]
     return out
 
 
@@ -129,10 +140,10 @@ def engine_axes(engine: str, stages, offloads) -> tuple[tuple, tuple]:
 
 
 def grid(stages, offloads, precisions, micro_batches, grad_accums, engines=("deepspeed",),
-         pipelines=(1,), attns=("",), compiles=(False,)) -> list[Point]:
+         pipelines=(1,), attns=("",), compiles=(False,), tensor_parallels=(1,)) -> list[Point]:
     """The full grid for explicit micro-batches, family by family, micro-batches ascending."""
     return [f.with_micro_batch(m) for f in families(stages, offloads, precisions, grad_accums, engines, pipelines,
-                                                    attns, compiles)
+                                                    attns, compiles, tensor_parallels)
             for m in sorted(micro_batches)]
 
 
@@ -140,7 +151,15 @@ def invalid_reason(point: Point, device_type: str, world_size: int | None = None
     """Why DeepSpeed cannot run this combination (on ``world_size`` ranks, when given), or None.
     ``ds_config.prepare`` and the run's own checks are the full check; these are the combinations a
     grid produces by construction, named in the sweep's own terms."""
-    pp = point.pipeline_stages
+    pp, tp = point.pipeline_stages, point.tensor_parallel
+    if tp > 1 and point.engine != "deepspeed":
+        return f"{point.engine.upper()} has no tensor parallelism here: it is DeepSpeed's AutoTP"
+    if tp > 1 and pp > 1:
+        return "AutoTP does not combine with DeepSpeed's pipeline engine (DeepSpeed #7147)"
+    if tp > 1 and point.compile:
+        return "--compile with tensor parallelism is not measured yet"
+    if world_size is not None and world_size % tp:
+        return f"tensor-parallel degree {tp} does not divide the {world_size} ranks"
     if pp > 1 and point.engine != "deepspeed":
         return f"{point.engine.upper()} has no pipeline: pipeline stages are DeepSpeed's engine"
     if pp > 1 and point.stage > 1:

@@ -42,8 +42,9 @@ def prepare(cfg: RunConfig) -> Prepared:
     workload = build_workload(cfg)
     lr = cfg.lr or workload.default_lr
     pipe = pipeline.plan(cfg.pipeline_stages, cfg.partition, rdzv.info.world_size, workload.pipeline_blocks)
-    tp = tensor_parallel.plan(cfg.tensor_parallel, rdzv.info.world_size, workload.tensor_parallel_divisors,
-                              cfg.workload)
+    if cfg.tensor_parallel is not None:
+        workload.check_tensor_parallel_flag()
+    tp = tensor_parallel.plan(cfg.tensor_parallel, rdzv.info.world_size, workload.tensor_parallel_divisors)
     layout = pipe or tp
     data_world = layout.data_parallel_size if layout else rdzv.info.world_size  # what the batch arithmetic counts
     ctx = ds_config.RunContext(world_size=data_world, device_type=environ.device_type(), lr=lr,

@@ -42,7 +42,7 @@ class Sweep:
     def run(self) -> None:
         s = self.spec
         fams = families(s.stages, s.offloads, s.precisions, s.grad_accums, s.engines, s.pipeline_stages, s.attns,
-                        s.compiles)
+                        s.compiles, s.tensor_parallels)
         planned = (len(fams) * (len(s.micro_batches) if s.micro_batches else 4) + len(s.extra_points)) * s.repeats
         with self.progress.open(planned):
             for family in fams:
@@ -98,7 +98,7 @@ class Sweep:
         from ds_bench import engines
         from ds_bench.config.deepspeed import prepare as ds_config
 
-        data_parallel = self.world // point.pipeline_stages  # DeepSpeed's pipeline batch counts replicas
+        data_parallel = self.world // point.model_parallel  # the batch counts data-parallel replicas
         ctx = ds_config.RunContext(world_size=data_parallel, device_type=self.spec.device_type, lr=1e-3,
                                    steps=self.spec.steps, warmup=self.spec.warmup, micro_batch=None)
         try:

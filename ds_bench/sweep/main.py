@@ -56,7 +56,7 @@ def _check_baseline(spec) -> None:
     if spec.baseline is None or spec.micro_batches is None:
         return
     keys = [p.key for p in grid(spec.stages, spec.offloads, spec.precisions, spec.micro_batches, spec.grad_accums,
-                                spec.engines, spec.pipeline_stages, spec.attns, spec.compiles)]
+                                spec.engines, spec.pipeline_stages, spec.attns, spec.compiles, spec.tensor_parallels)]
     keys += [p.key for p in spec.extra_points]
     if spec.baseline not in keys:
         raise UserError(f"--baseline {spec.baseline!r}: not a point of this sweep; points: {', '.join(keys)}")
@@ -69,7 +69,7 @@ def plan_text(sweep) -> str:
     lines = [f"families (micro-batch {'auto' if s.micro_batches is None else ','.join(map(str, s.micro_batches))}, "
              f"{s.repeats} repeat(s) each):"]
     for f in families(s.stages, s.offloads, s.precisions, s.grad_accums, s.engines, s.pipeline_stages, s.attns,
-                      s.compiles):
+                      s.compiles, s.tensor_parallels):
         why = invalid_reason(f.with_micro_batch(1), s.device_type, sweep.world)
         lines.append(f"  {f.family_label()}" + (f"  skipped: {why}" if why else ""))
     lines += [f"  point {p.key}" + (f"  skipped: {w}" if (w := invalid_reason(p, s.device_type, sweep.world)) else "")

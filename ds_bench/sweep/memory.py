@@ -23,7 +23,8 @@ class MemoryModel:
         """Calibrate on ok DeepSpeed points (DDP/FSDP memory follows other rules than the model
         ``jobs.predict`` calibrates)."""
         for r in records:
-            deepspeed = r.point.get("engine", "deepspeed") == "deepspeed" and r.point.get("pipeline_stages", 1) == 1
+            deepspeed = (r.point.get("engine", "deepspeed") == "deepspeed" and r.point.get("pipeline_stages", 1) == 1
+                         and r.point.get("tensor_parallel", 1) == 1)
             if not r.params or r.peak_mem_bytes is None or not deepspeed:
                 continue
             self.ok_points.append(r)
@@ -38,7 +39,7 @@ class MemoryModel:
                 self.two_point = second is not None
 
     def predict(self, point: Point) -> int | None:
-        if self.shape is None or self.calibration is None or point.engine != "deepspeed" or point.pipeline_stages > 1:
+        if self.shape is None or self.calibration is None or point.engine != "deepspeed" or point.model_parallel > 1:
             return None
         return predict.predict_peak_bytes(self.shape, point, self.world, self.per_node, self.device_type,
                                           self.calibration)

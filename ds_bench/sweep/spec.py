@@ -59,6 +59,8 @@ class SweepSpec:
     """``--pipeline-stages``: DeepSpeed pipeline layouts beside the data-parallel ones (GPT-2)."""
     attns: tuple[str, ...] = ("",)
     """``--attn``: attention implementations (empty: the workload's default)."""
+    tensor_parallels: tuple[int, ...] = (1,)
+    """``--tensor-parallel``: DeepSpeed AutoTP degrees beside the data-parallel layouts (llama)."""
     compiles: tuple[bool, ...] = (False,)
     """``--compile off,on``: eager and/or compiled points."""
 
@@ -92,6 +94,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline-stages", default="1",
                    help="DeepSpeed pipeline stages per point, e.g. 1,2 (default 1; ZeRO 0/1 without offload only; "
                         "with --grad-accum to show the bubble against the number of micro-batches)")
+    p.add_argument("--tensor-parallel", default="1",
+                   help="DeepSpeed AutoTP degrees per point, e.g. 1,2 (default 1; llama; labels tp2 z1 ...)")
     p.add_argument("--engines", default=None,
                    help="deepspeed,ddp,fsdp: DDP and FSDP baselines beside ZeRO from the same config (default "
                         "deepspeed; the preset: all three). DDP: one point per precision; FSDP: stages 2 and 3")
@@ -165,12 +169,15 @@ def from_args(args: argparse.Namespace, run_tail: list[str], gpu: bool, native_b
 
 
 def _check_variants(spec: SweepSpec) -> None:
-    """``--attn`` only for a workload with attention; ``--compile on`` needs a warm-up and dynamo on."""
+    """``--attn`` only for a workload with attention, ``--tensor-parallel`` beyond 1 for one AutoTP shards;
+    ``--compile on`` needs a warm-up and dynamo on."""
     from ds_bench.config.run_checks import check_compile_environment
     from ds_bench.workloads import REGISTRY
 
     if spec.attns != ("",):
         REGISTRY[spec.workload].check_attention_flag()
+    if any(tp > 1 for tp in spec.tensor_parallels):
+        REGISTRY[spec.workload].check_tensor_parallel_flag()
     if True in spec.compiles:
         argcheck.at_least("--warmup (with --compile on)", spec.warmup, 1)
         check_compile_environment("--compile on")
@@ -210,6 +217,7 @@ def _axes(args: argparse.Namespace, base: dict, bf16_native: bool, notes: list[s
         grad_accums=parse_list("--grad-accum", args.grad_accum, kind=int) if args.grad_accum else (axes["grad_accum"],),
         engines=parse_list("--engines", args.engines, allowed=ENGINES) if args.engines else ("deepspeed",),
         pipeline_stages=parse_list("--pipeline-stages", args.pipeline_stages, kind=int),
+        tensor_parallels=parse_list("--tensor-parallel", args.tensor_parallel, kind=int),
         attns=parse_list("--attn", args.attn, allowed=ATTENTION) if args.attn else ("",),
         compiles=tuple(v == "on" for v in parse_list("--compile", args.compile, allowed=("off", "on")))
         if args.compile else (False,))
@@ -239,7 +247,7 @@ def _run_args(args: argparse.Namespace, tail: list[str]) -> tuple[str, ...]:
         raise UserError(f"run arguments ({' '.join(out)}): {e}") from None
     owned = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
              "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit", "engine": "--engine", "attn": "--attn",
-             "compile": "--compile"}
+             "compile": "--compile", "tensor_parallel": "--tensor-parallel"}
     for name, flag in owned.items():
         if name in given:
             raise UserError(f"run argument {flag} after '--': the sweep sets it per point; "

@@ -33,6 +33,8 @@ class Workload(ABC):
     build's time and memory are the model's, not its library's (transformers' GPT-2: ~38 MiB RSS, ~1 s)."""
     attention: bool = False
     """Whether the model has attention whose implementation ``--attn`` chooses (GPT-2)."""
+    autotp: bool = False
+    """Whether DeepSpeed's AutoTP can shard the model (``--tensor-parallel``; llama; ``tensor_parallel_divisors``)."""
     convolutions: bool = False
     """Whether ``--channels-last`` applies (ResNet)."""
     partitioned_build: bool = False
@@ -63,6 +65,13 @@ class Workload(ABC):
         """``--attn`` (a run's, or a sweep's axis) needs a model with attention."""
         if not cls.attention:
             raise UserError(f"--attn: workload {cls.name} has no attention (gpt2 and llama have)")
+
+    @classmethod
+    def check_tensor_parallel_flag(cls) -> None:
+        """``--tensor-parallel`` beyond 1 (a run's, or a sweep's axis) needs a model AutoTP can shard."""
+        if not cls.autotp:
+            raise UserError(f"--tensor-parallel: DeepSpeed's AutoTP cannot shard workload {cls.name} (llama it can; "
+                            "GPT-2's fused Conv1D projections are on AutoTP's unsupported list)")
 
     @property
     def hidden_size(self) -> int | None:

@@ -31,6 +31,7 @@ class LlamaWorkload(CausalLMWorkload):
     default_lr = 3e-4  # Llama 3's peak pretraining rate for the 8B model (Llama 3 paper, section 3.4.1)
     preload = ("transformers.models.llama.modeling_llama",)
     partitioned_build = True
+    autotp = True
 
     def __init__(self, cfg):
         super().__init__(cfg)
