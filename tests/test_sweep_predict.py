@@ -39,6 +39,32 @@ def test_fp32_states_per_stage(stage, n, expected):
     assert states(stage, n=n) == expected
 
 
+def test_a_tensor_parallel_rank_holds_its_share_partitioned_over_the_data_parallel_ranks():
+    """T = 2 on 4 ranks: Ψ/2 per rank, ZeRO over the 2 data-parallel ranks: the T = 1 formula at Ψ/2, N = 2."""
+    tp2 = lambda stage: model_states_bytes(SHAPE, Point(stage, "none", "fp32", 1, tensor_parallel=2), 4, 4, "cpu")  # noqa: E731
+    assert tp2(0) == 16 * PSI // 2
+    assert tp2(1) == 4 * PSI // 2 + 16 * PSI // 2 // 2
+    assert tp2(3) == 20 * PSI // 2 // 2 + 4 * LAYER // 2
+    assert tp2(1) < states(1, n=4) < states(1, n=2)
+
+
+def test_each_tensor_parallel_degree_is_calibrated_on_its_own_points():
+    from ds_bench.record.schema import SweepPointRecord
+    from ds_bench.sweep.memory import MemoryModel
+
+    def ok(point, peak):
+        return SweepPointRecord(kind="sweep_point", sweep="s", key=point.key, repeat=0, status="ok", workload="llama", point=point.to_dict(),
+                                params=PSI, largest_layer_params=LAYER, peak_mem_bytes=peak, baseline_mem_bytes=200 * MiB)
+
+    dp, tp = Point(1, "none", "fp32", 2), Point(1, "none", "fp32", 2, tensor_parallel=2)
+    model = MemoryModel(world=2, per_node=2, device_type="cpu", capacity=4096 * MiB)
+    model.learn_from([ok(dp, 600 * MiB)])
+    assert model.predict(dp.with_micro_batch(4)) is not None and model.predict(tp.with_micro_batch(4)) is None
+    model.learn_from([ok(tp, 500 * MiB), ok(tp.with_micro_batch(4), 700 * MiB)])  # 100 MiB per sample at T = 2
+    assert model.predict(tp.with_micro_batch(8)) == pytest.approx(1100 * MiB, rel=1e-6)
+    assert model.surely_too_big(5000 * MiB, tp) and not model.surely_too_big(5000 * MiB, dp)  # one run: 2x margin
+
+
 def test_fp32_offload_splits_device_and_host():
     # ZeRO-2 offload at N=2: device 4Ψ + 4L, host 20Ψ/N + 4L per rank
     assert states(2, "optimizer", device="cuda") == 4 * PSI + 4 * LAYER

@@ -5,7 +5,8 @@ prediction = baseline + model states(point) + activations(point) [+ fixed, from 
 - **baseline**: what a rank held before the model was built (record ``baseline_mem_bytes``:
   runtime, libraries, process group; ``ds_bench.run.main`` preloads the libraries every stage imports).
 - **model states** (``model_states_bytes``), per rank, Ψ = parameters, N = world size,
-  L = largest layer's parameters (``ModelShape``):
+  L = largest layer's parameters (``ModelShape``); with T-way tensor parallelism Ψ/T, L/T and N/T
+  (``tensor_parallel_share``), the activations then calibrated on a point of the same T:
   - bf16/fp16, ZeRO 2 and 3: DeepSpeed's own estimators,
     ``stage_1_and_2.estimate_zero2_model_states_mem_needs`` and
     ``stage3.estimate_zero3_model_states_mem_needs`` (buffer factor 1.5, their default; zero_init
@@ -90,12 +91,24 @@ def model_states_bytes(shape: ModelShape, point: Point, world_size: int, ranks_p
 
 def _states(shape: ModelShape, point: Point, n: int, ranks_per_node: int) -> tuple[float, float]:
     """(device bytes per rank, host bytes per rank)."""
+    shape, n, ranks_per_node = tensor_parallel_share(shape, point.tensor_parallel, n, ranks_per_node)
     if point.precision != "fp32" and point.stage in (2, 3):
         cpu_per_node, device = _deepspeed_estimate(shape, point, n, ranks_per_node)
         return device, cpu_per_node / ranks_per_node
     if point.precision == "fp32":
         return _fp32_states(shape.params, shape.largest_layer_params, point, n)
     return _mixed_states(shape.params, point, n)
+
+
+def tensor_parallel_share(shape: ModelShape, t: int, n: int, ranks_per_node: int) -> tuple[ModelShape, int, int]:
+    """What ZeRO partitions on a rank of a T-way AutoTP group (pure): its 1/T share of the parameters
+    (and of the largest layer), over the N/T data-parallel ranks (and per node). AutoTP shards every
+    block's projections and the LM head; the norms it keeps whole are ~0.01% of a Llama (measured, tiny
+    Llama at T = 2: rank 0 holds 1,645,440 of 3,290,496, Ψ/2 + 192)."""
+    if t <= 1:
+        return shape, n, ranks_per_node
+    share = ModelShape(math.ceil(shape.params / t), math.ceil(shape.largest_layer_params / t))
+    return share, max(1, n // t), max(1, ranks_per_node // t)
 
 
 def _deepspeed_estimate(shape: ModelShape, point: Point, n: int, ranks_per_node: int) -> tuple[int, int]:

@@ -65,7 +65,7 @@ class Sweep:
         (ran out, or predicted to), or what else ended it (``invalid``, ``timeout``, ``crashed``)."""
         reason = self._skip_reason(point, smallest_oom)
         predicted = self.memory.predict(point)
-        if reason is None and self.spec.prune and self.memory.surely_too_big(predicted):
+        if reason is None and self.spec.prune and self.memory.surely_too_big(predicted, point):
             reason = (f"predicted {predicted / GIB:.2f} GiB per rank > {self.capacity / GIB:.2f} GiB of memory "
                       "(--no-prune runs it anyway)")
         if reason is not None:

@@ -1,7 +1,7 @@
 """What the sweep knows of its points' memory: calibrated on the first ok point (model size, baseline,
 activations), again once a second micro-batch of that point's family ran ok (two peaks separate
 the fixed per-step cost from the per-sample one: ``jobs.predict.calibrate``), and predicting every
-later point's peak from that.
+later point's peak from that; tensor-parallel degrees each calibrated on their own points.
 """
 
 from __future__ import annotations
@@ -12,45 +12,60 @@ from ds_bench.record.schema import RunMetrics, RunRecord, SweepPointRecord
 
 
 class MemoryModel:
+    """One calibration per tensor-parallel degree: a TP rank holds its share of the model states and runs
+    the whole micro-batch through sharded layers, so its activations per sample are its own."""
+
     def __init__(self, world: int, per_node: int, device_type: str, capacity: int):
         self.world, self.per_node, self.device_type, self.capacity = world, per_node, device_type, capacity
-        self.shape: predict.ModelShape | None = None
-        self.calibration: predict.Calibration | None = None
-        self.ok_points: list[SweepPointRecord] = []
-        self.two_point = False
+        self.fits: dict[int, _Fit] = {}
 
     def learn_from(self, records) -> None:
-        """Calibrate on ok DeepSpeed points (DDP/FSDP memory follows other rules than the model
-        ``jobs.predict`` calibrates)."""
+        """Calibrate on ok DeepSpeed points without a pipeline (DDP/FSDP memory follows other rules than the
+        model ``jobs.predict`` calibrates; a pipeline stage holds its own layers)."""
         for r in records:
-            deepspeed = (r.point.get("engine", "deepspeed") == "deepspeed" and r.point.get("pipeline_stages", 1) == 1
-                         and r.point.get("tensor_parallel", 1) == 1)
+            deepspeed = r.point.get("engine", "deepspeed") == "deepspeed" and r.point.get("pipeline_stages", 1) == 1
             if not r.params or r.peak_mem_bytes is None or not deepspeed:
                 continue
-            self.ok_points.append(r)
-            first = self.ok_points[0]
-            same_family = [x for x in self.ok_points[1:] if x.point | {"micro_batch": 0} == first.point | {"micro_batch": 0}
-                           and x.point["micro_batch"] != first.point["micro_batch"]]
-            if self.calibration is None or (same_family and not self.two_point):
-                self.shape = predict.ModelShape(first.params, first.largest_layer_params or 0)
-                second = (_as_run(same_family[0]), Point.from_dict(same_family[0].point)) if same_family else None
-                self.calibration = predict.calibrate(_as_run(first), Point.from_dict(first.point), self.world,
-                                                     self.per_node, self.device_type, second=second)
-                self.two_point = second is not None
+            fit = self.fits.setdefault(int(r.point.get("tensor_parallel", 1)), _Fit())
+            fit.learn(r, self.world, self.per_node, self.device_type)
 
     def predict(self, point: Point) -> int | None:
-        if self.shape is None or self.calibration is None or point.engine != "deepspeed" or point.model_parallel > 1:
+        fit = self.fits.get(point.tensor_parallel)
+        if fit is None or fit.calibration is None or point.engine != "deepspeed" or point.pipeline_stages > 1:
             return None
-        return predict.predict_peak_bytes(self.shape, point, self.world, self.per_node, self.device_type,
-                                          self.calibration)
+        return predict.predict_peak_bytes(fit.shape, point, self.world, self.per_node, self.device_type, fit.calibration)
 
-    def surely_too_big(self, predicted: int | None) -> bool:
+    def surely_too_big(self, predicted: int | None, point: Point) -> bool:
         """Calibrated on two micro-batches the prediction came within 0.91-1.00x of the measured
         peak; on one, 1.2-1.8x high (it counts the step's fixed cost as per-sample), so then only a
         prediction over twice the capacity skips a point (measured: ``ds_bench.jobs.predict``)."""
         if predicted is None:
             return False
-        return predicted > self.capacity * (1 if self.two_point else 2)
+        fit = self.fits.get(point.tensor_parallel)
+        return predicted > self.capacity * (1 if fit and fit.two_point else 2)
+
+
+class _Fit:
+    """The calibration of one tensor-parallel degree: on its first ok point, again once a second
+    micro-batch of that point's family ran ok."""
+
+    def __init__(self):
+        self.shape: predict.ModelShape | None = None
+        self.calibration: predict.Calibration | None = None
+        self.ok_points: list[SweepPointRecord] = []
+        self.two_point = False
+
+    def learn(self, r: SweepPointRecord, world: int, per_node: int, device_type: str) -> None:
+        self.ok_points.append(r)
+        first = self.ok_points[0]
+        same_family = [x for x in self.ok_points[1:] if x.point | {"micro_batch": 0} == first.point | {"micro_batch": 0}
+                       and x.point["micro_batch"] != first.point["micro_batch"]]
+        if self.calibration is None or (same_family and not self.two_point):
+            self.shape = predict.ModelShape(first.params, first.largest_layer_params or 0)
+            second = (_as_run(same_family[0]), Point.from_dict(same_family[0].point)) if same_family else None
+            self.calibration = predict.calibrate(_as_run(first), Point.from_dict(first.point), world, per_node,
+                                                 device_type, second=second)
+            self.two_point = second is not None
 
 
 def _as_run(point_record: SweepPointRecord) -> RunRecord:
