@@ -266,6 +266,27 @@ def test_bus_bytes_per_step_follow_the_zero_paper_volumes():
     assert sum(three.values()) == 1.5 * sum(bus_bytes_per_step(0, psi, 2, 2, n, 1).values())  # ZeRO paper: 1.5x DP
 
 
+def test_tensor_parallelism_adds_the_groups_activation_all_reduces():
+    """Llama 3.1 8B shape, 8 ranks as TP 2 x DP 4, bf16 ZeRO-1, micro-batch 1 x 4096 tokens, 2 micro-steps:
+    the DP collectives move the rank's half of Psi over 4 ranks; each micro-step all-reduces 4 x 32 blocks x
+    4096 x 4096 bf16 elements in its 2-rank group, 2(2-1)/2 = 1 x the bytes."""
+    from ds_bench.report.comm_bound import bus_bytes_per_step, for_run, tensor_parallel_bus_bytes
+
+    psi, elements = 8_030_261_248, 4 * 32 * 4096 * 4096
+    assert tensor_parallel_bus_bytes(2, elements, 2, 2) == elements * 2 * 2
+    assert tensor_parallel_bus_bytes(4, elements, 2, 1) == 1.5 * elements * 2
+    entry = for_run(stage=1, precision="bf16", ds_cfg={}, params=psi, world_size=8, micro_steps=2, step_ms=1e4,
+                    hosts=["n"] * 8, backend="nccl", busbw=100.0, comm_results="-", tensor_parallel=2,
+                    tp_all_reduce_elements=elements)
+    data_parallel = bus_bytes_per_step(1, psi // 2, 2, 2, 4, 2)
+    assert entry["bus_bytes_per_step"] == {**data_parallel, "tp_all_reduce": elements * 2 * 2}
+    assert entry["busbw_GBps"]["tp_all_reduce"] == 100.0
+    alone = for_run(stage=1, precision="bf16", ds_cfg={}, params=psi, world_size=2, micro_steps=1, step_ms=1e4,
+                    hosts=["n"] * 2, backend="nccl", busbw=100.0, comm_results="-", tensor_parallel=2,
+                    tp_all_reduce_elements=elements)
+    assert set(alone["bus_bytes_per_step"]) == {"tp_all_reduce"}  # one replica: no data-parallel traffic
+
+
 def test_gradient_bytes_follow_communication_data_type():
     from ds_bench.report.comm_bound import grad_bytes_of
 

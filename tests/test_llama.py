@@ -173,6 +173,8 @@ def test_two_tensor_parallel_ranks_reproduce_one_rank(tp_runs):
         assert b == pytest.approx(a, rel=1e-4)
     assert curve_one[-1] < 0.97 * curve_one[0]  # it trains: real text, from ln(50257) = 10.8 down
     assert "1 data-parallel (tensor parallel 2: DeepSpeed checks 8 over every rank)" in summary
+    # one replica: no data-parallel collective; 4 activation all-reduces x 2 blocks x 4 x 32 x 64 fp32 elements
+    assert two["comm_bound"]["bus_bytes_per_step"] == {"tp_all_reduce": 2 * (2 - 1) / 2 * 4 * 2 * 4 * 32 * 64 * 4}
 
 
 @pytest.mark.dist

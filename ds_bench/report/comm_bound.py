@@ -21,6 +21,13 @@ DeepSpeed communicates (``runtime/engine.py``, ``zero/stage_1_and_2.py``, ``zero
 - stage 3: parameters all-gathered in every micro-step's forward and again in its backward,
   gradients reduce-scattered every micro-step: (n-1)/n x k Psi (2P + G), 1.5x stage 0 (the paper).
 
+With T-way tensor parallelism (AutoTP) the data-parallel collectives above move a rank's 1/T share of
+Psi over its n/T data-parallel ranks, and each T-rank group all-reduces activations in every
+micro-step: 2 per block in the forward pass (after the attention output and the MLP down projections)
+and 2 in the backward (the input gradients of the column-parallel q/k/v and gate/up projections),
+Megatron-LM (Shoeybi et al. 2019, sec. 3), each of micro-batch x sequence x hidden elements in the
+compute dtype, 2(T-1)/T x S bus bytes; activation checkpointing recomputes the forward's 2 (``tp_all_reduce``).
+
 The bound takes each collective at the busbw of the comm run's largest message (its best case) and
 counts no latency, no overlap penalty and no offload traffic (PCIe, not the network), so the true
 communication time is at least this. A run is called communication-bound when the bound is at
@@ -117,14 +124,25 @@ def judge(bytes_per_step: dict[str, float], busbw: dict[str, float], source: str
             "communication_bound": fraction >= BOUND_FRACTION}
 
 
+def tensor_parallel_bus_bytes(t: int, all_reduce_elements: int, element_bytes: int, micro_steps: int) -> float:
+    """Bus bytes of a T-rank group's activation all-reduces per optimizer step (module doc), given the
+    elements all-reduced in one micro-step (``Workload.tensor_parallel_all_reduce_elements``)."""
+    return 2 * (t - 1) / t * all_reduce_elements * element_bytes * micro_steps
+
+
 def for_run(*, stage: int, precision: str, ds_cfg: dict, params: int, world_size: int, micro_steps: int,
-            step_ms: float, hosts: list[str], backend: str, busbw: float | None, comm_results: str) -> dict:
+            step_ms: float, hosts: list[str], backend: str, busbw: float | None, comm_results: str,
+            tensor_parallel: int = 1, tp_all_reduce_elements: int = 0) -> dict:
     """The ``comm_bound`` entry of a run record: with ``--busbw``, that figure for every collective;
     else the newest comm record of the same ranks in ``comm_results``; else a note saying how to get one."""
     if world_size == 1:
         return {"note": "1 rank: nothing crosses a link"}
-    moved = bus_bytes_per_step(stage, params, BYTES[precision], grad_bytes_of(ds_cfg, precision), world_size,
-                               micro_steps)
+    data_parallel = world_size // tensor_parallel
+    moved = bus_bytes_per_step(stage, -(-params // tensor_parallel), BYTES[precision], grad_bytes_of(ds_cfg, precision),
+                               data_parallel, micro_steps) if data_parallel > 1 else {}
+    if tensor_parallel > 1:
+        moved["tp_all_reduce"] = tensor_parallel_bus_bytes(tensor_parallel, tp_all_reduce_elements, BYTES[precision],
+                                                           micro_steps)
     if busbw is not None:
         return judge(moved, {"all_reduce": busbw}, "--busbw", step_ms)
     record = latest_comm_record(comm_results, hosts, world_size, backend)

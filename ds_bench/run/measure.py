@@ -206,21 +206,25 @@ def run_metrics(run: Started, workload, built: Built, reports: list, loop_starte
              "compile": compile_stats.combine([r.compiled for r in reports], built.compile_backend)
              if built.compile_backend else None,
              "slow_ranks": slow_ranks.from_metrics(metrics, cfg.slow_rank_threshold),
-             "comm_bound": _comm_bound(run, built, metrics, hosts)}
+             "comm_bound": _comm_bound(run, workload, built, metrics, hosts)}
     if built.stages is not None:
         extra["pipeline_layout"] = stage_timers.per_stage(reports, built.stages)
     return metrics, extra
 
 
-def _comm_bound(run: Started, built: Built, metrics: dict, hosts: list[str]) -> dict:
-    """The comm-bound verdict (``ds_bench.report.comm_bound``); it models data-parallel collectives only."""
+def _comm_bound(run: Started, workload, built: Built, metrics: dict, hosts: list[str]) -> dict:
+    """The comm-bound verdict (``ds_bench.report.comm_bound``): data-parallel collectives, and AutoTP's
+    activation all-reduces; not a pipeline's stage-to-stage sends."""
     cfg, ds_cfg, state = run.cfg, run.ds_cfg, run.state
     if run.engine.pipeline is not None:
         return {"note": "pipeline: the verdict models data-parallel collectives only, not stage-to-stage sends"}
+    tp = run.engine.tensor_parallel
+    tp_elements = workload.tensor_parallel_all_reduce_elements(ds_cfg["train_micro_batch_size_per_gpu"]) if tp else 0
     return verdict.for_run(stage=run.engine.zero_stage, precision=ds_config.precision_of(ds_cfg), ds_cfg=ds_cfg,
                            params=built.params, world_size=state.world_size,
                            micro_steps=ds_cfg["gradient_accumulation_steps"], step_ms=metrics["step_ms_median"],
-                           hosts=hosts, backend=state.backend, busbw=cfg.busbw, comm_results=cfg.comm_results_path())
+                           hosts=hosts, backend=state.backend, busbw=cfg.busbw, comm_results=cfg.comm_results_path(),
+                           tensor_parallel=tp.size if tp else 1, tp_all_reduce_elements=tp_elements)
 
 
 def _preload_libraries(names: tuple[str, ...]) -> None:

@@ -92,6 +92,10 @@ class Workload(ABC):
         """The model widths a ``--tensor-parallel`` degree must divide, by name; None: AutoTP cannot shard it."""
         return None
 
+    def tensor_parallel_all_reduce_elements(self, micro_batch: int) -> int:
+        """Elements a tensor-parallel group all-reduces in one micro-step (``ds_bench.report.comm_bound``)."""
+        return 0
+
     def build_pipeline(self, stages: int, partition: str) -> torch.nn.Module:
         """This rank's stage of the model as a ``deepspeed.pipe.PipelineModule`` (after joining), with a
         ``stage_layout()`` method: a dict for the record (stage, layers, blocks, params, unique_params)."""

@@ -54,6 +54,12 @@ class LlamaWorkload(CausalLMWorkload):
         return {"attention heads": self.shape.heads, "KV heads": self.shape.kv_heads, "hidden size": self.shape.hidden,
                 "MLP width": self.shape.intermediate}
 
+    def tensor_parallel_all_reduce_elements(self, micro_batch: int) -> int:
+        """4 all-reduces per block of micro-batch x sequence x hidden (2 forward, 2 backward; Megatron-LM
+        sec. 3), 6 with activation checkpointing (the forward's recomputed)."""
+        per_block = 6 if self.cfg.activation_checkpointing else 4
+        return per_block * self.shape.n_layer * micro_batch * self.seq_len * self.shape.hidden
+
     def build_model(self) -> nn.Module:
         from transformers import LlamaForCausalLM
 
