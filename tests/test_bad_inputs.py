@@ -161,8 +161,10 @@ CASES["--tensor-parallel with --checkpoint"] = Case(run(*TP, "1", "--checkpoint"
                                                     r"--tensor-parallel with --checkpoint: not measured yet")
 CASES["llama unknown size"] = Case(run("--workload", "llama", "--size", "llama2-7b"),
                                    r"--size 'llama2-7b' is not a size of workload llama; known: tiny, llama3.2-1b")
-CASES["llama --model"] = Case(run("--workload", "llama", "--size", "tiny", "--model", "{tmp}"),
-                              r"--model: workload llama builds the published shapes from scratch")
+CASES["llama --model with --size"] = Case(run("--workload", "llama", "--size", "tiny", "--model", "{tmp}"),
+                                          r"--size and --model are exclusive")
+CASES["llama --model without config"] = Case(run("--workload", "llama", "--model", "{tmp}"),
+                                             r"--model .*: no config.json \(expected a folder written by save_pretrained\)")
 CASES["--partition alone"] = Case(run("--workload", "gpt2", "--partition", "uniform"), r"--partition needs --pipeline-stages")
 CASES["--partition unknown"] = Case(run(*PP, "1", "--partition", "profile"), r"--partition 'profile': expected parameters, uniform or type:REGEX")
 CASES["--partition bad regex"] = Case(run(*PP, "1", "--partition", "type:(block"), r"--partition 'type:\(block': not a regular expression")

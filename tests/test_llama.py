@@ -76,9 +76,36 @@ def test_flops_formula_matches_torch_flop_counter(checkpointing):
 def test_the_workload_says_what_it_runs():
     w = workload(size="tiny", seq_len=32)
     model = w.build_model()
-    assert w.model_settings(model) == {"attn_implementation": "sdpa", "activation_function": "silu"}
+    assert w.model_settings(model) == {"attn_implementation": "sdpa", "activation_function": "silu", "tokenizer": None}
     assert w.tokens_per_sample == 32 and w.hidden_size == 64 and w.sample_unit == "sequences"
     assert w.tensor_parallel_divisors == {"attention heads": 4, "KV heads": 2, "hidden size": 64, "MLP width": 128}
+
+
+def test_local_pretrained_weights_and_their_tokenizer_are_what_the_run_reads(tmp_path, shakespeare):
+    """``--model PATH``: a ``save_pretrained`` folder (a tiny Llama, with GPT-2's tokenizer saved beside it
+    as its own) is loaded whole: the same weights, its tokenizer on ``--data``, the fine-tuning rate."""
+    from transformers import LlamaForCausalLM
+
+    from ds_bench.data.tokenizer import load_gpt2_tokenizer
+    from ds_bench.workloads.llama import llama_config
+
+    torch.manual_seed(5)
+    saved = LlamaForCausalLM(llama_config(llama_shapes.SHAPES["tiny"], 64))
+    saved.save_pretrained(tmp_path / "m")
+    load_gpt2_tokenizer().save_pretrained(tmp_path / "m")
+    w = workload(model_path=str(tmp_path / "m"), seq_len=32, data=str(shakespeare))
+    assert (w.size, w.default_lr, w.partitioned_build) == (None, 5e-5, False)
+    assert w.shape == llama_shapes.SHAPES["tiny"]
+    w.prepare_data(1, 2)
+    model = w.build_model()
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), saved.state_dict().values()))
+    assert w.model_settings(model)["tokenizer"] == str(tmp_path / "m")
+    assert torch.isfinite(w.loss(model, next(iter(w.batches(0, 1, 2)))))
+    other = tmp_path / "gpt2"
+    other.mkdir()
+    (other / "config.json").write_text('{"model_type": "gpt2"}')
+    with pytest.raises(UserError, match="model_type 'gpt2', this workload needs 'llama'"):
+        workload(model_path=str(other))
 
 
 # --- tensor parallelism: the layout (pure) ---
@@ -111,6 +138,13 @@ def test_only_a_workload_autotp_can_shard_takes_tensor_parallelism():
     for name in ("gpt2", "mnist", "resnet"):
         with pytest.raises(UserError, match=f"AutoTP cannot shard workload {name}"):
             REGISTRY[name].check_tensor_parallel_flag()
+
+
+def test_a_tensor_parallel_group_across_nodes_is_warned_against():
+    assert tensor_parallel.across_nodes_warning(tensor_parallel.TensorParallelPlan(4, 2), 8) is None
+    assert tensor_parallel.across_nodes_warning(tensor_parallel.TensorParallelPlan(2, 1), None) is None
+    text = tensor_parallel.across_nodes_warning(tensor_parallel.TensorParallelPlan(4, 2), 2)
+    assert text.startswith("--tensor-parallel 4 with 2 rank(s) per node: tensor-parallel groups span nodes")
 
 
 def test_deepspeed_gets_autotp_and_the_batch_it_checks():

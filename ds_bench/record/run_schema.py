@@ -154,6 +154,9 @@ class RunRecord(Stamped):
     activation_function: str | None = None
     """The MLP activation the built model runs (HF ``activation_function``; GPT-2: ``gelu_pytorch_tanh``,
     ``ds_bench.workloads.gpt2.FUSED_GELU``); None for workloads without one."""
+    tokenizer: str | None = None
+    """What tokenized a language model's ``--data``: the ``--model`` folder's own tokenizer (its path), or
+    ``gpt2-bpe`` (``ds_bench.data.tokenizer``); None for synthetic tokens."""
     memory_format: str | None = None
     """ResNet: its first convolution's weight layout after the engine wrapped it (``channels_last`` with
     ``--channels-last``, ``contiguous``, ``partitioned`` under ZeRO-3)."""

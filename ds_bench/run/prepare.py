@@ -7,6 +7,7 @@ here, so bad input exits 2 at once, never joins and never leaves a record.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from ds_bench import engines
@@ -20,6 +21,8 @@ from ds_bench.machine import environ, jit_ops
 from ds_bench.measure import checkpoint
 from ds_bench.workloads import build_workload
 from ds_bench.workloads.base import Workload
+
+log = logging.getLogger("ds_bench")
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,9 @@ def prepare(cfg: RunConfig) -> Prepared:
     if cfg.tensor_parallel is not None:
         workload.check_tensor_parallel_flag()
     tp = tensor_parallel.plan(cfg.tensor_parallel, rdzv.info.world_size, workload.tensor_parallel_divisors)
+    warning = tensor_parallel.across_nodes_warning(tp, rdzv.info.local_world_size)
+    if warning:
+        log.warning(warning)
     layout = pipe or tp
     data_world = layout.data_parallel_size if layout else rdzv.info.world_size  # what the batch arithmetic counts
     ctx = ds_config.RunContext(world_size=data_world, device_type=environ.device_type(), lr=lr,

@@ -11,6 +11,8 @@ A subclass sets ``self.config`` (the HF config), ``self.seq_len`` and ``self.fil
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 
 import torch
@@ -21,6 +23,9 @@ from ds_bench.errors import UserError
 from ds_bench.workloads.base import Batch, Workload, check_enough, cycle_pool, shard_epochs
 
 SYNTHETIC_POOL = 8  # distinct synthetic batches per rank, cycled
+FINETUNE_LR = 5e-5  # HF Trainer's default learning rate
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json",
+                "pytorch_model.bin", "pytorch_model.bin.index.json")
 DEFAULT_ATTENTION = "sdpa"
 """Batches are packed full sequences and pass no attention mask, so SDPA takes its causal path (``is_causal``)
 and may use its flash / memory-efficient kernels (a mask would keep it on the math kernel)."""
@@ -34,6 +39,9 @@ class CausalLMWorkload(Workload):
     seqs: torch.Tensor | None = None
     """[n, seq_len] packed tokens, set by ``prepare_data``."""
     n_tokens = 0
+    tokenizer_source: str | None = None
+    """What tokenized ``--data`` (the record's ``tokenizer``): the ``--model`` folder, or ``gpt2-bpe`` (the
+    GPT-2 BPE of ``ds_bench.data.tokenizer``); None for synthetic tokens."""
 
     @property
     def tokens_per_sample(self) -> int:
@@ -67,9 +75,11 @@ class CausalLMWorkload(Workload):
                 for _ in range(SYNTHETIC_POOL)]
 
     def _tokenizer(self):
-        from ds_bench.data.tokenizer import load_gpt2_tokenizer
+        from ds_bench.data.tokenizer import has_tokenizer, load_gpt2_tokenizer
 
         tokenizer = load_gpt2_tokenizer(self.cfg.model_path)
+        own = self.cfg.model_path is not None and has_tokenizer(self.cfg.model_path)
+        self.tokenizer_source = self.cfg.model_path if own else "gpt2-bpe"
         if len(tokenizer) > self.config.vocab_size:
             raise UserError(f"tokenizer has {len(tokenizer)} tokens but the model's vocabulary is "
                             f"{self.config.vocab_size}: give --model a folder whose tokenizer matches")
@@ -78,6 +88,22 @@ class CausalLMWorkload(Workload):
     def _text_batches(self, rank: int, world_size: int, micro_batch: int) -> Iterator[Batch]:
         for idx in shard_epochs(len(self.seqs), rank, world_size, micro_batch, self.cfg.seed):
             yield {"input_ids": self.seqs[idx]}
+
+
+def check_pretrained_folder(path: str, model_type: str) -> None:
+    """``--model PATH``: a folder written by ``save_pretrained``, of ``model_type``, with weights."""
+    config_file = os.path.join(path, "config.json")
+    if not os.path.isfile(config_file):
+        raise UserError(f"--model {path}: no config.json (expected a folder written by save_pretrained)")
+    try:
+        with open(config_file, encoding="utf-8") as f:
+            found = json.load(f).get("model_type")
+    except (OSError, ValueError) as e:
+        raise UserError(f"--model {path}: cannot read config.json ({e})") from None
+    if found != model_type:
+        raise UserError(f"--model {path}: config.json has model_type {found!r}, this workload needs {model_type!r}")
+    if not any(os.path.isfile(os.path.join(path, f)) for f in WEIGHT_FILES):
+        raise UserError(f"--model {path}: no weights ({' or '.join(WEIGHT_FILES[::2])})")
 
 
 def enable_checkpointing(model: nn.Module) -> None:

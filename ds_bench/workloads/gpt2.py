@@ -17,8 +17,6 @@ recomputes each block in the backward pass. Reports tokens/s and sequences/s; mo
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterator
 
 from torch import nn
@@ -26,12 +24,10 @@ from torch import nn
 from ds_bench.data import text
 from ds_bench.errors import UserError
 from ds_bench.workloads import flops, hf_init
-from ds_bench.workloads.causal_lm import DEFAULT_ATTENTION, CausalLMWorkload, enable_checkpointing
+from ds_bench.workloads.causal_lm import (DEFAULT_ATTENTION, FINETUNE_LR, CausalLMWorkload, check_pretrained_folder,
+                                         enable_checkpointing)
 from ds_bench.workloads.gpt2_shapes import SHAPES, VOCAB, Shape, check_custom_shape, custom_shape, named_shape
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json",
-                "pytorch_model.bin", "pytorch_model.bin.index.json")
-FINETUNE_LR = 5e-5  # HF Trainer's default learning rate
 FUSED_GELU = "gelu_pytorch_tanh"
 """GPT-2's ``gelu_new`` (HF NewGELUActivation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) in
 five elementwise ops) and ``gelu_pytorch_tanh`` (``F.gelu(approximate="tanh")``, one kernel) are the same
@@ -126,7 +122,7 @@ class GPT2Workload(CausalLMWorkload):
         workload's)."""
         config = _config_of(model, self.config)
         return {"attn_implementation": config._attn_implementation,
-                "activation_function": config.activation_function}
+                "activation_function": config.activation_function, "tokenizer": self.tokenizer_source}
 
 def gpt2_config(size: str, seq_len: int):
     """A from-scratch ``GPT2Config`` of a named size; no dropout, room for ``seq_len`` positions."""
@@ -145,18 +141,7 @@ def pretrained_config(path: str, seq_len: int):
     """The ``GPT2Config`` of a local pretrained folder, checked against the run's flags."""
     from transformers import GPT2Config
 
-    config_file = os.path.join(path, "config.json")
-    if not os.path.isfile(config_file):
-        raise UserError(f"--model {path}: no config.json (expected a folder written by save_pretrained)")
-    try:
-        with open(config_file, encoding="utf-8") as f:
-            model_type = json.load(f).get("model_type")
-    except (OSError, ValueError) as e:
-        raise UserError(f"--model {path}: cannot read config.json ({e})") from None
-    if model_type != "gpt2":
-        raise UserError(f"--model {path}: config.json has model_type {model_type!r}, workload gpt2 needs 'gpt2'")
-    if not any(os.path.isfile(os.path.join(path, f)) for f in WEIGHT_FILES):
-        raise UserError(f"--model {path}: no weights ({' or '.join(WEIGHT_FILES[::2])})")
+    check_pretrained_folder(path, "gpt2")
     config = GPT2Config.from_pretrained(path)
     if seq_len > config.n_positions:
         raise UserError(f"--seq-len {seq_len} exceeds the {config.n_positions} positions of --model {path}")

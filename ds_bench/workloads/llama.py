@@ -2,11 +2,15 @@
 shapes (``--size``: tiny, llama3.2-1b, llama3.2-3b, llama3.1-8b, llama3.1-70b; the table, its sources and
 the parameter and FLOPs formulas are ``ds_bench.workloads.llama_shapes``), from scratch: no dropout,
 weights drawn by HF's init (gathered under a partitioned ZeRO-3 build, ``ds_bench.workloads.hf_init``).
+``--model PATH`` starts from local pretrained weights instead (a ``save_pretrained`` folder of model_type
+llama; its own tokenizer reads ``--data``; default learning rate 5e-5, and the whole model built on
+every rank).
 
 ``--seq-len`` (default 1024; rotary positions, so any length builds), ``--attn`` (default SDPA, as GPT-2),
 ``--activation-checkpointing``, ``--data`` and the loss as every causal LM
-(``ds_bench.workloads.causal_lm``): text is read through GPT-2's BPE, whose 50,257 ids fall inside
-every size's vocabulary (``tiny`` has exactly GPT-2's; the published sizes keep their 128,256 rows).
+(``ds_bench.workloads.causal_lm``): text is read through the ``--model`` folder's tokenizer, else GPT-2's
+BPE, whose 50,257 ids fall inside every size's vocabulary (``tiny`` has exactly GPT-2's; the published
+sizes keep their 128,256 rows); the record's ``tokenizer`` says which.
 Model FLOPs: ``llama_shapes.flops_per_token`` (6 N + 12 L H Q T, grouped-query attention and SwiGLU counted).
 """
 
@@ -17,7 +21,8 @@ from torch import nn
 from ds_bench.data import text
 from ds_bench.errors import UserError
 from ds_bench.workloads import hf_init, llama_shapes
-from ds_bench.workloads.causal_lm import DEFAULT_ATTENTION, CausalLMWorkload, enable_checkpointing
+from ds_bench.workloads.causal_lm import (DEFAULT_ATTENTION, FINETUNE_LR, CausalLMWorkload, check_pretrained_folder,
+                                         enable_checkpointing)
 
 MIN_POSITIONS = 2048
 """``max_position_embeddings`` of a model from scratch (at least the sequence): rotary positions hold no
@@ -35,12 +40,16 @@ class LlamaWorkload(CausalLMWorkload):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        if cfg.model_path is not None:
-            raise UserError("--model: workload llama builds the published shapes from scratch (--size); "
-                            "local Llama weights are not read yet")
         self.seq_len = cfg.seq_len
-        self.shape = llama_shapes.SHAPES[self.size]
-        self.config = llama_config(self.shape, cfg.seq_len)
+        if cfg.model_path is not None:
+            if cfg.size is not None:
+                raise UserError("--size and --model are exclusive: the shape comes from --model's config.json")
+            self.config = pretrained_config(cfg.model_path)
+            self.shape = shape_of(self.config)
+            self.size, self.default_lr, self.partitioned_build = None, FINETUNE_LR, False
+        else:
+            self.shape = llama_shapes.SHAPES[self.size]
+            self.config = llama_config(self.shape, cfg.seq_len)
         self.config._attn_implementation = cfg.attn or DEFAULT_ATTENTION
         self.files = None if cfg.data == "synthetic" else text.find_text_files(cfg.data)
 
@@ -63,8 +72,12 @@ class LlamaWorkload(CausalLMWorkload):
     def build_model(self) -> nn.Module:
         from transformers import LlamaForCausalLM
 
-        with hf_init.partitioned_weight_init():  # under ZeRO-3 zero.Init: the same weights as unpartitioned
-            model = LlamaForCausalLM(self.config)
+        if self.cfg.model_path is not None:
+            model = LlamaForCausalLM.from_pretrained(self.cfg.model_path, config=self.config,
+                                                     attn_implementation=self.config._attn_implementation)
+        else:
+            with hf_init.partitioned_weight_init():  # under ZeRO-3 zero.Init: the same weights as unpartitioned
+                model = LlamaForCausalLM(self.config)
         model.loss_type = "ForCausalLM"
         if self.cfg.activation_checkpointing:
             enable_checkpointing(model)
@@ -81,7 +94,26 @@ class LlamaWorkload(CausalLMWorkload):
         return self.seq_len * llama_shapes.hardware_flops_per_token(self.shape, self.seq_len)
 
     def model_settings(self, model: nn.Module) -> dict[str, str]:
-        return {"attn_implementation": self.config._attn_implementation, "activation_function": self.config.hidden_act}
+        return {"attn_implementation": self.config._attn_implementation, "activation_function": self.config.hidden_act,
+                "tokenizer": self.tokenizer_source}
+
+
+def pretrained_config(path: str):
+    """The ``LlamaConfig`` of a local pretrained folder (``save_pretrained``'s, weights beside it)."""
+    from transformers import LlamaConfig
+
+    check_pretrained_folder(path, "llama")
+    config = LlamaConfig.from_pretrained(path)
+    config.use_cache = False
+    return config
+
+
+def shape_of(config) -> llama_shapes.LlamaShape:
+    """The shape of a ``LlamaConfig``, for the FLOPs, the parameter count and AutoTP's divisors."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return llama_shapes.LlamaShape(config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
+                                   config.num_key_value_heads or config.num_attention_heads, head_dim,
+                                   config.intermediate_size, config.vocab_size, bool(config.tie_word_embeddings))
 
 
 def llama_config(shape: llama_shapes.LlamaShape, seq_len: int):
