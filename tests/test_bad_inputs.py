@@ -156,9 +156,9 @@ CASES["--tensor-parallel gpt2"] = Case(run("--workload", "gpt2", "--size", "tiny
                                        r"--tensor-parallel: DeepSpeed's AutoTP cannot shard workload gpt2")
 CASES["--tensor-parallel engine ddp"] = Case(run(*TP, "1", "--engine", "ddp"), r"--engine ddp with --tensor-parallel")
 CASES["--tensor-parallel with a pipeline"] = Case(run(*TP, "1", "--pipeline-stages", "1"),
-                                                  r"--tensor-parallel with --pipeline-stages: AutoTP does not combine")
+                                                  r"--tensor-parallel: AutoTP does not combine with DeepSpeed's pipeline")
 CASES["--tensor-parallel with --checkpoint"] = Case(run(*TP, "1", "--checkpoint", "{tmp}/ckpt"),
-                                                    r"--tensor-parallel with --checkpoint: not measured yet")
+                                                    r"--tensor-parallel: --checkpoint with tensor parallelism is not measured yet")
 CASES["llama unknown size"] = Case(run("--workload", "llama", "--size", "llama2-7b"),
                                    r"--size 'llama2-7b' is not a size of workload llama; known: tiny, llama3.2-1b")
 CASES["llama --model with --size"] = Case(run("--workload", "llama", "--size", "tiny", "--model", "{tmp}"),

@@ -159,8 +159,8 @@ def test_deepspeed_gets_autotp_and_the_batch_it_checks():
 
 @pytest.mark.parametrize("flags, message", [
     ({"engine": "ddp"}, "--engine ddp with --tensor-parallel"),
-    ({"pipeline_stages": 2}, "--tensor-parallel with --pipeline-stages: AutoTP does not combine"),
-    ({"compile": True}, "--tensor-parallel with --compile: not measured yet"),
+    ({"pipeline_stages": 2}, "--tensor-parallel: AutoTP does not combine with DeepSpeed's pipeline engine"),
+    ({"compile": True}, "--tensor-parallel: --compile with tensor parallelism is not measured yet"),
     ({"tensor_parallel": 0}, "--tensor-parallel must be a positive integer"),
 ])
 def test_flags_a_tensor_parallel_run_cannot_take(flags, message):

@@ -69,22 +69,19 @@ def check_pipeline_flags(cfg) -> None:
     if stages is None:
         _require(cfg.partition is None, "--partition needs --pipeline-stages (it splits layers over pipeline stages)")
         return
-    _require(stages >= 1, f"--pipeline-stages must be a positive integer, got {stages}")
-    _require(cfg.engine == "deepspeed", f"--engine {cfg.engine} with --pipeline-stages: the pipeline is DeepSpeed's "
-                                        "own engine (--engine deepspeed)")
-    for name, why in PIPELINE_CONFLICTS.items():
-        _require(not getattr(cfg, name), f"--pipeline-stages: {why}")
+    _check_layout_flags(cfg, "--pipeline-stages", stages, "the pipeline is DeepSpeed's own engine (--engine deepspeed)",
+                        PIPELINE_CONFLICTS)
     _require(cfg.attn != "eager", "--attn eager with --pipeline-stages: a stage's blocks get no attention mask, "
                                   "which only sdpa and flash_attention_2 apply causally; use --attn sdpa")
     check_partition(cfg.partition)
 
 
 TENSOR_PARALLEL_CONFLICTS = {
-    "pipeline_stages": "--pipeline-stages: AutoTP does not combine with DeepSpeed's pipeline engine (DeepSpeed #7147)",
-    "checkpoint": "--checkpoint: not measured yet with tensor parallelism",
-    "resume": "--resume: not measured yet with tensor parallelism",
-    "compile": "--compile: not measured yet with tensor parallelism (DeepSpeed has its own AutoTP compile pass)",
-    "breakdown": "--breakdown: not measured yet with tensor parallelism",
+    "pipeline_stages": "AutoTP does not combine with DeepSpeed's pipeline engine (DeepSpeed #7147); drop --pipeline-stages",
+    "checkpoint": "--checkpoint with tensor parallelism is not measured yet",
+    "resume": "--resume with tensor parallelism is not measured yet",
+    "compile": "--compile with tensor parallelism is not measured yet (DeepSpeed has its own AutoTP compile pass)",
+    "breakdown": "--breakdown with tensor parallelism is not measured yet",
 }
 """Flags a tensor-parallel run refuses, and why."""
 
@@ -94,11 +91,16 @@ def check_tensor_parallel_flags(cfg) -> None:
     size = cfg.tensor_parallel
     if size is None:
         return
-    _require(size >= 1, f"--tensor-parallel must be a positive integer, got {size}")
-    _require(cfg.engine == "deepspeed", f"--engine {cfg.engine} with --tensor-parallel: tensor parallelism is "
-                                        "DeepSpeed's AutoTP here (--engine deepspeed)")
-    for name, why in TENSOR_PARALLEL_CONFLICTS.items():
-        _require(not getattr(cfg, name), f"--tensor-parallel with {why}")
+    _check_layout_flags(cfg, "--tensor-parallel", size, "tensor parallelism is DeepSpeed's AutoTP here "
+                        "(--engine deepspeed)", TENSOR_PARALLEL_CONFLICTS)
+
+
+def _check_layout_flags(cfg, flag: str, degree: int, engine_why: str, conflicts: dict[str, str]) -> None:
+    """A model-parallel layout flag: a positive degree, DeepSpeed's engine, none of the flags it refuses."""
+    _require(degree >= 1, f"{flag} must be a positive integer, got {degree}")
+    _require(cfg.engine == "deepspeed", f"--engine {cfg.engine} with {flag}: {engine_why}")
+    for name, why in conflicts.items():
+        _require(not getattr(cfg, name), f"{flag}: {why}")
 
 
 def check_partition(method: str | None) -> None:

@@ -20,6 +20,7 @@ from torch import nn
 
 from ds_bench.data import text
 from ds_bench.errors import UserError
+from ds_bench.workloads import hf_init
 from ds_bench.workloads.base import Batch, Workload, check_enough, cycle_pool, shard_epochs
 
 SYNTHETIC_POOL = 8  # distinct synthetic batches per rank, cycled
@@ -68,6 +69,25 @@ class CausalLMWorkload(Workload):
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         ids = batch["input_ids"]
         return model(input_ids=ids, labels=ids, use_cache=False, return_dict=True).loss
+
+    def model_class(self) -> type:
+        """The HF ``...ForCausalLM`` class (imported when called: transformers' model modules are slow to import)."""
+        raise NotImplementedError
+
+    def build_model(self) -> nn.Module:
+        """``--model``'s weights, else from scratch (HF's init; under ZeRO-3's ``zero.Init`` gathered, so the
+        same weights as unpartitioned: ``ds_bench.workloads.hf_init``); activation checkpointing if asked."""
+        model_class = self.model_class()
+        if self.cfg.model_path is not None:
+            model = model_class.from_pretrained(self.cfg.model_path, config=self.config,
+                                                attn_implementation=self.config._attn_implementation)
+        else:
+            with hf_init.partitioned_weight_init():
+                model = model_class(self.config)
+        model.loss_type = "ForCausalLM"  # the loss HF picks anyway, named so it does not warn
+        if self.cfg.activation_checkpointing:
+            enable_checkpointing(model)
+        return model
 
     def _synthetic_pool(self, rank: int, micro_batch: int) -> list[Batch]:
         gen = torch.Generator().manual_seed(self.cfg.seed * 1000 + rank)

@@ -23,9 +23,8 @@ from torch import nn
 
 from ds_bench.data import text
 from ds_bench.errors import UserError
-from ds_bench.workloads import flops, hf_init
-from ds_bench.workloads.causal_lm import (DEFAULT_ATTENTION, FINETUNE_LR, CausalLMWorkload, check_pretrained_folder,
-                                         enable_checkpointing)
+from ds_bench.workloads import flops
+from ds_bench.workloads.causal_lm import DEFAULT_ATTENTION, FINETUNE_LR, CausalLMWorkload, check_pretrained_folder
 from ds_bench.workloads.gpt2_shapes import SHAPES, VOCAB, Shape, check_custom_shape, custom_shape, named_shape
 
 FUSED_GELU = "gelu_pytorch_tanh"
@@ -72,19 +71,10 @@ class GPT2Workload(CausalLMWorkload):
     def hidden_size(self) -> int:
         return self.config.n_embd
 
-    def build_model(self) -> nn.Module:
+    def model_class(self):
         from transformers import GPT2LMHeadModel
 
-        if self.cfg.model_path is not None:
-            model = GPT2LMHeadModel.from_pretrained(self.cfg.model_path, config=self.config,
-                                                    attn_implementation=self.config._attn_implementation)
-        else:
-            with hf_init.partitioned_weight_init():  # under ZeRO-3 zero.Init: the same weights as unpartitioned
-                model = GPT2LMHeadModel(self.config)
-        model.loss_type = "ForCausalLM"  # the loss HF picks anyway, named so it does not warn
-        if self.cfg.activation_checkpointing:
-            enable_checkpointing(model)
-        return model
+        return GPT2LMHeadModel
 
     @property
     def pipeline_blocks(self) -> int:

@@ -20,9 +20,8 @@ from torch import nn
 
 from ds_bench.data import text
 from ds_bench.errors import UserError
-from ds_bench.workloads import hf_init, llama_shapes
-from ds_bench.workloads.causal_lm import (DEFAULT_ATTENTION, FINETUNE_LR, CausalLMWorkload, check_pretrained_folder,
-                                         enable_checkpointing)
+from ds_bench.workloads import llama_shapes
+from ds_bench.workloads.causal_lm import DEFAULT_ATTENTION, FINETUNE_LR, CausalLMWorkload, check_pretrained_folder
 
 MIN_POSITIONS = 2048
 """``max_position_embeddings`` of a model from scratch (at least the sequence): rotary positions hold no
@@ -69,19 +68,10 @@ class LlamaWorkload(CausalLMWorkload):
         per_block = 6 if self.cfg.activation_checkpointing else 4
         return per_block * self.shape.n_layer * micro_batch * self.seq_len * self.shape.hidden
 
-    def build_model(self) -> nn.Module:
+    def model_class(self):
         from transformers import LlamaForCausalLM
 
-        if self.cfg.model_path is not None:
-            model = LlamaForCausalLM.from_pretrained(self.cfg.model_path, config=self.config,
-                                                     attn_implementation=self.config._attn_implementation)
-        else:
-            with hf_init.partitioned_weight_init():  # under ZeRO-3 zero.Init: the same weights as unpartitioned
-                model = LlamaForCausalLM(self.config)
-        model.loss_type = "ForCausalLM"
-        if self.cfg.activation_checkpointing:
-            enable_checkpointing(model)
-        return model
+        return LlamaForCausalLM
 
     def model_flops_per_sample(self, model: nn.Module) -> float:
         """seq_len x ``llama_shapes.flops_per_token``: 6 N + 12 L H Q T (model FLOPs, no recomputation)."""
