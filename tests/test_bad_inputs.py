@@ -159,6 +159,8 @@ CASES["--tensor-parallel with a pipeline"] = Case(run(*TP, "1", "--pipeline-stag
                                                   r"--tensor-parallel: AutoTP does not combine with DeepSpeed's pipeline")
 CASES["--tensor-parallel with --checkpoint"] = Case(run(*TP, "1", "--checkpoint", "{tmp}/ckpt"),
                                                     r"--tensor-parallel: --checkpoint with tensor parallelism is not measured yet")
+CASES["autotp_size in the config"] = Case(run(*TP[:-1], "--set", "tensor_parallel.autotp_size=2"),
+                                         r"tensor_parallel.autotp_size 2: give it as --tensor-parallel 2 instead")
 CASES["llama unknown size"] = Case(run("--workload", "llama", "--size", "llama2-7b"),
                                    r"--size 'llama2-7b' is not a size of workload llama; known: tiny, llama3.2-1b")
 CASES["llama --model with --size"] = Case(run("--workload", "llama", "--size", "tiny", "--model", "{tmp}"),

@@ -14,6 +14,7 @@ def test_version_disagreement_names_the_ranks():
 
 
 @pytest.mark.dist
+@pytest.mark.full  # doctor runs for real across two hosts in tests/test_netns.py
 def test_doctor_under_torchrun_reports_every_rank_and_a_correct_all_reduce():
     proc = run_cmd(["torchrun", "--nproc_per_node", "2", "--master_port", "29760", "-m", "ds_bench", "doctor",
                     "--iface", "lo"], timeout=180)

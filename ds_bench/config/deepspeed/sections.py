@@ -118,6 +118,10 @@ def check_combinations(cfg: dict, path: str) -> None:
         raise UserError(f"{path}: bf16.bf16_optimizer_states requires bf16.bf16_master_weights_and_grads: true")
     if (cfg.get("fp16") or {}).get("fp16_master_weights_and_grads") and stage == 0:
         raise UserError(f"{path}: fp16.fp16_master_weights_and_grads is only supported with ZeRO stage 1, 2 or 3")
+    autotp = (cfg.get("tensor_parallel") or {}).get("autotp_size") or 0
+    if isinstance(autotp, int) and autotp > 1:
+        raise UserError(f"{path}: tensor_parallel.autotp_size {autotp}: give it as --tensor-parallel {autotp} instead, "
+                        "which lays out the batch and the data for it (the ranks of a group read the same batch)")
     if str(cfg.get("gradient_allreduce_op", "")).lower() == "sum" and stage == 3:
         raise UserError(f"{path}: gradient_allreduce_op \"sum\" is not supported with ZeRO stage 3")
 
