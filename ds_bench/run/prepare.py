@@ -45,8 +45,6 @@ def prepare(cfg: RunConfig) -> Prepared:
     workload = build_workload(cfg)
     lr = cfg.lr or workload.default_lr
     pipe = pipeline.plan(cfg.pipeline_stages, cfg.partition, rdzv.info.world_size, workload.pipeline_blocks)
-    if cfg.tensor_parallel is not None:
-        workload.check_tensor_parallel_flag()
     tp = tensor_parallel.plan(cfg.tensor_parallel, rdzv.info.world_size, workload.tensor_parallel_divisors)
     warning = tensor_parallel.across_nodes_warning(tp, rdzv.info.local_world_size)
     if warning:

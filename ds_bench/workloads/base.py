@@ -59,6 +59,8 @@ class Workload(ABC):
             raise UserError(f"--channels-last: workload {self.name} has no 2-D convolutions to lay out (resnet has)")
         if cfg.attn is not None:
             self.check_attention_flag()
+        if cfg.tensor_parallel is not None:
+            self.check_tensor_parallel_flag()
 
     @classmethod
     def check_attention_flag(cls) -> None:
@@ -68,7 +70,7 @@ class Workload(ABC):
 
     @classmethod
     def check_tensor_parallel_flag(cls) -> None:
-        """``--tensor-parallel`` beyond 1 (a run's, or a sweep's axis) needs a model AutoTP can shard."""
+        """``--tensor-parallel`` (a run's, or a sweep's axis beyond 1) needs a model AutoTP can shard."""
         if not cls.autotp:
             raise UserError(f"--tensor-parallel: DeepSpeed's AutoTP cannot shard workload {cls.name} (llama it can; "
                             "GPT-2's fused Conv1D projections are on AutoTP's unsupported list)")
