@@ -56,8 +56,9 @@ class CausalLMWorkload(Workload):
             stream = text.token_stream(self.files, self._tokenizer(), self.cfg.data, self.cfg.dist_timeout_s)
             self.n_tokens, self.seqs = len(stream), text.pack(stream, self.seq_len)
         n = len(self.seqs)
+        tokens = "GPT-2 tokens" if self.tokenizer_source == "gpt2-bpe" else "tokens of the --model folder's tokenizer"
         check_enough(n, world_size, micro_batch,
-                     f"--data {self.cfg.data}: {self.n_tokens} GPT-2 tokens make {n} sequence(s) of "
+                     f"--data {self.cfg.data}: {self.n_tokens} {tokens} make {n} sequence(s) of "
                      f"--seq-len {self.seq_len}", f" ({world_size * micro_batch * self.seq_len} tokens)")
 
     def batches(self, rank: int, world_size: int, micro_batch: int) -> Iterator[Batch]:
