@@ -11,7 +11,8 @@ PYTEST_ARGS ?=
 # worker's runs fill. PYTEST_WORKERS=0 runs the suite in one process.
 PYTEST_WORKERS ?= 2
 # Tests marked `full` repeat, for another launcher, signal or layout, a real run another test already
-# makes; CI (make test) leaves them out to stay within 15 minutes on a 2-core machine.
+# makes, or are too heavy for CI (a model above the memory cap on 8 ranks, 6 min); CI (make test)
+# leaves them out to stay within 15 minutes on a 2-core machine.
 PYTEST_MARK ?= not full
 
 .PHONY: bench test test-full setup setup-test ops clean

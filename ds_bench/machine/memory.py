@@ -5,7 +5,12 @@ error was an out-of-memory.
   address space: heap and anonymous mappings, what tensors live in). On CPU ranks an allocation past
   it fails the way a GPU allocation fails past the device's memory, so a micro-batch that does not
   fit ends as an out-of-memory here too. The cap bounds address space, which is at least the
-  resident set, so a run can fail to allocate while its RSS is still below the cap.
+  resident set, so a run can fail to allocate while its RSS is still below the cap. Under the cap a
+  freed buffer of 128 KiB or more goes back to the OS at once (glibc ``M_MMAP_THRESHOLD`` fixed, which
+  also stops glibc raising that threshold after large frees): otherwise ZeRO-3's gathered parameters,
+  freed after each module, stay in the heap and count against the cap as if still held, which a GPU's
+  caching allocator does not do. Measured (GPT-3 350M shape, seq 16, ZeRO-3 fp32 SGD, 4 CPU ranks,
+  AMD EPYC): peak RSS 4338 MiB -> 2220 MiB, step 26.0 s -> 28.0 s.
 - ``current_bytes`` / ``peak_bytes``: GPU: ``memory_allocated`` / ``max_memory_allocated`` (and
   reserved); CPU: RSS now / peak RSS (``ru_maxrss``, which Linux reports in KiB).
 - ``held_bytes``: ``current_bytes`` once a CPU rank's C heap has handed its free pages back to the
@@ -33,9 +38,14 @@ import torch
 CPU_ALLOCATOR_FAILURE = "DefaultCPUAllocator: can't allocate memory"
 
 
+M_MMAP_THRESHOLD = -3  # glibc malloc.h
+RETURNED_AT_FREE_BYTES = 128 * 1024
+
+
 def cap_process_memory(limit_bytes: int) -> None:
     """The one place the cap is applied (soft and hard: the run cannot lift it)."""
     resource.setrlimit(resource.RLIMIT_DATA, (limit_bytes, limit_bytes))
+    _libc_call("mallopt", M_MMAP_THRESHOLD, RETURNED_AT_FREE_BYTES)
 
 
 def current_bytes(device: torch.device) -> int:
@@ -52,9 +62,13 @@ def held_bytes(device: torch.device) -> int:
 
 
 def _trim_heap() -> None:
+    _libc_call("malloc_trim", 0)
+
+
+def _libc_call(name: str, *args: int) -> None:
     try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
+        getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)(*args)
+    except (OSError, AttributeError):  # not glibc (musl, macOS): no such knob
         pass
 
 
