@@ -207,8 +207,22 @@ def test_two_tensor_parallel_ranks_reproduce_one_rank(tp_runs):
         assert b == pytest.approx(a, rel=1e-4)
     assert curve_one[-1] < 0.97 * curve_one[0]  # it trains: real text, from ln(50257) = 10.8 down
     assert "1 data-parallel (tensor parallel 2: DeepSpeed checks 8 over every rank)" in summary
-    # one replica: no data-parallel collective; 4 activation all-reduces x 2 blocks x 4 x 32 x 64 fp32 elements
-    assert two["comm_bound"]["bus_bytes_per_step"] == {"tp_all_reduce": 2 * (2 - 1) / 2 * 4 * 2 * 4 * 32 * 64 * 4}
+    # one replica: no data-parallel collective; AutoTP's 7 all-reduces x 2 blocks + 2 (embedding, LM head),
+    # each of 4 x 32 x 64 fp32 elements
+    assert two["comm_bound"]["bus_bytes_per_step"] == {"tp_all_reduce": 2 * (2 - 1) / 2 * (7 * 2 + 2) * 4 * 32 * 64 * 4}
+
+
+@pytest.mark.dist
+def test_the_tensor_parallel_all_reduces_are_timed_and_counted_as_modelled(tp_runs):
+    """Every all-reduce AutoTP makes is timed (``ds_bench.measure.tp_comm``): as many per step as the comm
+    verdict's model counts (``Workload.tensor_parallel_all_reduces``), and a real share of the step."""
+    one, two, summary = tp_runs
+    comm = two["tensor_parallel_comm"]
+    print(comm)
+    assert one.get("tensor_parallel_comm") is None
+    assert comm["calls_per_step"] == 7 * 2 + 2
+    assert 0 < comm["all_reduce_ms"] < two["metrics"]["step_ms_max"] and 0 < comm["share_of_step"] < 1
+    assert f"{comm['calls_per_step']} all-reduces per step" in summary
 
 
 @pytest.mark.dist

@@ -60,12 +60,12 @@ def plan(size: int | None, world_size: int, divisors: dict[str, int]) -> TensorP
 
 
 def across_nodes_warning(tp: TensorParallelPlan | None, ranks_per_node: int | None) -> str | None:
-    """A warning when a tensor-parallel group would span nodes (pure): its all-reduces, 4 per block and
+    """A warning when a tensor-parallel group would span nodes (pure): its all-reduces, 7 per block and
     micro-step, then cross the inter-node fabric; Megatron-LM keeps TP inside a node (NVLink)."""
     if tp is None or tp.size == 1 or not ranks_per_node or ranks_per_node % tp.size == 0:
         return None
     return (f"--tensor-parallel {tp.size} with {ranks_per_node} rank(s) per node: tensor-parallel groups span nodes, "
-            "and their activation all-reduces (4 per block per micro-step) cross the inter-node fabric; keep T a "
+            "and their activation all-reduces (7 per block per micro-step) cross the inter-node fabric; keep T a "
             "divisor of the ranks per node, and scale across nodes with data (or pipeline) parallelism")
 
 

@@ -132,3 +132,16 @@ class Compiled(Block):
     """Frames compiled after the first step (warm-up and window, every rank's most)."""
     inside_window: int | None = None
     """Frames compiled while the measured window was open, every rank's most: more than 0 fails the run."""
+
+
+class TensorParallelComm(Block):
+    """Tensor-parallel runs: AutoTP's all-reduces on rank 0 (``ds_bench.measure.tp_comm``), medians over the
+    measured steps; each all-reduce timed as the layer makes it (on a GPU from device events read after the
+    step's one synchronize)."""
+
+    all_reduce_ms: float
+    """Milliseconds per step in AutoTP's all-reduces, the wait for the slower rank of the group included."""
+    calls_per_step: int
+    """All-reduces per step (a Llama block: 2 in forward, 5 in backward, per micro-step)."""
+    share_of_step: float
+    """``all_reduce_ms`` over the rank's own step time."""

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ds_bench.record.base_schema import Block, Stamped
-from ds_bench.record.run_blocks import Compiled, ModelBuild, PipelineStage, SlowRank, StartUp
+from ds_bench.record.run_blocks import Compiled, ModelBuild, PipelineStage, SlowRank, StartUp, TensorParallelComm
 
 
 class RunMetrics(Block):
@@ -176,6 +176,8 @@ class RunRecord(Stamped):
     """Pipeline and tensor-parallel runs: data-parallel replicas, world size / pipeline_stages (or / tensor_parallel)."""
     tensor_parallel: int | None = None
     """``--tensor-parallel`` (``ds_bench.engines.tensor_parallel``): ranks sharing each layer; None: none."""
+    tensor_parallel_comm: TensorParallelComm | None = None
+    """Tensor-parallel runs: time and count of AutoTP's all-reduces per step (``ds_bench.measure.tp_comm``)."""
     micro_batches: int | None = None
     """Pipeline runs: micro-batches per step (gradient_accumulation_steps)."""
     partition: str | None = None

@@ -24,9 +24,11 @@ DeepSpeed communicates (``runtime/engine.py``, ``zero/stage_1_and_2.py``, ``zero
 With T-way tensor parallelism (AutoTP) the data-parallel collectives above move a rank's 1/T share of
 Psi over its n/T data-parallel ranks, and each T-rank group all-reduces activations in every
 micro-step: 2 per block in the forward pass (after the attention output and the MLP down projections)
-and 2 in the backward (the input gradients of the column-parallel q/k/v and gate/up projections),
-Megatron-LM (Shoeybi et al. 2019, sec. 3), each of micro-batch x sequence x hidden elements in the
-compute dtype, 2(T-1)/T x S bus bytes; activation checkpointing recomputes the forward's 2 (``tp_all_reduce``).
+and, in the backward, one per column-parallel projection's input gradient: q, k, v, gate and up, 5 (Megatron-LM
+fuses them into 2, Shoeybi et al. 2019 sec. 3; AutoTP does not, measured by ``ds_bench.measure.tp_comm``),
+plus the vocabulary-parallel embedding's and LM head's 2 (``Workload.tensor_parallel_all_reduces``), each of
+micro-batch x sequence x hidden elements in the compute dtype, 2(T-1)/T x S bus bytes; activation
+checkpointing recomputes the forward's 2 (``tp_all_reduce``).
 
 The bound takes each collective at the busbw of the comm run's largest message (its best case) and
 counts no latency, no overlap penalty and no offload traffic (PCIe, not the network), so the true

@@ -88,6 +88,10 @@ def one_run(record: RunRecord, results_path: str) -> str:
                      f"engine {b.engine_s:.2f} s; rank 0 held {b.model_mem_bytes / MIB:.0f} MiB over its baseline "
                      f"after the model, {b.engine_mem_bytes / MIB:.0f} MiB after the engine")
     lines += pipeline_lines(record)
+    if record.tensor_parallel_comm is not None:
+        t = record.tensor_parallel_comm
+        lines.append(f"  tp comm      {t.all_reduce_ms:.1f} ms per step in AutoTP's all-reduces ({t.share_of_step:.1%} of "
+                     f"rank 0's step), {t.calls_per_step} all-reduces per step")
     if record.startup is not None and record.startup.total_s is not None:
         lines.append(f"  start-up     {startup_line(record.startup)}")
     if record.compile is not None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ds_bench.cluster import process
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_config import RunConfig
-from ds_bench.measure import compile_stats, peaks, roofline, slow_ranks, stage_timers
+from ds_bench.measure import compile_stats, peaks, roofline, slow_ranks, stage_timers, tp_comm
 from ds_bench.measure.loop import timing
 from ds_bench.measure.metrics import summarize
 from ds_bench.record import store as results
@@ -66,6 +66,8 @@ def run_metrics(run: Started, workload, built: Built, reports: list, loop_starte
              "comm_bound": _comm_bound(run, workload, built, metrics, hosts)}
     if built.stages is not None:
         extra["pipeline_layout"] = stage_timers.per_stage(reports, built.stages)
+    if run.engine.tensor_parallel:
+        extra["tensor_parallel_comm"] = tp_comm.per_step(reports[0].stage_s, reports[0].step_s)
     return metrics, extra
 
 

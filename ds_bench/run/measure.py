@@ -21,7 +21,7 @@ from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.engines.compiled import compile_engine
 from ds_bench.engines.pipeline import clip_on_the_whole_model
 from ds_bench.machine import memory
-from ds_bench.measure import checkpoint, compile_stats, stage_timers
+from ds_bench.measure import checkpoint, compile_stats, stage_timers, tp_comm
 from ds_bench.measure.loop import DeviceClock, run_loop
 from ds_bench.run.figures import Built, run_metrics
 from ds_bench.run.record import Started, rank_report, record_failure
@@ -110,7 +110,8 @@ def train(run: Started, workload, engine) -> tuple[list, float]:
     start = run.ckpt.attach(engine, sync=accel.synchronize, barrier=torch.distributed.barrier, gather=process.gather,
                             rank=state.rank, world_size=state.world_size)  # resumes: returns the step reached
     clock = DeviceClock(state.device)
-    timers = stage_timers.StageTimers(engine, clock) if run.engine.pipeline is not None else None
+    timers = (stage_timers.StageTimers(engine, clock) if run.engine.pipeline is not None
+              else tp_comm.TensorParallelTimers(clock) if run.engine.tensor_parallel else None)
     watch = compile_stats.CompileWatch() if cfg.compile else None
     with faults.StepWatchdog(cfg.step_timeout_s, lambda done: _stalled(run)) as watchdog:
         batches = _batches(run, workload, engine)
@@ -124,7 +125,7 @@ def train(run: Started, workload, engine) -> tuple[list, float]:
         run_loop(engine, workload, batches, steps=cfg.steps, warmup=cfg.warmup, grad_accum=accumulation,
                  float_dtype=run.engine.input_dtype, sync=accel.synchronize, barrier=torch.distributed.barrier,
                  times=run.times, beat=watchdog.beat, clock=clock, breakdown=cfg.breakdown,
-                 after_step=_after_step(run, watch), pipeline=timers is not None, stage_timers=timers,
+                 after_step=_after_step(run, watch), pipeline=run.engine.pipeline is not None, stage_timers=timers,
                  on_window_open=lambda: _window_open(run, watch))
         if watch:
             watch.mark("end")

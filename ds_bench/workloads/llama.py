@@ -62,11 +62,18 @@ class LlamaWorkload(CausalLMWorkload):
         return {"attention heads": self.shape.heads, "KV heads": self.shape.kv_heads, "hidden size": self.shape.hidden,
                 "MLP width": self.shape.intermediate}
 
+    def tensor_parallel_all_reduces(self) -> int:
+        """AutoTP's all-reduces per micro-step, each of micro-batch x sequence x hidden elements (measured:
+        ``ds_bench.measure.tp_comm``): per block 2 in forward (the row-parallel attention output and MLP down
+        projections) and 5 in backward (the column-parallel q, k, v, gate and up projections' input
+        gradients, one each: AutoTP does not fuse them as Megatron-LM's 2 + 2 do, Shoeybi et al. 2019 sec. 3),
+        2 more with activation checkpointing (the forward's, recomputed); and 2 outside the blocks: the
+        vocabulary-parallel embedding's forward and LM head's backward."""
+        per_block = 2 + 5 + (2 if self.cfg.activation_checkpointing else 0)
+        return per_block * self.shape.n_layer + 2
+
     def tensor_parallel_all_reduce_elements(self, micro_batch: int) -> int:
-        """4 all-reduces per block of micro-batch x sequence x hidden (2 forward, 2 backward; Megatron-LM
-        sec. 3), 6 with activation checkpointing (the forward's recomputed)."""
-        per_block = 6 if self.cfg.activation_checkpointing else 4
-        return per_block * self.shape.n_layer * micro_batch * self.seq_len * self.shape.hidden
+        return self.tensor_parallel_all_reduces() * micro_batch * self.seq_len * self.shape.hidden
 
     def model_class(self):
         from transformers import LlamaForCausalLM
