@@ -559,6 +559,14 @@ CASES["capacity owned run arg"] = Case(capacity("--", "--steps", "9"),
 CASES["capacity bad run args"] = Case(capacity("--", "--stepz", "3"), r"run arguments after '--' \(--stepz 3\): .*unrecognized")
 CASES["capacity results folder"] = Case(capacity("--results", "{tmp}"), r"--results .*: is a folder")
 CASES["capacity timeout 0"] = Case(capacity("--timeout", "0"), r"--timeout '0': must be more than 0 seconds")
+CASES["capacity tensor parallel gpt2"] = Case(capacity("--tensor-parallel", "1,2"),
+                                             r"--tensor-parallel: DeepSpeed's AutoTP cannot shard workload gpt2")
+CASES["capacity tensor parallel 0"] = Case(capacity("--workload", "llama", "--tensor-parallel", "0"),
+                                           r"--tensor-parallel '0': '0' must be a positive")
+CASES["capacity family of another workload"] = Case(capacity("--family", "llama3"),
+                                                    r"--family llama3 is a family of workload llama, not gpt2: add --workload llama")
+CASES["capacity owned tensor parallel"] = Case(capacity("--workload", "llama", "--", "--tensor-parallel", "2"),
+                                               r"run argument --tensor-parallel after '--': ds-bench capacity sets it")
 
 
 @pytest.fixture

@@ -73,6 +73,23 @@ def test_flops_formula_matches_torch_flop_counter(checkpointing):
     assert counter.get_total_flops() == pytest.approx(expected, rel=0.05)
 
 
+def test_a_custom_shape_is_multi_head_with_llamas_mlp_width_and_counted_exactly():
+    """``--layers 3 --hidden 96 --heads 6``: KV heads = heads, MLP 2/3 x 4 x 96 = 256 rounded up to 256's
+    multiple, GPT-2's vocabulary; HF's model of it (meta device) holds what the formula says."""
+    from transformers import LlamaForCausalLM
+
+    from ds_bench.workloads.llama import llama_config
+
+    w = workload(layers=3, hidden=96, heads=6, seq_len=32)
+    assert w.shape == llama_shapes.LlamaShape(3, 96, 6, 6, 16, 256, 50257, True) and w.size == "L3-H96-A6"
+    assert llama_shapes.swiglu_width(4096) == 11008  # LLaMA-7B's MLP width by the same rule
+    with torch.device("meta"):
+        model = LlamaForCausalLM(llama_config(w.shape, 32))
+    assert sum(p.numel() for p in model.parameters()) == llama_shapes.param_count(w.shape)
+    with pytest.raises(UserError, match="not with --size"):
+        workload(layers=3, hidden=96, heads=6, size="tiny")
+
+
 def test_the_workload_says_what_it_runs():
     w = workload(size="tiny", seq_len=32)
     model = w.build_model()

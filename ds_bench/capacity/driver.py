@@ -67,7 +67,7 @@ class LayoutSearch:
         config = self._write_largest_config(best) if best else None
         return CapacityRecord(
             kind="capacity", capacity=self.capacity_id, layout=self.layout.key, point=self.layout.to_dict(),
-            pipeline_stages=self.layout.pipeline_stages, data_parallel_size=self.world // self.layout.pipeline_stages,
+            pipeline_stages=self.layout.pipeline_stages, data_parallel_size=self.world // self.layout.model_parallel,
             world_size=self.world, family=self.spec.family, status="ok" if best else "failed",
             largest=_member(self.spec.members[answer.largest], best) if best else None,
             next=_member(nxt, nxt_probe).model_copy(update={"why": answer.why,
@@ -93,7 +93,7 @@ class LayoutSearch:
         if first is None or self.layout.pipeline_stages > 1:
             return
         r = self.probes[first]
-        run = RunRecord(workload="gpt2", status="ok", params=r.params, largest_layer_params=r.largest_layer_params,
+        run = RunRecord(workload=self.spec.workload, status="ok", params=r.params, largest_layer_params=r.largest_layer_params,
                         metrics=RunMetrics(peak_mem_bytes=r.peak_mem_bytes, baseline_mem_bytes=r.baseline_mem_bytes))
         calibration = predict.calibrate(run, self.layout, self.world, self.per_node, self.spec.device_type)
         self.calibration = (calibration, self.spec.members[first]) if calibration else None
@@ -111,7 +111,7 @@ class LayoutSearch:
     def _probe(self, i: int) -> CapacityProbeRecord:
         s, m = self.spec, self.spec.members[i]
         tag = new_tag(f"capacity-{self.capacity_id}", f"{self.layout.key} {m.name}")
-        run_args = ["run", "--workload", "gpt2", "--ds-config", self._write_config(), *m.run_args,
+        run_args = ["run", "--workload", s.workload, "--ds-config", self._write_config(), *m.run_args,
                     "--seq-len", str(s.seq_len), "--micro-batch", str(self.layout.micro_batch),
                     "--steps", str(s.steps), "--warmup", str(s.warmup), "--results", s.runs_path, "--tag", tag,
                     "--step-timeout", str(s.timeout_s),

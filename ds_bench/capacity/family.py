@@ -1,22 +1,26 @@
 """The model family ``ds-bench capacity`` searches along, smallest first (pure).
 
-- ``gpt3``: the GPT-3 paper's shapes (``ds_bench.workloads.gpt2_shapes``' ``gpt3-*`` sizes), in order;
+- ``gpt3``: the GPT-3 paper's shapes (``ds_bench.workloads.gpt2_shapes``' ``gpt3-*`` sizes), in order
+  (workload gpt2); ``llama3``: Meta's published Llama 3 sizes (``ds_bench.workloads.llama_shapes``: 3.2-1B,
+  3.2-3B, 3.1-8B, 3.1-70B; workload llama);
 - ``--scale layers``: the base shape (``--layers L --hidden H --heads A``) with k x L layers,
   k = 1 .. ``--max-scale``;
 - ``--scale hidden``: k x H wide with k x A heads (the head width stays H / A), k = 1 .. ``--max-scale``.
 
-Each member carries the ``ds-bench run`` arguments that build it and its parameter count
-(``workloads.gpt2_shapes.gpt2_param_count``: HF GPT-2, tied head), which the memory prediction needs before
-anything runs.
+The shapes are the workload's (``--workload gpt2``, or ``llama``: ``llama_shapes.custom_shape``). Each member
+carries the ``ds-bench run`` arguments that build it and its parameter count (``gpt2_shapes.gpt2_param_count``,
+``llama_shapes.param_count``), which the memory prediction needs before anything runs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ds_bench.workloads import llama_shapes
 from ds_bench.workloads.gpt2_shapes import SHAPES, VOCAB, Shape, custom_shape, gpt2_param_count, named_shape
 
-FAMILIES = ("gpt3",)
+FAMILIES = {"gpt3": "gpt2", "llama3": "llama"}
+"""Named family -> the workload whose sizes it is."""
 SCALES = ("layers", "hidden")
 
 
@@ -30,8 +34,8 @@ class Member:
     heads: int
     params: int
     largest_layer_params: int
-    """The token embedding, V x H: GPT-2's largest single parameter (the sweep's prediction uses it
-    for ZeRO-3's gathered layer)."""
+    """The token embedding, V x H: the largest single parameter (the sweep's prediction uses it for
+    ZeRO-3's gathered layer)."""
 
 
 def member(name: str, run_args: tuple[str, ...], shape: Shape) -> Member:
@@ -40,18 +44,30 @@ def member(name: str, run_args: tuple[str, ...], shape: Shape) -> Member:
                   max(VOCAB, shape.n_positions, 4 * shape.n_embd) * shape.n_embd)
 
 
+def llama_member(name: str, run_args: tuple[str, ...], shape: llama_shapes.LlamaShape) -> Member:
+    return Member(name, run_args, shape.n_layer, shape.hidden, shape.heads, llama_shapes.param_count(shape),
+                  max(shape.vocab, shape.intermediate) * shape.hidden)
+
+
 def named_family(family: str, seq_len: int) -> list[Member]:
-    """The named sizes of ``family`` (``gpt3``), smallest first."""
-    out = [member(name, ("--size", name), named_shape(name, seq_len)) for name in SHAPES
-           if name.startswith(f"{family}-")]
+    """The named sizes of ``family`` (``gpt3``, ``llama3``), smallest first."""
+    if FAMILIES[family] == "llama":
+        out = [llama_member(name, ("--size", name), shape) for name, shape in llama_shapes.SHAPES.items()
+               if name.startswith("llama3")]
+    else:
+        out = [member(name, ("--size", name), named_shape(name, seq_len)) for name in SHAPES
+               if name.startswith(f"{family}-")]
     return sorted(out, key=lambda m: m.params)
 
 
-def scaled_family(scale: str, layers: int, hidden: int, heads: int, max_scale: int, seq_len: int) -> list[Member]:
-    """The base shape grown k = 1 .. ``max_scale`` times along ``scale``."""
+def scaled_family(scale: str, layers: int, hidden: int, heads: int, max_scale: int, seq_len: int,
+                  workload: str = "gpt2") -> list[Member]:
+    """The base shape grown k = 1 .. ``max_scale`` times along ``scale``, in ``workload``'s architecture."""
     out = []
     for k in range(1, max_scale + 1):
         shape = (k * layers, hidden, heads) if scale == "layers" else (layers, k * hidden, k * heads)
         args = ("--layers", str(shape[0]), "--hidden", str(shape[1]), "--heads", str(shape[2]))
-        out.append(member(" x ".join(map(str, shape)), args, custom_shape(*shape, seq_len)))
+        name = " x ".join(map(str, shape))
+        out.append(llama_member(name, args, llama_shapes.custom_shape(*shape)) if workload == "llama"
+                   else member(name, args, custom_shape(*shape, seq_len)))
     return out

@@ -2,8 +2,9 @@
 flag (exit 2) before any job is launched or any file written.
 
 A layout is a sweep point (``jobs.points.Point``: ZeRO stage, offload, precision, micro-batch,
-accumulation, pipeline stages) whose model is what the search varies; the family is ``--family gpt3`` or
-``--scale layers|hidden`` from a base shape (``ds_bench.capacity.family``). ``run`` options after
+accumulation, pipeline stages, tensor-parallel degree) whose model is what the search varies; the family is
+``--family gpt3|llama3`` or ``--scale layers|hidden`` from a base shape of ``--workload gpt2|llama``
+(``ds_bench.capacity.family``). ``run`` options after
 ``--`` pass to every probe, checked by ``run``'s own parser; the ones capacity sets itself are refused.
 """
 
@@ -25,7 +26,8 @@ from ds_bench.jobs.points import OFFLOADS, PRECISIONS, Point
 
 OWNED = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
          "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit", "size": "--size", "seq_len": "--seq-len",
-         "layers": "--layers", "hidden": "--hidden", "heads": "--heads"}
+         "layers": "--layers", "hidden": "--hidden", "heads": "--heads", "workload": "--workload",
+         "tensor_parallel": "--tensor-parallel"}
 """Run options capacity sets for every probe (its own flags of the same names)."""
 
 
@@ -53,6 +55,7 @@ class CapacitySpec:
     master_port: int = 29800
     prune: bool = True
     device_type: str = "cpu"
+    workload: str = "gpt2"
 
     @property
     def runs_path(self) -> str:
@@ -64,7 +67,8 @@ class CapacitySpec:
     def capacity_id(self) -> str:
         """What makes two searches comparable: config, family, run arguments, ranks, steps, memory cap."""
         key = json.dumps([self.base, [m.run_args for m in self.members], self.seq_len, self.run_args, self.nproc,
-                          self.launcher, self.hostfile, self.steps, self.warmup, self.cpu_mem_limit],
+                          self.launcher, self.hostfile, self.steps, self.warmup, self.cpu_mem_limit]
+                         + ([self.workload] if self.workload != "gpt2" else []),
                          sort_keys=True, default=str)
         return hashlib.sha256(key.encode()).hexdigest()[:12]
 
@@ -76,10 +80,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stages", default=None, help="ZeRO stages, e.g. 0,3 (default: the base config's)")
     p.add_argument("--offload", default="none", help="none,optimizer,all (default none)")
     p.add_argument("--pipeline-stages", default="1", help="pipeline stages per layout, e.g. 1,2 (default 1)")
+    p.add_argument("--tensor-parallel", default="1",
+                   help="DeepSpeed AutoTP degrees per layout, e.g. 1,2 (default 1; --workload llama; labels tp2 dp1 z1)")
+    p.add_argument("--workload", default="gpt2", choices=("gpt2", "llama"),
+                   help="whose shapes the family is (default gpt2; llama for --family llama3 and --tensor-parallel)")
     p.add_argument("--precision", default=None, help="fp32 or bf16 (default: the base config's)")
     p.add_argument("--micro-batch", type=int, default=1, help="per-device micro-batch (default 1)")
     p.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps (default 1)")
-    p.add_argument("--family", default=None, help="named family to search: gpt3 (GPT-3 paper shapes)")
+    p.add_argument("--family", default=None,
+                   help="named family to search: gpt3 (GPT-3 paper shapes; gpt2) or llama3 (Meta's sizes; llama)")
     p.add_argument("--scale", default=None, help="layers | hidden: grow the base shape (--layers/--hidden/--heads)")
     p.add_argument("--layers", type=int, default=None, help="base shape for --scale: transformer blocks")
     p.add_argument("--hidden", type=int, default=None, help="base shape for --scale: width")
@@ -119,7 +128,7 @@ def from_args(args: argparse.Namespace, gpu: bool, native_bf16: bool) -> Capacit
                                    else axes["precision"])
     return CapacitySpec(
         ds_config=path, base=base, layouts=_layouts(args, axes["stage"], precision), members=tuple(members),
-        family=family, seq_len=args.seq_len, run_args=_run_args(args), nproc=args.nproc or (
+        family=family, workload=args.workload, seq_len=args.seq_len, run_args=_run_args(args), nproc=args.nproc or (
             _gpus() if gpu else 2), launcher=args.launcher, hostfile=args.hostfile, steps=args.steps,
         warmup=args.warmup, timeout_s=parse_duration("--timeout", args.timeout), cpu_mem_limit=cap,
         results=args.results, master_port=args.master_port, prune=args.prune, device_type="cuda" if gpu else "cpu")
@@ -141,6 +150,9 @@ def _family(args: argparse.Namespace) -> tuple[str, list[Member]]:
     if args.family is not None:
         if args.family not in FAMILIES:
             raise UserError(f"--family {args.family!r} is unknown; known: {', '.join(FAMILIES)}")
+        if FAMILIES[args.family] != args.workload:
+            raise UserError(f"--family {args.family} is a family of workload {FAMILIES[args.family]}, not "
+                            f"{args.workload}: add --workload {FAMILIES[args.family]}")
         if any(v is not None for v in shape.values()):
             raise UserError("--layers/--hidden/--heads give the base shape of --scale; --family has its own shapes")
         return args.family, named_family(args.family, args.seq_len)
@@ -153,7 +165,8 @@ def _family(args: argparse.Namespace) -> tuple[str, list[Member]]:
         argcheck.at_least(flag, value, 1)
     if args.hidden % args.heads:
         raise UserError(f"--hidden {args.hidden} is not divisible by --heads {args.heads}")
-    members = scaled_family(args.scale, args.layers, args.hidden, args.heads, args.max_scale, args.seq_len)
+    members = scaled_family(args.scale, args.layers, args.hidden, args.heads, args.max_scale, args.seq_len,
+                            args.workload)
     return f"scale {args.scale} from {args.layers} x {args.hidden} x {args.heads}", members
 
 
@@ -161,16 +174,21 @@ def _layouts(args: argparse.Namespace, base_stage: int, precision: str) -> tuple
     stages = parse_list("--stages", args.stages, allowed=(0, 1, 2, 3), kind=int) if args.stages else (base_stage,)
     offloads = parse_list("--offload", args.offload, allowed=OFFLOADS)
     pipes = parse_list("--pipeline-stages", args.pipeline_stages, kind=int)
+    tps = parse_list("--tensor-parallel", args.tensor_parallel, kind=int)
     if precision not in PRECISIONS:
         raise UserError(f"--precision {precision!r} is not one of {', '.join(PRECISIONS)}")
-    return tuple(Point(s, o, precision, args.micro_batch, args.grad_accum, pipeline_stages=p)
-                 for p, s, o in itertools.product(pipes, stages, offloads))
+    if any(t > 1 for t in tps):
+        from ds_bench.workloads import REGISTRY
+
+        REGISTRY[args.workload].check_tensor_parallel_flag()
+    return tuple(Point(s, o, precision, args.micro_batch, args.grad_accum, pipeline_stages=p, tensor_parallel=t)
+                 for t, p, s, o in itertools.product(tps, pipes, stages, offloads))
 
 
 def _run_args(args: argparse.Namespace) -> tuple[str, ...]:
     tail = list(args.run_args)
     try:
-        _, given = parse_run_tail(["--workload", "gpt2", "--ds-config", "-"], tail)
+        _, given = parse_run_tail(["--workload", args.workload, "--ds-config", "-"], tail)
     except UserError as e:
         raise UserError(f"run arguments after '--' ({' '.join(tail)}): {e}") from None
     for name, flag in OWNED.items():

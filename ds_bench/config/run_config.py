@@ -68,11 +68,11 @@ class RunConfig:
     """``--set KEY=VALUE`` DeepSpeed overrides, dotted keys."""
     size: str | None = option(None, "--size", help="named model size of the workload")
     """Named model size (workload flavour); None: the workload's default."""
-    layers: int | None = option(None, "--layers", metavar="L", help="GPT-2 custom shape: transformer blocks "
+    layers: int | None = option(None, "--layers", metavar="L", help="custom shape (gpt2, llama): transformer blocks "
                                                                     "(with --hidden and --heads; not with --size)")
     """Blocks of a custom GPT-2 shape (``ds_bench.workloads.gpt2_shapes``); None: a named size."""
-    hidden: int | None = option(None, "--hidden", metavar="H", help="GPT-2 custom shape: width (divisible by --heads)")
-    heads: int | None = option(None, "--heads", metavar="A", help="GPT-2 custom shape: attention heads")
+    hidden: int | None = option(None, "--hidden", metavar="H", help="custom shape: width (divisible by --heads)")
+    heads: int | None = option(None, "--heads", metavar="A", help="custom shape: attention heads")
     seq_len: int = option(1024, "--seq-len", help="GPT-2 sequence length (default 1024)")
     image_size: int | None = option(None, "--image-size", help="ResNet input side (default 224)")
     num_classes: int | None = option(None, "--num-classes", help="ResNet classes (default 1000)")

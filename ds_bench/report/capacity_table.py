@@ -25,9 +25,12 @@ def params_text(n: int | None) -> str:
 
 
 def layout_text(r: CapacityRecord) -> str:
-    """``pp2 dp1 z1 off=none`` (data-parallel degree = ranks / pipeline stages)."""
+    """``pp2 dp1 z1 off=none``, ``tp2 dp1 z1 off=none`` (data-parallel degree = ranks / (pipeline stages x
+    tensor-parallel degree))."""
     point = r.point
-    return (f"pp{r.pipeline_stages} dp{r.data_parallel_size} z{point['stage']} off={point['offload']} "
+    tp = point.get("tensor_parallel", 1)
+    split = f"tp{tp}" if tp > 1 else f"pp{r.pipeline_stages}"
+    return (f"{split} dp{r.data_parallel_size} z{point['stage']} off={point['offload']} "
             f"{point['precision']} mbs={point['micro_batch']}")
 
 

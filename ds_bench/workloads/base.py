@@ -54,7 +54,7 @@ class Workload(ABC):
         shape_flags = [f for f, v in (("--layers", cfg.layers), ("--hidden", cfg.hidden), ("--heads", cfg.heads))
                        if v is not None]
         if shape_flags and not self.custom_shapes:
-            raise UserError(f"{'/'.join(shape_flags)}: workload {self.name} has no custom shapes (gpt2 has)")
+            raise UserError(f"{'/'.join(shape_flags)}: workload {self.name} has no custom shapes (gpt2 and llama have)")
         if cfg.channels_last and not self.convolutions:
             raise UserError(f"--channels-last: workload {self.name} has no 2-D convolutions to lay out (resnet has)")
         if cfg.attn is not None:

@@ -1,6 +1,7 @@
 """Llama-family causal-LM training: HuggingFace ``LlamaForCausalLM`` built from config at the published
 shapes (``--size``: tiny, llama3.2-1b, llama3.2-3b, llama3.1-8b, llama3.1-70b; the table, its sources and
-the parameter and FLOPs formulas are ``ds_bench.workloads.llama_shapes``), from scratch: no dropout,
+the parameter and FLOPs formulas are ``ds_bench.workloads.llama_shapes``) or a custom ``--layers L --hidden H
+--heads A`` (``llama_shapes.custom_shape``: the capacity search's scaled families), from scratch: no dropout,
 weights drawn by HF's init (gathered under a partitioned ZeRO-3 build, ``ds_bench.workloads.hf_init``).
 ``--model PATH`` starts from local pretrained weights instead (a ``save_pretrained`` folder of model_type
 llama; its own tokenizer reads ``--data``; default learning rate 5e-5, and the whole model built on
@@ -22,6 +23,7 @@ from ds_bench.data import text
 from ds_bench.errors import UserError
 from ds_bench.workloads import llama_shapes
 from ds_bench.workloads.causal_lm import DEFAULT_ATTENTION, FINETUNE_LR, CausalLMWorkload, check_pretrained_folder
+from ds_bench.workloads.gpt2_shapes import check_custom_shape
 
 MIN_POSITIONS = 2048
 """``max_position_embeddings`` of a model from scratch (at least the sequence): rotary positions hold no
@@ -37,10 +39,19 @@ class LlamaWorkload(CausalLMWorkload):
     partitioned_build = True
     autotp = True
 
+    custom_shapes = True
+
     def __init__(self, cfg):
         super().__init__(cfg)
         self.seq_len = cfg.seq_len
-        if cfg.model_path is not None:
+        custom = check_custom_shape(cfg.layers, cfg.hidden, cfg.heads)
+        if custom and (cfg.size is not None or cfg.model_path is not None):
+            raise UserError(f"--layers/--hidden/--heads give the shape: not with {'--size' if cfg.size else '--model'}")
+        if custom:
+            self.shape = llama_shapes.custom_shape(cfg.layers, cfg.hidden, cfg.heads)
+            self.size = llama_shapes.custom_label(self.shape)
+            self.config = llama_config(self.shape, cfg.seq_len)
+        elif cfg.model_path is not None:
             if cfg.size is not None:
                 raise UserError("--size and --model are exclusive: the shape comes from --model's config.json")
             self.config = pretrained_config(cfg.model_path)

@@ -54,6 +54,21 @@ SHAPES: dict[str, LlamaShape] = {
 }
 
 
+def custom_shape(layers: int, hidden: int, heads: int) -> LlamaShape:
+    """``--layers L --hidden H --heads A`` (checked by ``gpt2_shapes.check_custom_shape``): multi-head attention
+    (as many KV heads as heads), the MLP width LLaMA's rule gives, 2/3 x 4 H rounded up to a multiple of 256
+    (Touvron et al. 2023; ``multiple_of`` in Meta's reference ``model.py``), GPT-2's vocabulary, tied head."""
+    return LlamaShape(layers, hidden, heads, heads, hidden // heads, swiglu_width(hidden), GPT2_VOCAB, True)
+
+
+def swiglu_width(hidden: int, multiple_of: int = 256) -> int:
+    return multiple_of * -(-(8 * hidden // 3) // multiple_of)
+
+
+def custom_label(s: LlamaShape) -> str:
+    return f"L{s.n_layer}-H{s.hidden}-A{s.heads}"
+
+
 def param_count(s: LlamaShape) -> int:
     """Parameters of ``LlamaForCausalLM`` of shape ``s`` (module docstring's formula)."""
     q_width, kv_width = s.heads * s.head_dim, s.kv_heads * s.head_dim
