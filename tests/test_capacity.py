@@ -90,20 +90,24 @@ In fp32 ZeRO-3 saves little on 2 ranks (README, capacity section), in bf16 its p
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("pipelines, port", [("1", 29880), pytest.param("1,2", 29884, marks=pytest.mark.full)],
-                         ids=["data-parallel", "with-pipeline"])
-def test_a_real_search_under_a_memory_cap_finds_zero3_fits_more_than_zero0(tmp_path, pipelines, port):
+@pytest.mark.parametrize("pipelines, offloads, port", [
+    ("1", "none", 29880), pytest.param("1,2", "none", 29884, marks=pytest.mark.full),
+    pytest.param("1", "none,optimizer", 29886, marks=pytest.mark.full)],
+    ids=["data-parallel", "with-pipeline", "with-offload"])
+def test_a_real_search_under_a_memory_cap_finds_zero3_fits_more_than_zero0(tmp_path, pipelines, offloads, port):
     """ZeRO-0 and ZeRO-3 in bf16 on 2 CPU ranks, each with 1 and 2 pipeline stages, under a per-rank cap, a
     family grown by layers (8 .. 32 x 384 x 6): ZeRO-3 with a pipeline is refused by name (DeepSpeed's
     pipeline takes ZeRO 0 or 1) without a probe; for each other layout the answer is a member whose probe
     really trained, the next member really ran out of memory (its run says so) or was predicted not to
     fit; ZeRO-3's answer is strictly larger than ZeRO-0's; the pipeline layout's probes ran as pp2 dp1;
-    and ``ds-bench report`` prints the table again. The layouts with a pipeline run in the full tier only
-    (``make test-full``; three more probes)."""
+    and ``ds-bench report`` prints the table again. The layouts with a pipeline, and those with the optimizer
+    offloaded (ZeRO-0 with offload refused by name; ZeRO-3 with it must fit more than ZeRO-0 too: measured
+    76.5M against 62.3M), run in the full tier only (``make test-full``; three more probes each)."""
     from tests.conftest import ds_bench, explain, records
 
     results = tmp_path / "c.jsonl"
     proc = ds_bench("capacity", "--ds-config", "zero1.json", "--stages", "0,3", "--pipeline-stages", pipelines,
+                    "--offload", offloads,
                     "--precision", "bf16", "--scale", "layers", "--layers", "8", "--hidden", "384", "--heads", "6",
                     "--seq-len", "16", "--max-scale", "4", "--cpu-mem-limit", f"{CAP_GIB}GiB", "--launcher", "torchrun",
                     "--steps", "1", "--warmup", "0", "--results", str(results), "--master-port", str(port),
@@ -112,14 +116,17 @@ def test_a_real_search_under_a_memory_cap_finds_zero3_fits_more_than_zero0(tmp_p
     recs = records(results)
     runs = records(results.with_suffix(".runs.jsonl"))
     by_run = {r["run_id"]: r for r in runs if r.get("run_id")}
-    summaries = {(r["pipeline_stages"], r["point"]["stage"]): r for r in recs if r["kind"] == "capacity"}
-    piped = "2" in pipelines.split(",")
-    assert set(summaries) == {(1, 0), (1, 3)} | ({(2, 0), (2, 3)} if piped else set()), recs
-    if piped:
-        refused = summaries.pop((2, 3))
-        assert refused["status"] == "skipped" and "stage 0 or 1" in refused["reason"], refused
-        assert not [r for r in recs if r["kind"] == "capacity_probe" and r["layout"] == refused["layout"]]
-    for (pipeline, stage), summary in summaries.items():
+    summaries = {(r["pipeline_stages"], r["point"]["stage"], r["point"]["offload"]): r
+                 for r in recs if r["kind"] == "capacity"}
+    piped, offloaded = "2" in pipelines.split(","), "optimizer" in offloads
+    assert set(summaries) == ({(1, 0, "none"), (1, 3, "none")} | ({(2, 0, "none"), (2, 3, "none")} if piped else set())
+                              | ({(1, 0, "optimizer"), (1, 3, "optimizer")} if offloaded else set())), recs
+    for key, why in (((2, 3, "none"), "stage 0 or 1"), ((1, 0, "optimizer"), "offload needs ZeRO stage")):
+        if key in summaries:
+            refused = summaries.pop(key)
+            assert refused["status"] == "skipped" and why in refused["reason"], refused
+            assert not [r for r in recs if r["kind"] == "capacity_probe" and r["layout"] == refused["layout"]]
+    for (pipeline, stage, _), summary in summaries.items():
         probes = {r["index"]: r for r in recs if r["kind"] == "capacity_probe" and r["layout"] == summary["layout"]}
         largest, nxt = summary["largest"], summary["next"]
         assert summary["status"] == "ok" and largest, summary
@@ -140,11 +147,13 @@ def test_a_real_search_under_a_memory_cap_finds_zero3_fits_more_than_zero0(tmp_p
             assert failed, nxt
         else:
             assert nxt["why"] == "predicted" and nxt["predicted_mem_bytes"] > CAP_GIB * 2**30, nxt
-    zero0, zero3 = (summaries[k]["largest"] for k in ((1, 0), (1, 3)))
+    zero0, zero3 = (summaries[k]["largest"] for k in ((1, 0, "none"), (1, 3, "none")))
     print(f"largest under {CAP_GIB} GiB per rank: ZeRO-0 {zero0['member']} ({zero0['params']:,}), "
           f"ZeRO-3 {zero3['member']} ({zero3['params']:,})"
-          + (f", ZeRO-0 with 2 stages {summaries[(2, 0)]['largest']['member']}" if piped else ""))
+          + (f", ZeRO-0 with 2 stages {summaries[(2, 0, 'none')]['largest']['member']}" if piped else ""))
     assert zero3["params"] > zero0["params"]
+    if offloaded:
+        assert summaries[(1, 3, "optimizer")]["largest"]["params"] > zero0["params"]
     again = ds_bench("report", str(results))
     assert again.returncode == 0 and zero3["member"] in again.stdout and zero0["member"] in again.stdout, explain(again)
 
