@@ -1,4 +1,4 @@
-"""Command line: ``ds-bench run | sweep | bench | comm | scaling | capacity | roofline | doctor | launch | report``
+"""Command line: ``ds-bench run | sweep | bench | comm | scaling | capacity | roofline | doctor | launch | report | compare``
 (also ``python -m ds_bench``).
 
 A router only: each command's module gives ``add_arguments(parser)`` and ``main(args) -> int``;
@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("ds_bench.comm.doctor", "per-rank network/device/version report and an all_reduce check"),
     "launch": ("ds_bench.jobs.launch", "build (and run) an mpirun/deepspeed/torchrun/srun command"),
     "report": ("ds_bench.report.main", "table (and plot) of a results file"),
+    "compare": ("ds_bench.report.compare", "did anything get slower between two results files (noise-aware verdict)"),
     "schema": ("ds_bench.record.export", "print the JSON Schema of every record kind (docs/record.schema.json)"),
 }
 """Command name -> (module with ``add_arguments`` and ``main``, help line)."""

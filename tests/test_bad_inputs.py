@@ -569,6 +569,26 @@ CASES["capacity owned tensor parallel"] = Case(capacity("--workload", "llama", "
                                                r"run argument --tensor-parallel after '--': ds-bench capacity sets it")
 
 
+# --- compare ----------------------------------------------------------------------------------------
+def compare(*argv: str):
+    """``ds-bench compare`` with ``{base}`` and ``{other}`` results files written in ``tmp``."""
+    def args(tmp: Path) -> list[str]:
+        line = {"kind": "run", "workload": "gpt2", "status": "ok", "world_size": 1, "metrics": {"samples_per_s": 1.0}}
+        (tmp / "b.jsonl").write_text(json.dumps(line) + "\n")
+        (tmp / "o.jsonl").write_text(json.dumps({**line, "workload": "mnist"}) + "\n")
+        files = {"tmp": str(tmp), "base": str(tmp / "b.jsonl"), "other": str(tmp / "o.jsonl")}
+        return ["compare", *[a.format(**files) for a in argv]]
+    return args
+
+
+CASES["compare missing file"] = Case(compare("{tmp}/none.jsonl", "{base}"), r"BASE .*none.jsonl: no results file")
+CASES["compare folder"] = Case(compare("{base}", "{tmp}"), r"NEW .*: is a folder")
+CASES["compare nothing in common"] = Case(compare("{base}", "{other}"), r"nothing to compare: .* hold no measurement")
+CASES["compare threshold negative"] = Case(compare("{base}", "{base}", "--threshold", "-1"),
+                                           r"--threshold -1: expected a percentage")
+CASES["compare alpha 2"] = Case(compare("{base}", "{base}", "--alpha", "2"), r"--alpha 2: expected a probability")
+
+
 @pytest.fixture
 def no_side_effects(monkeypatch):
     """Anything past validation fails loudly instead of joining a process group or launching."""

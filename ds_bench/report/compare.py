@@ -1,0 +1,72 @@
+"""``ds-bench compare BASE NEW``: did anything get slower between two results files?
+
+Runs, sweep points, comm rows and scaling points of the two files are matched by what makes them comparable
+(``ds_bench.report.compare_match``); each match gets the change of its medians and a verdict that respects
+noise (``ds_bench.report.compare_verdict``: Mann-Whitney U with 3 or more repeats a side, else said to be a
+single sample). One table row per match, worst change first; what only one file holds is counted.
+Exit 1 when a match is slower, 0 otherwise; 2 on bad input (a missing file, nothing to compare).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from tabulate import tabulate
+
+from ds_bench.errors import UserError
+from ds_bench.record import store
+from ds_bench.report.compare_match import Sample, samples
+from ds_bench.report.compare_verdict import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, Verdict, judge
+
+__all__ = ["add_arguments", "main"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("base", help="results file of the reference (JSON lines of any ds-bench command)")
+    p.add_argument("new", help="results file to judge against it")
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD_PCT, metavar="PCT",
+                   help=f"a change within this many percent is not called (default {DEFAULT_THRESHOLD_PCT:g})")
+    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
+                   help=f"significance level of the Mann-Whitney U test (default {DEFAULT_ALPHA:g})")
+
+
+def main(args: argparse.Namespace) -> int:
+    if not 0 <= args.threshold < 100:
+        raise UserError(f"--threshold {args.threshold:g}: expected a percentage from 0 to below 100")
+    if not 0 < args.alpha < 1:
+        raise UserError(f"--alpha {args.alpha:g}: expected a probability between 0 and 1")
+    base, new = (samples(_read(path, flag)) for path, flag in ((args.base, "BASE"), (args.new, "NEW")))
+    matched = [key for key in base if key in new]
+    if not matched:
+        raise UserError(f"nothing to compare: {args.base} and {args.new} hold no measurement of the same "
+                        "workload, layout and ranks (or comm collective and size)")
+    judged = [(base[k], new[k], judge(base[k].values, new[k].values, base[k].higher_is_better, args.threshold,
+                                      args.alpha)) for k in matched]
+    judged.sort(key=lambda item: item[2].change_pct)
+    print(table(judged))
+    only = len(base) - len(matched), len(new) - len(matched)
+    slower = sum(v.regression for _, _, v in judged)
+    print(f"\n{len(matched)} match(es), {slower} slower (threshold {args.threshold:g}%, alpha {args.alpha:g}); "
+          f"only in BASE: {only[0]}, only in NEW: {only[1]}")
+    return 1 if slower else 0
+
+
+def _read(path: str, flag: str) -> list:
+    if os.path.isdir(path):
+        raise UserError(f"{flag} {path}: is a folder; expected a results file (JSON lines)")
+    if not os.path.isfile(path):
+        raise UserError(f"{flag} {path}: no results file")
+    return store.read_records(path)
+
+
+def table(judged: list[tuple[Sample, Sample, Verdict]]) -> str:
+    rows = [[b.label, f"{b.metric} ({b.unit})", _median(v.base_median, b), _median(v.new_median, n),
+             f"{v.change_pct:+.1f}%", "-" if v.p_value is None else f"{v.p_value:.3g}",
+             v.verdict + (" (single sample)" if v.single_sample else "")] for b, n, v in judged]
+    return tabulate(rows, headers=["measurement", "metric", "base median (n)", "new median (n)", "change",
+                                   "p (one-sided U)", "verdict"], disable_numparse=True)
+
+
+def _median(value: float, sample: Sample) -> str:
+    return f"{value:.4g} ({len(sample.values)})"

@@ -1,0 +1,84 @@
+"""What ``ds-bench compare`` compares: the measurements of a results file, grouped by what makes two of them
+comparable (pure).
+
+Each group is a ``Sample``: a key, a label for the table, the metric with its unit and direction, and every
+value measured under that key (repeats of a run, of a sweep point, comm runs): a group of one value is a
+single sample. Keys (``match_key``):
+- a run (``kind: run``, ok): workload, size, sequence length, engine, ZeRO stage, precision, micro-batch,
+  accumulation, ranks, pipeline stages, tensor-parallel degree, attention, compile; metric the global
+  throughput (tokens/s where the workload counts tokens, else samples/s);
+- a sweep point (ok): workload, size, ranks and the point's key; metric its throughput;
+- a comm row (a ``comm`` record's row): collective, scope and group, message size, ranks; metric busbw;
+- a scaling point (ok): workload, ranks; metric per-device throughput.
+Failed and skipped measurements are left out: a failure is a result of its own, not a slow sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ds_bench.record.schema import CommRecord, Record, RunRecord, ScalingRecord, SweepPointRecord
+
+
+@dataclass
+class Sample:
+    key: tuple
+    label: str
+    metric: str
+    unit: str
+    higher_is_better: bool = True
+    values: list[float] = field(default_factory=list)
+
+
+def samples(records: list[Record]) -> dict[tuple, Sample]:
+    """Every comparable measurement of ``records``, grouped by key (module docstring), in file order."""
+    out: dict[tuple, Sample] = {}
+    for record in records:
+        for sample in _measurements(record):
+            out.setdefault(sample.key, Sample(sample.key, sample.label, sample.metric, sample.unit,
+                                              sample.higher_is_better)).values.extend(sample.values)
+    return out
+
+
+def _measurements(record: Record) -> list[Sample]:
+    if isinstance(record, RunRecord):
+        return _run(record)
+    if isinstance(record, SweepPointRecord) and record.status == "ok" and record.throughput:
+        key = ("sweep", record.workload, record.size, record.world_size, record.key)
+        return [Sample(key, f"sweep {' '.join(filter(None, (record.workload, record.size)))} {record.world_size} "
+                            f"ranks: {record.key}",
+                       "throughput", record.unit or "samples/s", values=[record.throughput])]
+    if isinstance(record, CommRecord):
+        return [Sample(("comm", row.collective, row.scope, row.group, row.size_bytes, record.world_size),
+                       f"comm {row.collective} {row.scope}{' ' + row.group if row.group else ''} "
+                       f"{_size(row.size_bytes)} {record.world_size} ranks", "busbw", "GB/s", values=[row.busbw_GBps])
+                for row in record.results if not row.wrong]
+    if isinstance(record, ScalingRecord):
+        return [Sample(("scaling", record.workload, row.world_size), f"scaling {record.workload} {row.world_size} ranks",
+                       "per-device throughput", f"{row.unit} per device", values=[row.samples_per_s_per_device])
+                for row in record.points if row.status == "ok" and row.samples_per_s_per_device]
+    return []
+
+
+def _run(r: RunRecord) -> list[Sample]:
+    m = r.metrics
+    if r.status != "ok" or m is None or not m.samples_per_s:
+        return []
+    seq_len = (r.config or {}).get("seq_len")
+    key = ("run", r.workload, r.size, seq_len, r.engine, r.zero_stage, r.precision, r.micro_batch, r.grad_accum,
+           r.world_size, r.pipeline_stages or 1, r.tensor_parallel or 1, r.attn_implementation,
+           bool((r.config or {}).get("compile")))
+    label = " ".join(str(part) for part in (
+        "run", r.workload, r.size, r.engine, f"z{r.zero_stage}", r.precision, f"mbs={r.micro_batch}",
+        f"ga={r.grad_accum}", f"x{r.world_size}", r.pipeline_stages and f"pp{r.pipeline_stages}",
+        r.tensor_parallel and f"tp{r.tensor_parallel}") if part)
+    if m.tokens_per_s:
+        return [Sample(key, label, "throughput", "tokens/s", values=[m.tokens_per_s])]
+    return [Sample(key, label, "throughput", f"{m.sample_unit or 'samples'}/s", values=[m.samples_per_s])]
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{n} B"
