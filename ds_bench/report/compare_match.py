@@ -3,7 +3,7 @@ comparable (pure).
 
 Each group is a ``Sample``: a key, a label for the table, the metric with its unit and direction, and every
 value measured under that key (repeats of a run, of a sweep point, comm runs): a group of one value is a
-single sample. Keys (``match_key``):
+single sample. The keys:
 - a run (``kind: run``, ok): workload, size, sequence length, engine, ZeRO stage, precision, micro-batch,
   accumulation, ranks, pipeline stages, tensor-parallel degree, attention, compile; metric the global
   throughput (tokens/s where the workload counts tokens, else samples/s);
