@@ -236,9 +236,11 @@ def bench_run(tmp_path_factory):
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("stage", [2])  # ZeRO-3 GPT-2 bf16: test_torchrun_zero3_with_activation_checkpointing
+@pytest.mark.full
+@pytest.mark.parametrize("stage", [2])  # ZeRO-3 GPT-2: test_torchrun_zero3_with_activation_checkpointing
 def test_bench_records_gpt2_under_zero(bench_run, stage):
-    """The sweep's --attn axis: one point per implementation, and each run's model ran the point's own."""
+    """The sweep's --attn axis: one point per implementation, and each run's model ran the point's own
+    (full tier: GPT-2 runs for real in the learning run, bf16 GPT-2 in the capacity search)."""
     recs, _ = bench_run
     runs = [r for r in recs if r["zero_stage"] == stage]
     for r in runs:
@@ -247,6 +249,7 @@ def test_bench_records_gpt2_under_zero(bench_run, stage):
 
 
 @pytest.mark.dist
+@pytest.mark.full
 def test_bench_table_lists_the_gpt2_run(bench_run):
     _, out = bench_run
     for attn in ("sdpa", "eager"):
