@@ -53,7 +53,7 @@ def named_family(family: str, seq_len: int) -> list[Member]:
     """The named sizes of ``family`` (``gpt3``, ``llama3``), smallest first."""
     if FAMILIES[family] == "llama":
         out = [llama_member(name, ("--size", name), shape) for name, shape in llama_shapes.SHAPES.items()
-               if name.startswith("llama3")]
+               if name.startswith(family)]
     else:
         out = [member(name, ("--size", name), named_shape(name, seq_len)) for name in SHAPES
                if name.startswith(f"{family}-")]

@@ -68,7 +68,7 @@ class CapacitySpec:
         """What makes two searches comparable: config, family, run arguments, ranks, steps, memory cap."""
         key = json.dumps([self.base, [m.run_args for m in self.members], self.seq_len, self.run_args, self.nproc,
                           self.launcher, self.hostfile, self.steps, self.warmup, self.cpu_mem_limit]
-                         + ([self.workload] if self.workload != "gpt2" else []),
+                         + ([self.workload] if self.workload != "gpt2" else []),  # gpt2's ids as before --workload
                          sort_keys=True, default=str)
         return hashlib.sha256(key.encode()).hexdigest()[:12]
 

@@ -31,7 +31,9 @@ class TensorParallelTimers:
         from deepspeed.module_inject import layers
 
         self.clock, self.marks, self.untimed = clock, [], 0
-        if not isinstance(layers.dist, _TimedComm):
+        if isinstance(layers.dist, _TimedComm):  # a later engine in this process: its timer takes over
+            layers.dist._timers = self
+        else:
             layers.dist = _TimedComm(layers.dist, self)
 
     def begin(self) -> None:

@@ -80,6 +80,18 @@ def _append_error(path: str, e: OSError):
     return UserError(f"{path}: could not append a whole results line: {e.strerror or e}")
 
 
+def check_results_file(path: str, named: str = "") -> None:
+    """A ``UserError`` unless ``path`` is an existing results file (a command reading one it is given);
+    ``named``: how the command calls it (``BASE``), before the path in the message."""
+    from ds_bench.errors import UserError
+
+    where = f"{named} {path}" if named else path
+    if os.path.isdir(path):
+        raise UserError(f"{where}: is a folder; expected a results file (JSON lines)")
+    if not os.path.isfile(path):
+        raise UserError(f"{where}: no results file")
+
+
 def read_records(path: str, kind: type[R] = Record, missing_ok: bool = False) -> list[R]:
     """The records of ``kind`` (a model of ``ds_bench.record.schema``; default: every kind) in a results
     file, typed, in file order; lines of other kinds (and of kinds this version does not know) are

@@ -10,7 +10,6 @@ Exit 1 when a match is slower, 0 otherwise; 2 on bad input (a missing file, noth
 from __future__ import annotations
 
 import argparse
-import os
 
 from tabulate import tabulate
 
@@ -53,10 +52,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _read(path: str, flag: str) -> list:
-    if os.path.isdir(path):
-        raise UserError(f"{flag} {path}: is a folder; expected a results file (JSON lines)")
-    if not os.path.isfile(path):
-        raise UserError(f"{flag} {path}: no results file")
+    store.check_results_file(path, flag)
     return store.read_records(path)
 
 

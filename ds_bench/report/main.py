@@ -19,10 +19,7 @@ from ds_bench.report import plots, summary
 
 
 def show(results_path: str, tag: str | None, plot_path: str | None) -> int:
-    if os.path.isdir(results_path):
-        raise UserError(f"{results_path}: is a folder; expected a results file (JSON lines)")
-    if not os.path.isfile(results_path):
-        raise UserError(f"{results_path}: no results file")
+    results.check_results_file(results_path)
     argcheck.output_folder("--plot", plot_path)
     records = [r for r in results.read_records(results_path, RunRecord) if tag is None or r.tag == tag]
     if not records:
