@@ -19,6 +19,7 @@ import traceback
 from ds_bench.cluster.faults import Terminated
 from ds_bench.config.run_flags import Parser, add_local_rank
 from ds_bench.errors import UserError
+from ds_bench.jobs import expect_gate
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("ds_bench.run.main", "one benchmark run (what every rank executes)"),
@@ -45,12 +46,19 @@ TAKES_TAIL = ("sweep", "bench", "launch", "scaling", "capacity")
 ds-bench command to launch (launch)."""
 
 
+NO_EXPECT = ("launch", "schema")
+"""Commands that measure nothing themselves: no ``--expect`` (the command ``launch`` runs may take one)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="ds-bench", description=__doc__.splitlines()[0])
     add_local_rank(parser)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for name, (module, help_line) in COMMANDS.items():
-        importlib.import_module(module).add_arguments(sub.add_parser(name, help=help_line))
+        command = sub.add_parser(name, help=help_line)
+        importlib.import_module(module).add_arguments(command)
+        if name not in NO_EXPECT:
+            expect_gate.add_argument(command)
     return parser
 
 
@@ -76,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     try:
         args = parse(sys.argv[1:] if argv is None else list(argv))
-        return importlib.import_module(COMMANDS[args.command][0]).main(args)
+        gate = expect_gate.open_gate(args)
+        code = importlib.import_module(COMMANDS[args.command][0]).main(args)
+        return code if gate is None else gate.close(code)
     except UserError as e:
         print(f"ds-bench: error: {e}", file=sys.stderr, flush=True)
         return UserError.exit_code

@@ -15,6 +15,11 @@ def _rank() -> str:
     return "0"
 
 
+def process_rank() -> int:
+    """This process's rank as the launcher set it (torch, Open MPI, PMI, Slurm variables); 0 alone."""
+    return int(_rank())
+
+
 def setup_logging(verbose: bool = False) -> None:
     rank = _rank()
     handler = logging.StreamHandler()

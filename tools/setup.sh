@@ -5,7 +5,8 @@
 #   (default torch==2.13.0, which this project's CPU machines serve as a local CPU wheel);
 # - pins the resulting torch through a constraints file so no later install replaces it;
 # - installs Open MPI / numactl through apt when missing and we are root, else says what is missing;
-# - with --test, also the test dependencies and the offline datasets the tests read.
+# - with --test, also the test dependencies, the offline datasets the tests read and Debian's chromium
+#   (the HTML report's browser test drives it through playwright; no browser download of its own).
 set -euo pipefail
 venv=${1:?usage: tools/setup.sh VENV [--test]}
 want_test=${2:-}
@@ -49,6 +50,9 @@ command -v mpirun >/dev/null || missing+=(openmpi-bin libopenmpi-dev)
 command -v numactl >/dev/null || missing+=(numactl)
 if [ "$want_test" = --test ] && [ ! -d /usr/share/datasets/fashion-mnist ]; then
   missing+=(dataset-fashion-mnist)
+fi
+if [ "$want_test" = --test ] && ! command -v chromium >/dev/null; then
+  missing+=(chromium)
 fi
 [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
 

@@ -1,7 +1,8 @@
-"""``ds-bench schema``: print the JSON Schema of every record kind (``ds_bench.record.schema.json_schema``).
+"""``ds-bench schema``: print the JSON Schema of every record kind (``ds_bench.record.schema.json_schema``),
+or with ``expect`` that of an expectations file (``ds_bench.record.expect_file.json_schema``).
 
-``docs/record.schema.json`` is its output (``ds-bench schema > docs/record.schema.json``; a test keeps
-the two equal).
+``docs/record.schema.json`` and ``docs/expect.schema.json`` are their outputs (``ds-bench schema >
+docs/record.schema.json``, ``ds-bench schema expect > docs/expect.schema.json``; a test keeps them equal).
 """
 
 from __future__ import annotations
@@ -9,13 +10,15 @@ from __future__ import annotations
 import argparse
 import json
 
+from ds_bench.record import expect_file
 from ds_bench.record.schema import json_schema
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """No options: the schema of this version's records."""
+    p.add_argument("what", nargs="?", choices=("record", "expect"), default="record",
+                   help="record (default): a results file's line; expect: an expectations file (--expect FILE)")
 
 
 def main(args: argparse.Namespace) -> int:
-    print(json.dumps(json_schema(), indent=2, sort_keys=True))
+    print(json.dumps(expect_file.json_schema() if args.what == "expect" else json_schema(), indent=2, sort_keys=True))
     return 0

@@ -92,18 +92,21 @@ def check_results_file(path: str, named: str = "") -> None:
         raise UserError(f"{where}: no results file")
 
 
-def read_records(path: str, kind: type[R] = Record, missing_ok: bool = False) -> list[R]:
+def read_records(path: str, kind: type[R] = Record, missing_ok: bool = False, start: int = 0) -> list[R]:
     """The records of ``kind`` (a model of ``ds_bench.record.schema``; default: every kind) in a results
     file, typed, in file order; lines of other kinds (and of kinds this version does not know) are
-    skipped. ``missing_ok``: a file not written yet holds none. A line that is not JSON, or one of
-    ``kind`` that does not fit its model, is a ``UserError`` naming the line."""
+    skipped. ``missing_ok``: a file not written yet holds none. ``start``: a byte offset at a line's start
+    (the file's size before a command appended to it): only the lines from there. A line that is not JSON,
+    or one of ``kind`` that does not fit its model, is a ``UserError`` naming the line."""
     from ds_bench.errors import UserError
 
     if missing_ok and not os.path.isfile(path):
         return []
     out = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for lineno, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        before = f.read(start).count(b"\n")  # line numbers stay the file's own
+        lines = f.read().decode("utf-8", errors="replace").splitlines()
+        for lineno, line in enumerate(lines, before + 1):
             if not line.strip():
                 continue
             try:

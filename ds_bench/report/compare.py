@@ -13,6 +13,7 @@ import argparse
 
 from tabulate import tabulate
 
+from ds_bench.config import argcheck
 from ds_bench.errors import UserError
 from ds_bench.record import store
 from ds_bench.report.compare_match import Sample, samples
@@ -28,6 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"a change within this many percent is not called (default {DEFAULT_THRESHOLD_PCT:g})")
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
                    help=f"significance level of the Mann-Whitney U test (default {DEFAULT_ALPHA:g})")
+    p.add_argument("--html", default=None, metavar="PATH", help="also write the comparison as a self-contained page")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -35,6 +37,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"--threshold {args.threshold:g}: expected a percentage from 0 to below 100")
     if not 0 < args.alpha < 1:
         raise UserError(f"--alpha {args.alpha:g}: expected a probability between 0 and 1")
+    argcheck.output_folder("--html", args.html)
     base, new = (samples(_read(path, flag)) for path, flag in ((args.base, "BASE"), (args.new, "NEW")))
     matched = [key for key in base if key in new]
     if not matched:
@@ -46,9 +49,23 @@ def main(args: argparse.Namespace) -> int:
     print(table(judged))
     only = len(base) - len(matched), len(new) - len(matched)
     slower = sum(v.regression for _, _, v in judged)
-    print(f"\n{len(matched)} match(es), {slower} slower (threshold {args.threshold:g}%, alpha {args.alpha:g}); "
-          f"only in BASE: {only[0]}, only in NEW: {only[1]}")
+    summary = (f"{len(matched)} match(es), {slower} slower (threshold {args.threshold:g}%, alpha {args.alpha:g}); "
+               f"only in BASE: {only[0]}, only in NEW: {only[1]}")
+    print("\n" + summary)
+    if args.html:
+        _write_html(args, judged, summary)
     return 1 if slower else 0
+
+
+def _write_html(args: argparse.Namespace, judged: list, summary: str) -> None:
+    from ds_bench.record.expect_check import evaluate
+    from ds_bench.record.expect_file import load
+    from ds_bench.report import html_compare
+
+    expect_path = getattr(args, "expect", None)
+    outcomes = evaluate(load(expect_path), store.read_records(args.new)) if expect_path else None
+    html_compare.write(args.html, args.base, args.new, judged, summary, outcomes, expect_path or "")
+    print(f"page:    {args.html}")
 
 
 def _read(path: str, flag: str) -> list:

@@ -1,4 +1,5 @@
-"""``ds-bench report``: the table and plot of a results file.
+"""``ds-bench report``: the table and plot of a results file, or with ``--html PATH`` one page of any
+number of results files (``ds_bench.report.html_report``).
 
 A file of sweep records (``ds-bench sweep``) gets the sweep's ranked table and recommendation
 (``ds_bench.report.sweep_report``); a file of scaling records (``ds-bench scaling``) the latest one's
@@ -32,12 +33,21 @@ def show(results_path: str, tag: str | None, plot_path: str | None) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("results", nargs="?", default="results/results.jsonl")
+    p.add_argument("results", nargs="*", default=["results/results.jsonl"],
+                   help="results files (JSON lines of any ds-bench command); several only with --html")
     p.add_argument("--tag", default=None, help="only records with this tag")
     p.add_argument("--plot", default=None, help="write a PNG plot here")
+    p.add_argument("--html", default=None, metavar="PATH",
+                   help="write one self-contained HTML page of every results file given (works offline)")
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.html:
+        return html(args.results, args.html, getattr(args, "expect", None))
+    if len(args.results) > 1:
+        raise UserError(f"{len(args.results)} results files: the terminal report takes one; "
+                        "give --html PATH for one page of them all")
+    args.results = args.results[0]
     if os.path.isfile(args.results) and _has_sweep_records(args.results) and args.tag is None:
         from ds_bench.report.sweep_report import report_sweep
 
@@ -51,6 +61,21 @@ def main(args: argparse.Namespace) -> int:
 
         return show_capacity(args.results)
     return show(args.results, args.tag, args.plot)
+
+
+def html(paths: list[str], out_path: str, expect_path: str | None) -> int:
+    """The page of ``paths`` at ``out_path``, with the expectations' outcomes when given."""
+    from ds_bench.record.expect_check import evaluate
+    from ds_bench.record.expect_file import load
+    from ds_bench.report.html_report import read, write_report
+
+    argcheck.output_folder("--html", out_path)
+    expect = load(expect_path) if expect_path else None
+    by_file = read(paths)
+    outcomes = evaluate(expect, [r for found in by_file.values() for r in found]) if expect else None
+    count = write_report(out_path, by_file, outcomes, expect_path or "")
+    print(f"report: {out_path} ({count} sections from {len(paths)} file(s))")
+    return 0
 
 
 def _has_sweep_records(path: str) -> bool:

@@ -75,7 +75,7 @@ def _memory_plot(ax, rows: list[PointRow]) -> None:
         ax.legend(fontsize=8)
 
 
-def _pareto_plot(ax, rows: list[PointRow], recommended: PointRow | None, unit: str) -> None:
+def pareto_plot(ax, rows: list[PointRow], recommended: PointRow | None, unit: str) -> None:
     pts = [r for r in rows if r.ran_ok and r.peak_mem_bytes is not None]
     if not pts:
         _empty_note(ax, "no ok point with a measured peak")
@@ -109,5 +109,5 @@ def write_plots(rows_or_ranking: list[PointRow] | Ranking, out_prefix: str) -> l
     with figure(paths[1], figsize=(max(7, 0.5 * len(rows)), 4.5)) as (_, ax):
         _memory_plot(ax, rows)
     with figure(paths[2], figsize=(7, 4.5)) as (_, ax):
-        _pareto_plot(ax, rows, ranking.recommended, unit)
+        pareto_plot(ax, rows, ranking.recommended, unit)
     return paths
