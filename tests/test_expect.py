@@ -140,3 +140,13 @@ def test_a_real_run_that_misses_its_expectation_exits_1_and_report_judges_its_fi
     assert cli.main(["report", str(results), "--expect", str(meet)]) == 0
     assert cli.main(["report", str(results), "--expect", str(miss)]) == 1
     assert cli.main(["report", str(results), "--expect", str(tmp_path / "none.yaml")]) == 2
+
+
+def test_a_bad_file_stops_a_command_before_it_starts(tmp_path, capsys):
+    bad = tmp_path / "e.yaml"
+    bad.write_text("expectations:\n  - {name: x, kind: comm, metric: busbw_GBps}\n")
+    results = tmp_path / "comm.jsonl"
+    assert cli.main(["comm", "--expect", str(bad), "--results", str(results)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"ds-bench: error: --expect {bad}: expectations[0] ('x'): give exactly one of at_least and at_most"
+    assert not results.exists()

@@ -1,0 +1,168 @@
+"""``ds-bench report --html``: one self-contained page from every kind of results file, read in a real browser.
+
+The inputs are real records of this machine (``tests/data/report/``: ``run_scripts/acceptance.sh``'s doctor,
+comm, scaling, sweep and their runs; a capacity search; a run that ran out of memory; ``comm --pairs``
+over three network-namespace hosts with one slow cable; an empty file). Without a browser: every section
+is there for its records, an empty file and a failed run are shown for what they are, the page names no
+address outside itself, bad arguments are one-line errors that write nothing. In headless Chromium
+(``tests/browser.py``): the DOM has every section, the numbers in the tables are the records' own, the
+sortable tables sort, the recommended config downloads as the sweep would write it, there is no console
+error and no request beyond the file itself; a screenshot is saved (``results/report-screenshot.png``).
+"""
+
+import base64
+import json
+import re
+import shutil
+
+import pytest
+
+from ds_bench import cli
+from ds_bench.config.deepspeed.prepare import portable
+from ds_bench.record import store
+from ds_bench.record.schema import CapacityRecord, CommRecord, RunRecord, ScalingRecord, SweepPointRecord
+from ds_bench.report import ranking
+from ds_bench.report.html_report import read, write_report
+from ds_bench.report.summary import one_per_run
+from tests import browser
+from tests.conftest import REPO
+
+DATA = REPO / "tests/data/report"
+KINDS = ["doctor", "comm", "pairs", "scaling", "sweep", "runs", "capacity", "failed", "empty"]
+SECTIONS = ["machine", "doctor", "comm", "scaling", "sweep", "capacity", "runs", "failures", "files"]
+
+
+def paths(*names):
+    return [str(DATA / f"{n}.jsonl") for n in names]
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    out = tmp_path_factory.mktemp("html") / "report.html"
+    assert cli.main(["report", "--html", str(out), *paths(*KINDS)]) == 0
+    return out
+
+
+def section_ids(text: str) -> list[str]:
+    return re.findall(r'<section id="([^"]+)"', text)
+
+
+def test_every_kind_of_record_has_its_section(page):
+    text = page.read_text()
+    assert section_ids(text) == SECTIONS
+    assert "suspect host hostc" in text and "hosta&lt;-&gt;hostc" in text  # the pairs' verdict, escaped
+    assert "DefaultCPUAllocator: can&#x27;t allocate memory" in text  # the failed run's reason
+    assert re.search(r"empty\.jsonl</td><td[^>]*>0</td><td>\(empty\)", text)
+
+
+def test_an_empty_file_alone_makes_a_page_that_says_so(tmp_path):
+    out = tmp_path / "empty.html"
+    assert cli.main(["report", "--html", str(out), *paths("empty")]) == 0
+    text = out.read_text()
+    assert section_ids(text) == ["failures", "files"] and "nothing was measured yet" in text
+
+
+def test_the_page_names_no_address_outside_itself(page):
+    text = page.read_text()
+    assert "Content-Security-Policy" in text and "default-src 'none'" in text
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", text)
+    assert "<link" not in text and "@import" not in text and not re.search(r"url\((?!#)", text)  # url(#id): in the page
+
+
+def test_bad_arguments_are_one_line_errors_and_write_nothing(tmp_path, capsys):
+    out = tmp_path / "r.html"
+    assert cli.main(["report", "--html", str(out), *paths("runs"), str(tmp_path / "missing.jsonl")]) == 2
+    assert cli.main(["report", "--html", str(tmp_path / "no" / "r.html"), *paths("runs")]) == 2
+    assert cli.main(["report", *paths("runs", "sweep")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and "missing.jsonl" in err[0] and "folder" in err[1] and "--html PATH" in err[2], err
+    assert list(tmp_path.iterdir()) == []
+
+
+def values(page, selector: str, key: str) -> list[float]:
+    return [float(v) for v in page.eval_on_selector_all(f"{selector} td[data-key={key}][data-value]",
+                                                        "cells => cells.map(c => c.dataset.value)")]
+
+
+def read_kind(name, kind):
+    return store.read_records(str(DATA / f"{name}.jsonl"), kind)
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    reason = browser.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    with browser.chromium() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def visit(chromium, page):
+    with browser.open_file(chromium, page) as v:
+        yield v
+
+
+def test_the_browser_renders_every_section_without_an_error_or_a_request(visit, page):
+    ids = visit.page.eval_on_selector_all("section", "s => s.map(x => x.id)")
+    assert ids == SECTIONS
+    assert all(visit.page.is_visible(f"#{i} h2") for i in ids)
+    assert visit.requests == [page.resolve().as_uri()]
+    assert [m for m in visit.console if m[0] == "error"] == [] and visit.page_errors == []
+    assert visit.page.locator("svg").count() >= 6  # busbw, pairs heat map, scaling, pareto, capacity, runs
+    shot = REPO / "results" / "report-screenshot.png"
+    shot.parent.mkdir(exist_ok=True)
+    visit.page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 50_000
+
+
+def test_the_numbers_shown_are_the_records(visit):
+    p = visit.page
+    runs = one_per_run(read_kind("runs", RunRecord) + read_kind("failed", RunRecord))
+    assert values(p, "#runs-table", "samples_per_s") == [r.metrics.samples_per_s for r in runs
+                                                         if r.metrics.samples_per_s is not None]
+    (comm,) = read_kind("comm", CommRecord)
+    assert values(p, "#comm-table-0", "busbw_GBps") == [row.busbw_GBps for row in comm.results]
+    (scaling,) = read_kind("scaling", ScalingRecord)
+    assert values(p, "#scaling-table-0", "efficiency") == [pt.efficiency for pt in scaling.points]
+    sweep = read_kind("sweep", SweepPointRecord)
+    ranked = ranking.rank(ranking.summarize_points(sweep))
+    assert values(p, f"#sweep-table-{sweep[0].sweep}", "throughput") == [r.throughput_median for r in ranked.rows]
+    largest = {r.layout: r.largest.params for r in read_kind("capacity", CapacityRecord)}
+    assert values(p, "#capacity-table", "params") == list(largest.values())
+    shown = p.inner_text("#runs-table tbody tr:first-child td:nth-child(9)")
+    assert shown == f"{runs[0].metrics.samples_per_s:.4g}"
+
+
+def test_a_click_on_a_header_sorts_the_table_both_ways(visit):
+    p = visit.page
+    header = p.locator("#runs-table th", has_text="samples/s").first
+    header.click()
+    up = values(p, "#runs-table", "samples_per_s")
+    header.click()
+    down = values(p, "#runs-table", "samples_per_s")
+    assert up == sorted(up) and down == sorted(up, reverse=True) and len(up) >= 3
+
+
+def test_the_recommended_config_downloads_as_the_sweep_writes_it(visit):
+    href = visit.page.get_attribute("#sweep a[download]", "href")
+    config = json.loads(base64.b64decode(href.split(",", 1)[1]))
+    sweep = read_kind("sweep", SweepPointRecord)
+    best = ranking.rank(ranking.summarize_points(sweep)).recommended
+    assert config == portable(best.ds_config) and "train_batch_size" not in config
+
+
+def test_compare_writes_its_page_and_the_browser_reads_the_verdicts(tmp_path, chromium):
+    out = tmp_path / "compare.html"
+    assert cli.main(["compare", *paths("runs", "runs"), "--html", str(out)]) == 0
+    with browser.open_file(chromium, out) as v:
+        verdicts = v.page.eval_on_selector_all("#compare-table tbody td:last-child", "c => c.map(x => x.textContent)")
+        assert verdicts and set(verdicts) == {"same (single sample)"}
+        assert values(v.page, "#compare-table", "change_pct") == [0.0] * len(verdicts)
+        assert [m for m in v.console if m[0] == "error"] == [] and len(v.requests) == 1
+
+
+def test_chromium_is_there_when_make_test_set_it_up():
+    """As root (CI's case) ``tools/setup.sh --test`` installs chromium: no silent skip of the browser tests."""
+    if shutil.which("apt-get") and __import__("os").geteuid() == 0:
+        assert browser.skip_reason() is None
