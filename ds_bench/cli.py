@@ -36,7 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                            "dtype and copy GB/s (runs then report mfu_vs_measured)"),
     "doctor": ("ds_bench.comm.doctor", "per-rank network/device/version report and an all_reduce check"),
     "launch": ("ds_bench.jobs.launch", "build (and run) an mpirun/deepspeed/torchrun/srun command"),
-    "report": ("ds_bench.report.main", "table (and plot) of a results file"),
+    "report": ("ds_bench.report.main", "table (and plot) of a results file; --html: one page of any results files"),
     "compare": ("ds_bench.report.compare", "did anything get slower between two results files (noise-aware verdict)"),
     "schema": ("ds_bench.record.export", "print the JSON Schema of every record kind (docs/record.schema.json)"),
 }

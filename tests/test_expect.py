@@ -88,6 +88,8 @@ def test_scaling_points_and_capacity_answers_are_measured():
     ({"at_most": 3}, "expectations[0] ('ar'): give exactly one of at_least and at_most"),
     ({"where": {"rank": 1}}, "expectations[0] ('ar'): where: rank not among comm's fields"),
     ({"kind": "run", "metric": "mfu", "where": {}}, "expectations[0] ('ar'): min_size_bytes is for comm expectations only"),
+    ({"kind": "scaling", "metric": "efficiency", "where": {}, "min_size_bytes": None},
+     "expectations[0] ('ar'): hardware: scaling records do not name their device"),
     ({"at_least": "fast"}, "expectations[0] ('ar'): at_least: Input should be a valid number"),
     ({"speed": 1}, "expectations[0] ('ar'): speed: Extra inputs are not permitted"),
 ])

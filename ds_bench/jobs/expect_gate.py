@@ -14,10 +14,12 @@ import argparse
 import os
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 from ds_bench.logs import process_rank
-from ds_bench.record import store
-from ds_bench.record.expect_check import evaluate, summary_line, table
-from ds_bench.record.expect_file import ExpectFile, load
+
+if TYPE_CHECKING:
+    from ds_bench.record.expect_file import ExpectFile
 
 __all__ = ["Gate", "add_argument", "open_gate"]
 
@@ -39,6 +41,9 @@ class Gate:
         """The command's exit code, made 1 when it was 0 and an expectation failed."""
         if process_rank() != 0:
             return code
+        from ds_bench.record import store
+        from ds_bench.record.expect_check import evaluate, summary_line, table
+
         records = [r for path, start in self.inputs for r in store.read_records(path, missing_ok=True, start=start)]
         outcomes = evaluate(self.expect, records)
         print("\n" + table(outcomes))
@@ -51,6 +56,8 @@ def open_gate(args: argparse.Namespace) -> Gate | None:
     path = getattr(args, "expect", None)
     if not path:
         return None
+    from ds_bench.record.expect_file import load  # the router stays light for the commands given no file
+
     return Gate(load(path), path, inputs(args))
 
 

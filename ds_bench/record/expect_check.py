@@ -59,9 +59,7 @@ def _sweep_point(r: SweepPointRecord) -> list[Measurement]:
         return []
     fields = {"workload": r.workload, "size": r.size, "world_size": r.world_size, "key": r.key,
               **{name: r.point.get(name) for name in ("stage", "offload", "precision", "micro_batch")}}
-    device = _device((r.model_extra or {}).get("hardware"))
-    return [Measurement("sweep_point", fields, {"throughput": r.throughput, "peak_mem_bytes": r.peak_mem_bytes},
-                        device)]
+    return [Measurement("sweep_point", fields, {"throughput": r.throughput, "peak_mem_bytes": r.peak_mem_bytes}, "")]
 
 
 def _comm(r: CommRecord) -> list[Measurement]:
@@ -74,12 +72,11 @@ def _comm(r: CommRecord) -> list[Measurement]:
 
 
 def _scaling(r: ScalingRecord) -> list[Measurement]:
-    device = _device(r.machine) or str(r.device_type or "")
     return [Measurement("scaling", {"workload": r.workload, "world_size": p.world_size, "nodes": p.nodes,
                                     "launcher": r.launcher},
                         {name: getattr(p, name) for name in ("efficiency", "samples_per_s_per_device",
                                                              "tokens_per_s_per_device", "samples_per_s",
-                                                             "step_ms_median")}, device)
+                                                             "step_ms_median")}, "")
             for p in r.points if p.status == "ok"]
 
 

@@ -43,6 +43,9 @@ FIELDS: dict[str, tuple[str, ...]] = {
 }
 """Kind -> the fields ``where`` may name."""
 
+NAMES_DEVICE = ("run", "comm", "doctor")
+"""The kinds whose records name the device they measured (``hardware`` can select them)."""
+
 Scalar = Union[bool, int, float, str]
 
 
@@ -64,7 +67,8 @@ class Expectation(BaseModel):
     where: dict[str, Scalar] = Field(default_factory=dict)
     """Fields that must equal these values (``FIELDS`` of the kind)."""
     hardware: str | None = None
-    """A piece of the device's name the measurement must show (case-insensitive): ``H100``, ``H200``."""
+    """A piece of the device's name the measurement must show (case-insensitive): ``H100``, ``H200``. Run,
+    comm and doctor records name their device; for the others select by ``where``."""
     min_size_bytes: int | None = Field(default=None, ge=0)
     """Comm only: rows of at least this message size."""
     reduce: Literal["median", "min", "max"] = "median"
@@ -81,6 +85,9 @@ class Expectation(BaseModel):
         unknown = sorted(set(self.where) - set(FIELDS[self.kind]))
         if unknown:
             raise ValueError(f"where: {', '.join(unknown)} not among {self.kind}'s fields: {', '.join(FIELDS[self.kind])}")
+        if self.hardware is not None and self.kind not in NAMES_DEVICE:
+            raise ValueError(f"hardware: {self.kind} records do not name their device (only "
+                             f"{', '.join(NAMES_DEVICE)} do); select by where")
         if self.min_size_bytes is not None and self.kind != "comm":
             raise ValueError("min_size_bytes is for comm expectations only")
         return self

@@ -18,12 +18,14 @@ import subprocess
 import time
 import uuid
 from importlib import metadata
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import torch
 from pydantic import ValidationError
 
 from ds_bench.record.schema import Record, model_of
+
+if TYPE_CHECKING:  # torch is imported where it is used: reading a results file needs none of it
+    import torch
 
 R = TypeVar("R", bound=Record)
 
@@ -131,6 +133,8 @@ def _first_error(e: ValidationError) -> str:
 
 
 def versions() -> dict:
+    import torch
+
     out = {"python": platform.python_version(), "torch": torch.__version__}
     for package in ("deepspeed", "transformers", "datasets", "mpi4py"):
         try:
@@ -153,6 +157,8 @@ def git_sha() -> str | None:
 
 
 def hardware(device: torch.device) -> dict:
+    import torch
+
     if device.type == "cuda":
         return {"device": torch.cuda.get_device_name(device), "device_type": "cuda"}
     return {"device": platform.processor() or platform.machine(), "device_type": device.type,

@@ -81,12 +81,14 @@ def _pairs(r: CommRecord, pairs: list[CommRow]) -> list[str]:
 
         data = np.array([[np.nan if v is None else v for v in row] for row in grid], dtype=float)
         image = ax.imshow(data, cmap="viridis")
+        top = np.nanmax(data)
         ax.set_xticks(range(len(hosts)), hosts, rotation=30, ha="right", fontsize=8)
         ax.set_yticks(range(len(hosts)), hosts, fontsize=8)
         for a in range(len(hosts)):
             for b in range(len(hosts)):
                 if grid[a][b] is not None:
-                    ax.text(b, a, f"{grid[a][b]:.3g}", ha="center", va="center", color="white", fontsize=8)
+                    ink = "black" if grid[a][b] > 0.6 * top else "white"  # viridis is light at its top
+                    ax.text(b, a, f"{grid[a][b]:.3g}", ha="center", va="center", color=ink, fontsize=8)
         fig.colorbar(image, ax=ax, label="GB/s")
         ax.set_title("busbw per host pair")
     slow = {s.get("link") for s in r.slow_links or []}

@@ -20,10 +20,12 @@ body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:
 h1{font-size:1.5em;margin:.2em 0}h2{border-bottom:2px solid #345;padding-bottom:.15em;margin-top:1.6em}
 h3{margin:1.1em 0 .3em}nav a{margin-right:.9em}.meta{color:#555}
 table{border-collapse:collapse;margin:.4em 0 1em;font-size:13px}
-th,td{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}
+th,td{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top;white-space:nowrap}
+td.wrap{white-space:normal;min-width:16em}
 th{background:#eef2f6;cursor:pointer;white-space:nowrap}th.sorted-asc::after{content:" \\25B2"}
 th.sorted-desc::after{content:" \\25BC"}td.num{text-align:right;font-variant-numeric:tabular-nums}
-.ok,.pass{color:#176317;font-weight:600}.failed,.fail,.oom,.crashed,.timeout{color:#a4161a;font-weight:600}
+.ok,.pass,.same,.faster{color:#176317;font-weight:600}
+.failed,.fail,.oom,.crashed,.timeout,.slow,.slower{color:#a4161a;font-weight:600}
 .skipped,.not-measured{color:#7a5b00}.plot svg{max-width:100%;height:auto}.note{color:#444;margin:.3em 0}
 .scroll{overflow-x:auto}code{background:#f4f4f4;padding:0 .2em}
 @media print{nav,.download{display:none}th{background:none}h2{page-break-before:auto}
@@ -53,6 +55,9 @@ def esc(value) -> str:
     return html.escape("" if value is None else str(value))
 
 
+WRAP_CHARS = 40
+
+
 class Cell:
     """A table cell: its text, the raw number it shows (sorted by, and read back by tests) and a class."""
 
@@ -60,7 +65,9 @@ class Cell:
         self.text, self.value, self.cls, self.key = text, value, cls, key
 
     def render(self) -> str:
-        classes = " ".join(c for c in (self.cls, "num" if self.value is not None else "") if c)
+        long_text = len(str(self.text)) > WRAP_CHARS  # a sentence wraps; keys and numbers stay on one line
+        classes = " ".join(c for c in (self.cls, "num" if self.value is not None else "", "wrap" if long_text else "")
+                           if c)
         attrs = f' class="{classes}"' if classes else ""
         attrs += f' data-value="{self.value!r}"' if self.value is not None else ""
         attrs += f' data-key="{esc(self.key)}"' if self.key else ""

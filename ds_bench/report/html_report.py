@@ -2,7 +2,8 @@
 (runs, sweep points, comm, scaling, capacity, doctor; empty files and failed records included).
 
 Sections, each present when the records hold something for it: expectations (with ``--expect``), machine
-and versions, doctor, collectives, scaling, sweep, capacity, runs, failures, and the files read. The
+and versions, doctor, the measured ceiling (roofline), collectives, scaling, sweep, capacity (answers and
+probes), runs, failures, and the files read. The
 page is written whole or not at all (a temporary file beside it, then renamed).
 """
 
@@ -14,8 +15,8 @@ import time
 
 from ds_bench.record import store
 from ds_bench.record.expect_check import Outcome
-from ds_bench.record.schema import (CapacityRecord, CommRecord, DoctorRecord, Record, RunRecord, ScalingRecord,
-                                    SweepPointRecord)
+from ds_bench.record.schema import (CapacityProbeRecord, CapacityRecord, CommRecord, DoctorRecord, Record,
+                                    RooflineRecord, RunRecord, ScalingRecord, SweepPointRecord)
 from ds_bench.report import html_comm, html_runs, html_sweep
 from ds_bench.report.html_page import note, num, page, section, table
 
@@ -40,10 +41,11 @@ def sections(by_file: dict[str, list[Record]], outcomes: list[Outcome] | None = 
     parts = [("expectations", "Expectations", html_sweep.expectations(outcomes or [], expect_path)),
              ("machine", "Machine", html_runs.machines(records)),
              ("doctor", "Doctor", html_runs.doctor(of(DoctorRecord))),
+             ("roofline", "Ceiling", html_runs.roofline(of(RooflineRecord))),
              ("comm", "Collectives", html_comm.comm(of(CommRecord))),
              ("scaling", "Scaling", html_comm.scaling(of(ScalingRecord))),
              ("sweep", "Sweep", html_sweep.sweep(of(SweepPointRecord))),
-             ("capacity", "Capacity", html_sweep.capacity(of(CapacityRecord))),
+             ("capacity", "Capacity", html_sweep.capacity(of(CapacityRecord), of(CapacityProbeRecord))),
              ("runs", "Runs", html_runs.runs(of(RunRecord))),
              ("failures", "Failures", html_runs.failures(records)),
              ("files", "Files", files(by_file))]

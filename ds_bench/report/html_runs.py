@@ -7,8 +7,8 @@ to show. Units as the tables say: MiB = 2^20 bytes, ms, GB/s = 1e9 bytes/s, TFLO
 
 from __future__ import annotations
 
-from ds_bench.record.schema import (CapacityRecord, CommRecord, DoctorRecord, Record, RunRecord, ScalingRecord,
-                                    Stamped, SweepPointRecord)
+from ds_bench.record.schema import (CapacityRecord, CommRecord, DoctorRecord, Record, RooflineRecord, RunRecord,
+                                    ScalingRecord, Stamped, SweepPointRecord)
 from ds_bench.report.html_page import Cell, esc, heading, note, num, section, status, svg_plot, table
 from ds_bench.report.summary import config_name, one_per_run
 
@@ -23,7 +23,7 @@ def machines(records: list[Record]) -> str:
         if not isinstance(r, Stamped) or not r.host:
             continue
         device = str((getattr(r, "hardware", None) or {}).get("device") or "-")
-        key = (r.host, device, *(r.versions.get(k) for k in VERSION_KEYS), r.git_sha)
+        key = (r.host, device, *(r.versions.get(k) for k in VERSION_KEYS), (r.git_sha or "")[:12])
         entry = seen.setdefault(key, [r.time, r.time, 0])
         entry[1], entry[2] = r.time or entry[1], entry[2] + 1
     if not seen:
@@ -55,6 +55,20 @@ def doctor(records: list[DoctorRecord]) -> str:
             parts.append(table(["host", "device", "test", "dtype", "median (TFLOP/s or GB/s)"], roof))
         parts += [f'<p class="failed">problem: {esc(p)}</p>' for p in d.problems] or [note("no problem found")]
     return section("doctor", "Doctor", parts)
+
+
+def roofline(records: list[RooflineRecord]) -> str:
+    """Every rank's measured ceiling (``ds-bench roofline``): TFLOP/s of dense matmuls, GB/s of copies."""
+    rows = [[r.time or "-", num(row.rank, "{:d}"), row.host, row.device, row.test, row.dtype,
+             "x".join(map(str, row.shape)) if row.shape else f"{row.size:,}",
+             num(row.median, "{:.4g}", key="roofline_median"), f"{row.low:.4g}-{row.high:.4g}",
+             "GB/s" if row.test == "copy" else "TFLOP/s"]
+            for r in records for row in r.results]
+    if not rows:
+        return ""
+    return section("roofline", "Measured ceiling", [table(
+        ["recorded", "rank", "host", "device", "test", "dtype", "size", "median", "low-high", "unit"], rows,
+        "roofline-table")])
 
 
 def _run_row(r: RunRecord) -> list:
