@@ -61,6 +61,15 @@ def run_cmd(argv: list[str], timeout: float = 300, **env: str) -> subprocess.Com
     return subprocess.run(argv, cwd=REPO, env=child_env(**env), capture_output=True, text=True, timeout=timeout)
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` of a child a test interrupts with SIGINT: the disposition back to default. A suite
+    started in the background (``make test &``, a non-interactive shell's ``&``) runs with SIGINT ignored,
+    which every child inherits across exec (Python then installs no KeyboardInterrupt handler)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def ds_bench(*args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
     return run_cmd([sys.executable, "-m", "ds_bench", *args], timeout=timeout, **env)
 

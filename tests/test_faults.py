@@ -25,7 +25,7 @@ import psutil
 import pytest
 
 from ds_bench.cluster import faults
-from tests.conftest import BIN, REPO, child_env, shm_buffers
+from tests.conftest import BIN, REPO, child_env, default_sigint, shm_buffers
 
 RUN = ["run", "--workload", "mnist", "--ds-config", "ds_configs/zero1.json", "--set", "bf16.enabled=false",
        "--micro-batch", "8", "--steps", "100000", "--warmup", "2"]
@@ -56,7 +56,7 @@ class Job:
         }[launcher] + args
         self.log = open(self.out, "w")
         self.proc = subprocess.Popen(argv, cwd=REPO, env=child_env(), stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=default_sigint)
 
     def wait_for(self, text: str, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout

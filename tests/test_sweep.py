@@ -29,7 +29,7 @@ from ds_bench.jobs.derive import axes_of, derive
 from ds_bench.jobs.points import Point, grid, invalid_reason, next_auto_micro_batch, parse_key
 from ds_bench.record.schema import RunRecord
 from ds_bench.sweep import ledger, spec
-from tests.conftest import REPO, child_env, ds_bench, explain, records, run_cmd
+from tests.conftest import REPO, child_env, default_sigint, ds_bench, explain, records, run_cmd
 
 BASE = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
         "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}, "bf16": {"enabled": True},
@@ -186,7 +186,8 @@ def test_an_interrupted_sweep_resumes_without_running_a_finished_point_twice(tmp
     argv = [sys.executable, "-m", "ds_bench", "sweep", *MNIST_SWEEP, "--stages", "0,1", "--offload", "none,all",
             "--micro-batch", "16", "--results", str(results), "--master-port", "29641"]
     log = open(tmp_path / "first.log", "w")
-    proc = subprocess.Popen(argv, cwd=REPO, env=child_env(), stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(argv, cwd=REPO, env=child_env(), stdout=log, stderr=subprocess.STDOUT,
+                            preexec_fn=default_sigint)
     try:
         deadline = time.monotonic() + 240
         while not any(r["status"] == "ok" for r in point_records(results)):
