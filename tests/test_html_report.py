@@ -171,3 +171,11 @@ def test_chromium_is_there_when_make_test_set_it_up():
     """As root (CI's case) ``tools/setup.sh --test`` installs chromium: no silent skip of the browser tests."""
     if shutil.which("apt-get") and __import__("os").geteuid() == 0:
         assert browser.skip_reason() is None
+
+
+def test_records_written_before_the_schema_render_too(tmp_path):
+    """``tests/data/pre_schema/``: run, sweep, scaling, comm and doctor records from before ``schema_version``."""
+    out = tmp_path / "old.html"
+    old = sorted(str(p) for p in (REPO / "tests/data/pre_schema").glob("*.jsonl"))
+    assert cli.main(["report", "--html", str(out), *old]) == 0
+    assert {"machine", "doctor", "comm", "scaling", "sweep", "runs", "failures", "files"} <= set(section_ids(out.read_text()))
