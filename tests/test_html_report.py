@@ -179,3 +179,27 @@ def test_records_written_before_the_schema_render_too(tmp_path):
     old = sorted(str(p) for p in (REPO / "tests/data/pre_schema").glob("*.jsonl"))
     assert cli.main(["report", "--html", str(out), *old]) == 0
     assert {"machine", "doctor", "comm", "scaling", "sweep", "runs", "failures", "files"} <= set(section_ids(out.read_text()))
+
+
+def test_sparse_and_hostile_records_render_escaped(tmp_path):
+    """Records with most fields unset, every point failed, and record text that is markup: the page renders,
+    the failures are listed and no record text becomes a tag."""
+    evil = "<script>alert(1)</script>"
+    lines = [{"kind": "run", "workload": "mnist", "status": "failed", "error": evil, "run_id": "r1"},
+             {"kind": "sweep_point", "sweep": "s", "key": "z0 mbs=8", "status": "oom", "reason": evil,
+              "point": {"stage": 0, "offload": "none", "precision": "fp32", "micro_batch": 8}},
+             {"kind": "scaling", "scaling": "c", "status": "failed", "points": [{"world_size": 2, "status": "failed",
+                                                                                 "reason": evil}]},
+             {"kind": "comm", "status": "failed", "problems": [evil], "results": [
+                 {"collective": "all_reduce", "size_bytes": 1024, "busbw_GBps": 0.1, "wrong": [evil]}]},
+             {"kind": "capacity", "capacity": "k", "status": "failed", "reason": evil, "layout": "z3", "world_size": 2,
+              "point": {"stage": 3, "offload": "none", "precision": "bf16", "micro_batch": 1}},
+             {"kind": "doctor", "problems": [evil], "busbw_GBps": 1.0}]
+    src = tmp_path / "sparse.jsonl"
+    src.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "sparse.html"
+    assert cli.main(["report", "--html", str(out), str(src)]) == 0
+    text = out.read_text()
+    assert "<script>alert" not in text and text.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 6
+    failures = text[text.index('<section id="failures"'):]
+    assert all(what in failures for what in ("run", "sweep point", "scaling point", "comm", "capacity", "doctor"))

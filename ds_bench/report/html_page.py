@@ -12,6 +12,7 @@ import base64
 import html
 import io
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -68,7 +69,7 @@ class Cell:
         long_text = len(str(self.text)) > WRAP_CHARS  # a sentence wraps; keys and numbers stay on one line
         classes = " ".join(c for c in (self.cls, "num" if self.value is not None else "", "wrap" if long_text else "")
                            if c)
-        attrs = f' class="{classes}"' if classes else ""
+        attrs = f' class="{esc(classes)}"' if classes else ""
         attrs += f' data-value="{self.value!r}"' if self.value is not None else ""
         attrs += f' data-key="{esc(self.key)}"' if self.key else ""
         return f"<td{attrs}>{esc(self.text)}</td>"
@@ -82,7 +83,8 @@ def num(value: float | int | None, fmt: str = "{:.4g}", key: str = "", scale: fl
 
 
 def status(text: str | None) -> Cell:
-    return Cell(text or "-", cls=(text or "").replace(" ", "-"))
+    """A status cell, its class the status's own word (``ok``, ``oom``, ``not-measured``) and nothing else."""
+    return Cell(text or "-", cls=re.sub(r"[^a-z0-9-]", "", (text or "").lower().replace(" ", "-"))[:32])
 
 
 def table(headers: list[str], rows: list[list], table_id: str = "", sortable: bool = True) -> str:

@@ -43,7 +43,7 @@ def doctor(records: list[DoctorRecord]) -> str:
         rows = [[num(f.get("rank"), "{:d}"), f.get("host"), ", ".join(f.get("devices") or [f.get("device") or "-"]),
                  f.get("launcher"), "; ".join(f.get("interfaces") or [])] for f in d.ranks]
         parts.append(table(["rank", "host", "devices", "launcher", "interfaces"], rows))
-        if d.busbw_GBps is not None:
+        if d.busbw_GBps is not None and d.allreduce_ms is not None:
             parts.append(note(f"all_reduce of {d.allreduce_bytes or 0:,} bytes over all ranks: "
                               f"{d.allreduce_ms:.3g} ms, busbw {d.busbw_GBps:.3g} GB/s"))
         for link in d.links or []:

@@ -16,7 +16,7 @@ from ds_bench.report import sweep_table
 from ds_bench.report.capacity_table import HEADERS as CAPACITY_HEADERS
 from ds_bench.report.capacity_table import params_text
 from ds_bench.report.capacity_table import row as capacity_row
-from ds_bench.report.html_page import Cell, download, heading, note, num, section, status, svg_plot, table
+from ds_bench.report.html_page import Cell, download, esc, heading, note, num, section, status, svg_plot, table
 from ds_bench.report.ranking import GIB
 from ds_bench.report.sweep_plots import pareto_plot
 
@@ -50,7 +50,7 @@ def _one_sweep(sweep_id: str, records: list[SweepPointRecord]) -> list[str]:
         cells[PEAK_COLUMN] = Cell(cells[PEAK_COLUMN], r.peak_mem_bytes, key="peak_mem_bytes")
         rows.append(cells)
     parts.append(table(sweep_table.headers(unit, pipeline), rows, f"sweep-table-{sweep_id}"))
-    parts.append(f'<p class="recommendation"><strong>{rank.recommendation_line(ranking, unit)}</strong></p>')
+    parts.append(f'<p class="recommendation"><strong>{esc(rank.recommendation_line(ranking, unit))}</strong></p>')
     best = ranking.recommended
     if best is not None and best.ds_config:
         parts.append(download(f"{sweep_id}-recommended.json", portable(best.ds_config),
