@@ -152,3 +152,24 @@ def test_a_bad_file_stops_a_command_before_it_starts(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err == f"ds-bench: error: --expect {bad}: expectations[0] ('x'): give exactly one of at_least and at_most"
     assert not results.exists()
+
+
+def test_a_required_expectation_without_a_measurement_fails():
+    (o,) = evaluate(expect({**ALL_REDUCE, "required": True}), [comm_record(device="NVIDIA H200")])
+    assert (o.status, o.failed) == ("not measured", True)
+    (o,) = evaluate(expect(ALL_REDUCE), [comm_record(device="NVIDIA H200")])
+    assert (o.status, o.failed) == ("not measured", False)
+
+
+def test_the_gate_judges_only_what_the_command_appended(tmp_path):
+    """Records already in the file (one that would pass, and a line cut mid-write at the offset) are not the
+    command's: the gate starts at the file's size when the command started, at a line's start."""
+    from ds_bench.jobs.expect_gate import Gate
+
+    results = tmp_path / "r.jsonl"
+    results.write_text(json.dumps(run_record(500).to_json_dict()) + "\n" + '{"kind": "run", "workl')
+    start = results.stat().st_size - 5  # mid-line, as a writer was cut
+    with results.open("a") as f:
+        f.write('oad": "gpt2"}\n' + json.dumps(run_record(50).to_json_dict()) + "\n")
+    gate = Gate(expect({"name": "t", "kind": "run", "metric": "tokens_per_s", "at_least": 100}), "e", [(str(results), start)])
+    assert gate.close(0) == 1  # the appended 50 tokens/s fails; the earlier 500 is not counted

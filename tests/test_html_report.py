@@ -203,3 +203,8 @@ def test_sparse_and_hostile_records_render_escaped(tmp_path):
     assert "<script>alert" not in text and text.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 6
     failures = text[text.index('<section id="failures"'):]
     assert all(what in failures for what in ("run", "sweep point", "scaling point", "comm", "capacity", "doctor"))
+
+
+def test_html_with_a_terminal_only_flag_is_refused(tmp_path, capsys):
+    assert cli.main(["report", "--html", str(tmp_path / "r.html"), "--tag", "x", *paths("runs")]) == 2
+    assert "--tag and --plot are for the terminal report" in capsys.readouterr().err

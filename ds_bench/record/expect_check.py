@@ -38,7 +38,7 @@ class Outcome:
 
     @property
     def failed(self) -> bool:
-        return self.status == "fail"
+        return self.status == "fail" or (self.status == "not measured" and self.expectation.required)
 
 
 def _device(hardware: dict | None) -> str:

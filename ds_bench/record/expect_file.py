@@ -4,7 +4,7 @@ One file holds a list of expectations; each names a record kind, a metric of it,
 is about (``where``: fields that must be equal; ``hardware``: a piece of the device's name; for comm rows
 ``min_size_bytes``) and a bound (``at_least`` or ``at_most``), with where the bound came from (``source``).
 ``load`` checks a file against these models before anything runs; an error is one line naming the file
-and the entry. ``json_schema`` is ``docs/expect.schema.json`` (``ds-bench schema --expect``); the metrics
+and the entry. ``json_schema`` is ``docs/expect.schema.json`` (``ds-bench schema expect``); the metrics
 and fields each kind has are ``METRICS`` and ``FIELDS`` (``ds_bench.record.expect_check`` reads them).
 """
 
@@ -71,6 +71,8 @@ class Expectation(BaseModel):
     comm and doctor records name their device; for the others select by ``where``."""
     min_size_bytes: int | None = Field(default=None, ge=0)
     """Comm only: rows of at least this message size."""
+    required: bool = False
+    """A measurement that must be there: without one the expectation fails (else it is "not measured")."""
     reduce: Literal["median", "min", "max"] = "median"
     """How the matching measurements become one value (repeats, sizes, rows)."""
     source: str | None = None

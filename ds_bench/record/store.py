@@ -107,7 +107,11 @@ def read_records(path: str, kind: type[R] = Record, missing_ok: bool = False, st
     out = []
     with open(path, "rb") as f:
         before = f.read(start).count(b"\n")  # line numbers stay the file's own
-        lines = f.read().decode("utf-8", errors="replace").splitlines()
+        rest = f.read()
+        if start and not _at_line_start(f, start):  # an offset taken while a writer was mid-line: its next line
+            cut = rest.find(b"\n") + 1
+            before, rest = before + 1, rest[cut:] if cut else b""
+        lines = [raw.decode("utf-8", errors="replace") for raw in rest.split(b"\n")]
         for lineno, line in enumerate(lines, before + 1):
             if not line.strip():
                 continue
@@ -123,6 +127,11 @@ def read_records(path: str, kind: type[R] = Record, missing_ok: bool = False, st
             except ValidationError as e:
                 raise UserError(f"{path}:{lineno}: not a valid {data.get('kind', 'run')} record: {_first_error(e)}") from None
     return out
+
+
+def _at_line_start(f, offset: int) -> bool:
+    f.seek(offset - 1)
+    return f.read(1) == b"\n"
 
 
 def _first_error(e: ValidationError) -> str:

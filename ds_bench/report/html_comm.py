@@ -33,7 +33,7 @@ def comm(records: list[CommRecord]) -> str:
             _busbw_plot(parts, measured)
             parts.append(table(["scope", "group", "collective", "size", "time us (median)", "algbw GB/s",
                                 "busbw GB/s", "wrong"], [_row(row) for row in measured], f"comm-table-{i}"))
-        pairs = [row for row in r.results if row.scope == "pair"]
+        pairs = [row for row in r.results if row.scope == "pair" and row.group]
         if pairs:
             parts += _pairs(r, pairs)
         parts += [f'<p class="failed">problem: {esc(p)}</p>' for p in r.problems]
@@ -95,8 +95,8 @@ def _pairs(r: CommRecord, pairs: list[CommRow]) -> list[str]:
     rows = [[link, num(value, "{:.4g}", key="pair_busbw_GBps"), status("slow") if link in slow else Cell("")]
             for link, value in sorted(best.items(), key=lambda item: item[1])]
     parts.append(table(["link", "busbw GB/s", "slow"], rows, "pairs-table"))
-    parts += [f'<p class="failed">slow link {esc(s.get("link"))}: {s.get("busbw_GBps", 0):.3g} GB/s, '
-              f'{s.get("vs_best_pct", 0):.0f}% below the best</p>' for s in r.slow_links or []]
+    parts += [f'<p class="failed">slow link {esc(s.get("link"))}: {s.get("busbw_GBps") or 0:.3g} GB/s, '
+              f'{s.get("vs_best_pct") or 0:.0f}% below the best</p>' for s in r.slow_links or []]
     parts += [f'<p class="failed">suspect host {esc(h)}: every link through it is slow</p>'
               for h in r.suspect_hosts or []]
     return parts

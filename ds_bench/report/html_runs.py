@@ -40,7 +40,7 @@ def doctor(records: list[DoctorRecord]) -> str:
     parts = []
     for i, d in enumerate(records):
         parts.append(heading(f"doctor {i + 1}: {len(d.ranks)} rank(s)"))
-        rows = [[num(f.get("rank"), "{:d}"), f.get("host"), ", ".join(f.get("devices") or [f.get("device") or "-"]),
+        rows = [[str(f.get("rank", "-")), f.get("host"), ", ".join(map(str, f.get("devices") or [f.get("device") or "-"])),
                  f.get("launcher"), "; ".join(f.get("interfaces") or [])] for f in d.ranks]
         parts.append(table(["rank", "host", "devices", "launcher", "interfaces"], rows))
         if d.busbw_GBps is not None and d.allreduce_ms is not None:
@@ -133,7 +133,7 @@ def failures(records: list[Record]) -> str:
         if isinstance(r, RunRecord) and r.status == "failed":
             rows.append(["run", r.run_id, r.workload, status("failed"), r.failure.kind if r.failure else "-",
                          r.error or "-"])
-        elif isinstance(r, SweepPointRecord) and r.status != "ok":
+        elif isinstance(r, SweepPointRecord) and r.status not in ("ok", "skipped"):  # skipped: never meant to run
             rows.append(["sweep point", r.sweep, r.key, status(r.status), r.status, r.reason or "-"])
         elif isinstance(r, ScalingRecord):
             rows += [["scaling point", r.scaling, f"{p.world_size} ranks", status(p.status), "-", p.reason or "-"]

@@ -20,8 +20,6 @@ from ds_bench.report.html_page import Cell, download, esc, heading, note, num, s
 from ds_bench.report.ranking import GIB
 from ds_bench.report.sweep_plots import pareto_plot
 
-THROUGHPUT_COLUMN, STATUS_COLUMN, PEAK_COLUMN = 3, 2, 7
-"""Where ``sweep_table.cells`` puts the median throughput, the status and the peak GiB."""
 
 
 def sweep(records: list[SweepPointRecord]) -> str:
@@ -42,14 +40,16 @@ def _one_sweep(sweep_id: str, records: list[SweepPointRecord]) -> list[str]:
     parts = [heading(f"sweep {sweep_id}: {first.workload}{'/' + first.size if first.size else ''}, "
                      f"{first.world_size} rank(s), {len(ranking.rows)} point(s)")]
     pipeline = sweep_table.has_pipeline(ranking)
+    headers = sweep_table.headers(unit, pipeline)
+    at = {name: headers.index(name) for name in ("status", f"median {unit}", "peak GiB")}
     rows = []
     for r in ranking.rows:
         cells: list = list(sweep_table.cells(ranking, r, pipeline))
-        cells[STATUS_COLUMN] = status(r.status)
-        cells[THROUGHPUT_COLUMN] = Cell(cells[THROUGHPUT_COLUMN], r.throughput_median, key="throughput")
-        cells[PEAK_COLUMN] = Cell(cells[PEAK_COLUMN], r.peak_mem_bytes, key="peak_mem_bytes")
+        cells[at["status"]] = status(r.status)
+        cells[at[f"median {unit}"]] = Cell(cells[at[f"median {unit}"]], r.throughput_median, key="throughput")
+        cells[at["peak GiB"]] = Cell(cells[at["peak GiB"]], r.peak_mem_bytes, key="peak_mem_bytes")
         rows.append(cells)
-    parts.append(table(sweep_table.headers(unit, pipeline), rows, f"sweep-table-{sweep_id}"))
+    parts.append(table(headers, rows, f"sweep-table-{sweep_id}"))
     parts.append(f'<p class="recommendation"><strong>{esc(rank.recommendation_line(ranking, unit))}</strong></p>')
     best = ranking.recommended
     if best is not None and best.ds_config:
@@ -72,7 +72,8 @@ def capacity(records: list[CapacityRecord], probes: list[CapacityProbeRecord] = 
     for r in latest.values():
         cells: list = capacity_row(r)
         params = r.largest.params if r.largest else None
-        cells[3] = Cell(cells[3], params, key="params")
+        column = CAPACITY_HEADERS.index("params")
+        cells[column] = Cell(cells[column], params, key="params")
         rows.append(cells)
     parts = [table(CAPACITY_HEADERS, rows, "capacity-table")] if rows else []
     ok = [r for r in latest.values() if r.largest and r.largest.params]

@@ -43,6 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.html:
+        if args.tag or args.plot:
+            raise UserError("--html takes every record of its files: --tag and --plot are for the terminal report")
         return html(args.results, args.html, getattr(args, "expect", None))
     if len(args.results) > 1:
         raise UserError(f"{len(args.results)} results files: the terminal report takes one; "
