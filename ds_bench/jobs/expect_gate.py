@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass
-
 from typing import TYPE_CHECKING
 
 from ds_bench.logs import process_rank
@@ -52,13 +51,15 @@ class Gate:
 
 
 def open_gate(args: argparse.Namespace) -> Gate | None:
-    """The gate of ``args.expect`` (None without one); the file checked now."""
+    """The gate of ``args.expect`` (None without one); the file checked now, and left loaded as
+    ``args.expect_file`` for a command that shows the outcomes itself (report, compare pages)."""
     path = getattr(args, "expect", None)
     if not path:
         return None
     from ds_bench.record.expect_file import load  # the router stays light for the commands given no file
 
-    return Gate(load(path), path, inputs(args))
+    args.expect_file = load(path)
+    return Gate(args.expect_file, path, inputs(args))
 
 
 def inputs(args: argparse.Namespace) -> list[tuple[str, int]]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tabulate import tabulate
 
-from ds_bench.record.expect_file import Expectation, ExpectFile
+from ds_bench.record.expect_file import FIELDS, METRICS, Expectation, ExpectFile
 from ds_bench.record.schema import (CapacityRecord, CommRecord, DoctorRecord, Record, RunRecord, ScalingRecord,
                                     SweepPointRecord)
 
@@ -48,9 +48,7 @@ def _device(hardware: dict | None) -> str:
 def _run(r: RunRecord) -> list[Measurement]:
     if r.status not in (None, "ok"):
         return []
-    fields = {name: getattr(r, name) for name in ("workload", "size", "zero_stage", "precision", "world_size",
-                                                   "engine", "tensor_parallel", "pipeline_stages", "micro_batch",
-                                                   "launcher", "tag")}
+    fields = {name: getattr(r, name) for name in FIELDS["run"]}  # the record's own fields, by the same names
     return [Measurement("run", fields, r.metrics.model_dump(), _device(r.hardware))]
 
 
@@ -74,9 +72,7 @@ def _comm(r: CommRecord) -> list[Measurement]:
 def _scaling(r: ScalingRecord) -> list[Measurement]:
     return [Measurement("scaling", {"workload": r.workload, "world_size": p.world_size, "nodes": p.nodes,
                                     "launcher": r.launcher},
-                        {name: getattr(p, name) for name in ("efficiency", "samples_per_s_per_device",
-                                                             "tokens_per_s_per_device", "samples_per_s",
-                                                             "step_ms_median")}, "")
+                        {name: getattr(p, name) for name in METRICS["scaling"]}, "")
             for p in r.points if p.status == "ok"]
 
 

@@ -38,7 +38,8 @@ def main(args: argparse.Namespace) -> int:
     if not 0 < args.alpha < 1:
         raise UserError(f"--alpha {args.alpha:g}: expected a probability between 0 and 1")
     argcheck.output_folder("--html", args.html)
-    base, new = (samples(_read(path, flag)) for path, flag in ((args.base, "BASE"), (args.new, "NEW")))
+    base_records, new_records = _read(args.base, "BASE"), _read(args.new, "NEW")
+    base, new = samples(base_records), samples(new_records)
     matched = [key for key in base if key in new]
     if not matched:
         raise UserError(f"nothing to compare: {args.base} and {args.new} hold no measurement of the same "
@@ -53,18 +54,17 @@ def main(args: argparse.Namespace) -> int:
                f"only in BASE: {only[0]}, only in NEW: {only[1]}")
     print("\n" + summary)
     if args.html:
-        _write_html(args, judged, summary)
+        _write_html(args, judged, summary, new_records)
     return 1 if slower else 0
 
 
-def _write_html(args: argparse.Namespace, judged: list, summary: str) -> None:
+def _write_html(args: argparse.Namespace, judged: list, summary: str, new_records: list) -> None:
     from ds_bench.record.expect_check import evaluate
-    from ds_bench.record.expect_file import load
     from ds_bench.report import html_compare
 
-    expect_path = getattr(args, "expect", None)
-    outcomes = evaluate(load(expect_path), store.read_records(args.new)) if expect_path else None
-    html_compare.write(args.html, args.base, args.new, judged, summary, outcomes, expect_path or "")
+    expect = getattr(args, "expect_file", None)  # loaded and checked by the --expect gate
+    outcomes = evaluate(expect, new_records) if expect else None
+    html_compare.write(args.html, args.base, args.new, judged, summary, outcomes, getattr(args, "expect", None) or "")
     print(f"page:    {args.html}")
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ds_bench.record.expect_check import Outcome
 from ds_bench.report.compare_match import Sample
 from ds_bench.report.compare_verdict import Verdict
-from ds_bench.report.html_page import Cell, note, num, section, status, svg_plot, table
+from ds_bench.report.html_page import Cell, note, num, section, svg_plot, table
 from ds_bench.report.html_report import write_page
 from ds_bench.report.html_sweep import expectations
 
@@ -19,10 +19,8 @@ def compare_section(judged: list[tuple[Sample, Sample, Verdict]], summary: str) 
     rows = [[b.label, f"{b.metric} ({b.unit})", num(v.base_median, key="base_median"), num(len(b.values), "{:d}"),
              num(v.new_median, key="new_median"), num(len(n.values), "{:d}"),
              num(v.change_pct, "{:+.1f}", key="change_pct"), num(v.p_value, "{:.3g}"),
-             status(v.verdict + (" (single sample)" if v.single_sample else ""))]
+             Cell(v.verdict + (" (single sample)" if v.single_sample else ""), cls=v.verdict)]
             for b, n, v in judged]
-    for row, (_, _, v) in zip(rows, judged):
-        row[-1] = Cell(row[-1].text, cls=v.verdict)
     parts = [note(summary), table(HEADERS, rows, "compare-table")]
     with svg_plot(parts, figsize=(8, 0.9 + 0.35 * len(judged)), title="median change per match") as (_, ax):
         colours = {"slower": "tab:red", "faster": "tab:green", "same": "tab:gray"}

@@ -9,7 +9,7 @@ is written as ``ds-bench sweep`` writes it (``portable``). "" when there is noth
 from __future__ import annotations
 
 from ds_bench.config.deepspeed.prepare import portable
-from ds_bench.record.expect_check import Outcome, measured_text
+from ds_bench.record.expect_check import Outcome, measured_text, summary_line
 from ds_bench.record.schema import CapacityProbeRecord, CapacityRecord, SweepPointRecord
 from ds_bench.report import ranking as rank
 from ds_bench.report import sweep_table
@@ -19,7 +19,6 @@ from ds_bench.report.capacity_table import row as capacity_row
 from ds_bench.report.html_page import Cell, download, esc, heading, note, num, section, status, svg_plot, table
 from ds_bench.report.ranking import GIB
 from ds_bench.report.sweep_plots import pareto_plot
-
 
 
 def sweep(records: list[SweepPointRecord]) -> str:
@@ -102,7 +101,5 @@ def expectations(outcomes: list[Outcome], source: str) -> str:
     rows = [[status(o.status), o.expectation.name, f"{o.expectation.kind}.{o.expectation.metric}",
              o.expectation.bound_text(), Cell(measured_text(o), o.measured, key="measured"),
              o.expectation.source or ""] for o in outcomes]
-    counts = {s: sum(o.status == s for o in outcomes) for s in ("pass", "fail", "not measured")}
-    summary = f"{source}: {counts['pass']} pass, {counts['fail']} fail, {counts['not measured']} not measured"
-    return section("expectations", "Expectations", [note(summary), table(
+    return section("expectations", "Expectations", [note(summary_line(outcomes, source)), table(
         ["result", "expectation", "metric", "expected", "measured", "source"], rows, "expectations-table")])

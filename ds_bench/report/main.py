@@ -45,7 +45,7 @@ def main(args: argparse.Namespace) -> int:
     if args.html:
         if args.tag or args.plot:
             raise UserError("--html takes every record of its files: --tag and --plot are for the terminal report")
-        return html(args.results, args.html, getattr(args, "expect", None))
+        return html(args.results, args.html, getattr(args, "expect_file", None), getattr(args, "expect", None) or "")
     if len(args.results) > 1:
         raise UserError(f"{len(args.results)} results files: the terminal report takes one; "
                         "give --html PATH for one page of them all")
@@ -65,17 +65,15 @@ def main(args: argparse.Namespace) -> int:
     return show(args.results, args.tag, args.plot)
 
 
-def html(paths: list[str], out_path: str, expect_path: str | None) -> int:
-    """The page of ``paths`` at ``out_path``, with the expectations' outcomes when given."""
+def html(paths: list[str], out_path: str, expect, expect_path: str) -> int:
+    """The page of ``paths`` at ``out_path``, with the outcomes of ``expect`` (the gate's loaded file) when given."""
     from ds_bench.record.expect_check import evaluate
-    from ds_bench.record.expect_file import load
     from ds_bench.report.html_report import read, write_report
 
     argcheck.output_folder("--html", out_path)
-    expect = load(expect_path) if expect_path else None
     by_file = read(paths)
     outcomes = evaluate(expect, [r for found in by_file.values() for r in found]) if expect else None
-    count = write_report(out_path, by_file, outcomes, expect_path or "")
+    count = write_report(out_path, by_file, outcomes, expect_path)
     print(f"report: {out_path} ({count} sections from {len(paths)} file(s))")
     return 0
 
