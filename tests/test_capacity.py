@@ -8,7 +8,9 @@ import pytest
 
 from ds_bench.capacity import search
 from ds_bench.capacity.family import scaled_family
-from ds_bench.jobs.points import Point, invalid_reason
+from ds_bench.config.layout import Layout
+from ds_bench.config.legality import Where
+from ds_bench.jobs.points import skip_reason
 from ds_bench.record.schema import CapacityRecord
 from ds_bench.report import capacity_table
 from ds_bench.workloads.gpt2_shapes import gpt2_param_count
@@ -55,21 +57,21 @@ def test_a_scaled_family_grows_one_dimension_and_counts_parameters_like_hf():
 
 def test_layouts_deepspeed_cannot_train_are_named():
     def pipe(stage, offload="none", engine="deepspeed"):
-        return Point(stage, offload, "fp32", 1, engine=engine, pipeline_stages=2)
+        return Layout(stage, offload, "fp32", 1, engine=engine, pipeline_stages=2)
 
-    assert "stage 0 or 1" in invalid_reason(pipe(2), "cpu", 2)
-    assert "do not divide the 3 ranks" in invalid_reason(pipe(1), "cpu", 3)
-    assert "cannot offload" in invalid_reason(pipe(1, "optimizer"), "cpu", 2)
-    assert "DDP has no pipeline" in invalid_reason(pipe(0, engine="ddp"), "cpu", 2)
-    assert invalid_reason(Point(0, "optimizer", "fp32", 1), "cpu", 2) == "offload needs ZeRO stage 1, 2 or 3"
-    assert invalid_reason(pipe(1), "cpu", 2) is None
+    assert "stage 0 or 1" in why(pipe(2), "cpu", 2)
+    assert "does not divide the world size 3" in why(pipe(1), "cpu", 3)
+    assert "does not offload" in why(pipe(1, "optimizer"), "cpu", 2)
+    assert "--engine ddp with --pipeline-stages 2" in why(pipe(0, engine="ddp"), "cpu", 2)
+    assert "needs ZeRO stage 1, 2 or 3" in why(Layout(0, "optimizer", "fp32", 1), "cpu", 2)
+    assert why(pipe(1), "cpu", 2) is None
     assert pipe(1).key == "pp2 z1 off=none fp32 mbs=1"
 
 
 def test_the_table_names_the_largest_size_and_why_the_next_did_not_run():
     record = CapacityRecord.model_validate({
         "kind": "capacity", "capacity": "c", "world_size": 2, "pipeline_stages": 1, "data_parallel_size": 2,
-        "point": Point(3, "none", "fp32", 1).to_dict(), "status": "ok", "family": "gpt3",
+        "point": Layout(3, "none", "fp32", 1).to_dict(), "status": "ok", "family": "gpt3",
         "largest": {"member": "gpt3-350m", "params": 354_823_168, "peak_mem_bytes": 3 * 2**30,
                     "predicted_mem_bytes": int(3.3 * 2**30), "step_s": 1.5, "tokens_per_s": 1365.3,
                     "tflops_per_device": 1.5},
@@ -114,6 +116,11 @@ def test_a_real_search_records_its_probes_and_the_largest_member_that_trained(tm
         assert p["status"] == run["status"] == "ok" and run["zero_stage"] == 3 and p["params"] == run["params"]
     again = ds_bench("report", str(results))
     assert again.returncode == 0 and "4 x 64 x 2" in again.stdout, explain(again)
+
+
+def why(layout, device_type, world_size=None):
+    """The reason a study skips ``layout``, as the sweep and capacity search say it."""
+    return skip_reason(layout, Where(world_size, device_type))
 
 
 @pytest.mark.dist

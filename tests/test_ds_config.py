@@ -191,8 +191,6 @@ def test_deepspeed_model_errors_name_the_dotted_key(tmp_path):
         "bool": ({"bf16": {"enabled": "maybe"}}, r"bf16\.enabled must be a valid boolean.*got 'maybe'"),
         "ratio": ({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}},
                   r"zero_optimization: Partial offloading only supported for ZeRO Stage 3"),
-        "param offload below 3": ({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}},
-                                  r"offload_param needs stage 3; DeepSpeed ignores it at stage 2"),
     }
     for cfg, pattern in cases.values():
         with pytest.raises(UserError, match=pattern):

@@ -12,9 +12,17 @@ from ds_bench.engines import choose
 from ds_bench.engines.plan import plan, torch_optimizer
 from ds_bench.engines.torch_engine import shard_units
 from ds_bench.errors import UserError
-from ds_bench.jobs.points import Point, families, invalid_reason, parse_key
+from ds_bench.config.layout import Layout, parse_key
+from ds_bench.config import legality
+from ds_bench.config.legality import Where
+from ds_bench.jobs.points import families, skip_reason
 
 WHERE = "ds_configs/x.json"
+
+
+def why(layout, device_type, world_size=None):
+    """The reason a study skips ``layout``, as the sweep and capacity search say it."""
+    return skip_reason(layout, Where(world_size, device_type))
 
 
 def cfg(stage=0, precision="fp32", **extra):
@@ -40,19 +48,19 @@ def test_fsdp_maps_stage_3_to_reshard_after_forward_and_stage_2_to_keeping_param
     assert plan("fsdp", cfg(3), 1e-3, WHERE).zero_stage == 3
 
 
-@pytest.mark.parametrize("stage, words", [(0, "stage 0 replicates everything"), (1, "stage 1 shards only the optimizer")])
-def test_fsdp_rejects_stages_it_has_no_equivalent_of(stage, words):
-    with pytest.raises(UserError, match=rf"^--engine fsdp: {WHERE}: zero_optimization\.{words}.*use stage 2"):
-        plan("fsdp", cfg(stage), 1e-3, WHERE)
+@pytest.mark.parametrize("stage", [0, 1])
+def test_fsdp_refuses_stages_it_has_no_equivalent_of(stage):
+    """The legality table's rule, which run and the studies both apply (``tests/test_legality.py``)."""
+    said = legality.violation(Layout(stage, "none", "fp32", 8, engine="fsdp"), Where(2))
+    assert said.startswith(f"--engine fsdp with ZeRO stage {stage}: FSDP always shards") and "use stage 2" in said
 
 
 def test_offloads():
     param = {"stage": 3, "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}}
     assert plan("fsdp", cfg(zero_optimization=param), 1e-3, WHERE).cpu_offload is True
-    with pytest.raises(UserError, match="offload_optimizer alone has no FSDP equivalent"):
-        plan("fsdp", cfg(zero_optimization={"stage": 2, "offload_optimizer": {"device": "cpu"}}), 1e-3, WHERE)
-    with pytest.raises(UserError, match=r"^--engine ddp: .*offload_\* is set; DDP keeps"):
-        plan("ddp", cfg(zero_optimization={"stage": 2, "offload_optimizer": {"device": "cpu"}}), 1e-3, WHERE)
+    assert "FSDP2's CPUOffloadPolicy moves parameters" in legality.violation(
+        Layout(2, "optimizer", "fp32", 8, engine="fsdp"), Where(2))
+    assert "DDP keeps parameters" in legality.violation(Layout(0, "optimizer", "fp32", 8, engine="ddp"), Where(2))
 
 
 def test_precision_maps_to_autocast_for_ddp_and_a_mixed_precision_policy_for_fsdp():
@@ -107,20 +115,20 @@ def test_sweep_engine_axis():
 
 
 def test_point_keys_round_trip_and_deepspeed_keys_are_unchanged():
-    defaults = Point(0, "none", "fp32", 32)
-    assert Point(2, "none", "fp32", 32).key == "z2 off=none fp32 mbs=32"  # ledgers from before the axis still match
+    defaults = Layout(0, "none", "fp32", 32)
+    assert Layout(2, "none", "fp32", 32).key == "z2 off=none fp32 mbs=32"  # ledgers from before the axis still match
     for text in ("ddp z0 off=none bf16 mbs=8", "fsdp z3 off=all fp32 mbs=16 ga=2", "z1 off=optimizer fp32 mbs=4"):
         assert parse_key(text, defaults).key == text
-    assert parse_key("fsdp mbs=8", Point(3, "none", "fp32", 1)).engine == "fsdp"
-    assert Point.from_dict({"stage": 1, "offload": "none", "precision": "fp32", "micro_batch": 2}).engine == "deepspeed"
+    assert parse_key("fsdp mbs=8", Layout(3, "none", "fp32", 1)).engine == "fsdp"
+    assert Layout.from_dict({"stage": 1, "offload": "none", "precision": "fp32", "micro_batch": 2}).engine == "deepspeed"
     with pytest.raises(ValueError, match=re.escape("'megatron' is not ddp|fsdp, z0..z3")):
         parse_key("megatron", defaults)
 
 
 @pytest.mark.parametrize("key, reason", [
     ("ddp z2 off=none fp32 mbs=8", "DDP replicates everything"),
-    ("fsdp z1 off=none fp32 mbs=8", "FSDP always shards"),
-    ("fsdp z2 off=optimizer fp32 mbs=8", "FSDP offloads parameters and optimizer together"),
+    ("fsdp z1 off=none fp32 mbs=8", "--engine fsdp with ZeRO stage 1: FSDP always shards"),
+    ("fsdp z2 off=optimizer fp32 mbs=8", "--engine fsdp with offload=optimizer: FSDP2's CPUOffloadPolicy"),
 ])
 def test_invalid_engine_points_say_why(key, reason):
-    assert invalid_reason(parse_key(key, Point(0, "none", "fp32", 1)), "cpu").startswith(reason)
+    assert why(parse_key(key, Layout(0, "none", "fp32", 1)), "cpu").startswith(reason)

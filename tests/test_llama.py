@@ -139,7 +139,6 @@ def test_a_tensor_parallel_layout_splits_the_world_into_replicas():
 
 
 @pytest.mark.parametrize("size, world, divisors, message", [
-    (2, 3, DIVISORS, "does not divide the world size 3"),
     (16, 16, DIVISORS, "does not divide the model's 8 KV heads"),
     (4, 4, {**DIVISORS, "MLP width": 30}, "does not divide the model's 30 MLP width"),
 ])
@@ -174,15 +173,10 @@ def test_deepspeed_gets_autotp_and_the_batch_it_checks():
     assert tensor_parallel.deepspeed_config(None, ds_cfg) is ds_cfg
 
 
-@pytest.mark.parametrize("flags, message", [
-    ({"engine": "ddp"}, "--engine ddp with --tensor-parallel"),
-    ({"pipeline_stages": 2}, "--tensor-parallel: AutoTP does not combine with DeepSpeed's pipeline engine"),
-    ({"compile": True}, "--tensor-parallel: --compile with tensor parallelism is not measured yet"),
-    ({"tensor_parallel": 0}, "--tensor-parallel must be a positive integer"),
-])
-def test_flags_a_tensor_parallel_run_cannot_take(flags, message):
-    with pytest.raises(UserError, match=message):
-        RunConfig(workload="llama", ds_config=CONFIG, **{"tensor_parallel": 2, **flags})
+def test_a_tensor_parallel_degree_is_a_positive_integer():
+    """What a TP layout may not combine with is the legality table's (tests/test_legality.py)."""
+    with pytest.raises(UserError, match="--tensor-parallel must be a positive integer"):
+        RunConfig(workload="llama", ds_config=CONFIG, tensor_parallel=0)
 
 
 # --- real runs ---

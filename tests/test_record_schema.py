@@ -15,7 +15,7 @@ import pytest
 
 from ds_bench import cli
 from ds_bench.jobs import outcome, predict
-from ds_bench.jobs.points import Point
+from ds_bench.config.layout import Layout
 from ds_bench.record import store
 from ds_bench.record.schema import (
     SCHEMA_VERSION,
@@ -30,7 +30,8 @@ from ds_bench.record.schema import (
     parse_record,
 )
 from ds_bench.report import comm_bound
-from ds_bench.sweep import ledger
+from ds_bench.jobs import ledger
+from ds_bench.sweep.driver import load_ledger
 from tests.conftest import REPO, check_schema
 
 OLD = Path(__file__).parent / "data" / "pre_schema"
@@ -50,7 +51,7 @@ INLINE = {
                             failure={"kind": "oom", "steps_done": 2, "rank": 1, "host": "n1", "signal": None,
                                      "stalled_s": None, "peers": {"0": "gone"}}),
     "sweep_point": SweepPointRecord(kind="sweep_point", sweep="s1", key="z1 off=none fp32 mbs=8",
-                                    point=Point(1, "none", "fp32", 8).to_dict(), repeat=0, status="ok", reason=None,
+                                    point=Layout(1, "none", "fp32", 8).to_dict(), repeat=0, status="ok", reason=None,
                                     unit="images/s", throughput=250.0, peak_mem_bytes=2**28, busy=BUSY, wall_s=3.5),
     "scaling": ScalingRecord(**BASE, kind="scaling", scaling="abc", status="ok", workload="mnist",
                              baseline_world_size=1, notes=["n"], points=[
@@ -65,7 +66,7 @@ INLINE = {
                                           index=0, member="gpt3-125m", run_args=["--size", "small"], params=125_000_000,
                                           status="oom", reason="rank 0: out of memory", busy=BUSY),
     "capacity": CapacityRecord(kind="capacity", capacity="c1", layout="pp1 z1 off=none fp32 mbs=1",
-                               point=Point(1, "none", "fp32", 1).to_dict(), world_size=2, status="ok",
+                               point=Layout(1, "none", "fp32", 1).to_dict(), world_size=2, status="ok",
                                largest={"member": "gpt3-125m", "params": 125_000_000, "peak_mem_bytes": 2**30},
                                next={"member": "gpt3-350m", "why": "oom", "reason": "out of memory"}),
     "doctor": DoctorRecord(kind="doctor", ranks=[{"rank": 0, "host": "n1"}], problems=[], allreduce_bytes=2**20,
@@ -144,13 +145,13 @@ def test_the_sweeps_end_report_writes_the_recommended_config_from_an_old_ledger(
 
 def test_the_sweep_resumes_from_an_old_ledger_and_its_runs():
     sweep_id = old_lines("sweep")[0]["sweep"]
-    done = ledger.load(str(OLD / "sweep.jsonl"), sweep_id)
-    point = ledger.final(done, "z0 off=none fp32 mbs=8", 0)
+    done = load_ledger(str(OLD / "sweep.jsonl"), sweep_id)
+    point = ledger.final(done, ("z0 off=none fp32 mbs=8", 0))
     assert point is not None and point.status == "ok" and point.peak_mem_bytes > 0 and point.busy is not None
     tag = old_lines("sweep.runs")[0]["tag"]
     runs = [r for r in store.read_records(str(OLD / "sweep.runs.jsonl"), RunRecord) if r.tag == tag]
     assert outcome.classify(runs, 0, False, 60) == ("ok", None)
-    assert predict.calibrate(runs[0], Point.from_dict(point.point), 2, 2, "cpu") is not None
+    assert predict.calibrate(runs[0], Layout.from_dict(point.point), 2, 2, "cpu") is not None
 
 
 def test_the_comm_verdict_reads_an_old_comm_record():
@@ -189,7 +190,7 @@ def test_the_capacity_search_writes_valid_probe_and_layout_records(tmp_path):
     from ds_bench.jobs.spawn import JobEnd
 
     members = scaled_family("hidden", 2, 64, 2, 2, seq_len=64)
-    layout = Point(1, "none", "fp32", 1)
+    layout = Layout(1, "none", "fp32", 1)
     fake = SimpleNamespace(spec=SimpleNamespace(members=members, family="hidden"), capacity_id="c1", layout=layout,
                            world=2, capacity=2**31, probes={}, predict=lambda m: None,
                            _write_largest_config=lambda best: None)

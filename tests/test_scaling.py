@@ -55,7 +55,7 @@ def test_every_cpu_point_gets_the_threads_of_the_largest():
 
 
 def _row(n, status="ok", per_device=None, threads=1):
-    point = points.Point(n, 1, n)
+    point = points.Placement(n, 1, n)
     run = RunRecord.model_validate({
         "workload": "mnist", "run_id": f"r{n}", "world_size": n, "micro_batch": 16, "grad_accum": 1,
         "train_batch_size": 16 * n, "hardware": {"torch_threads": threads},
@@ -87,12 +87,12 @@ def test_notes_name_differing_threads_and_oversubscription():
 
 def test_points_launch_as_sweep_points_do(tmp_path):
     run = [*RUN, "--results", "r.jsonl"]
-    assert jobs.command(points.job(points.Point(2, 1, 2), "torchrun", None), run, 29500)[1:] == [
+    assert jobs.command(points.job(points.Placement(2, 1, 2), "torchrun", None), run, 29500)[1:] == [
         "--nnodes", "1", "--nproc_per_node", "2", "--node_rank", "0", "--master_addr", "127.0.0.1",
         "--master_port", "29500", "-m", "ds_bench", *run]
     hf = tmp_path / "hf"
     hf.write_text(points.hostfile_text(points.local_hosts(3)))
-    assert jobs.command(points.job(points.Point(3, 1, 3), "mpirun", str(hf)), run, 29500) == [
+    assert jobs.command(points.job(points.Placement(3, 1, 3), "mpirun", str(hf)), run, 29500) == [
         "mpirun", "-np", "3", "--host", "localhost:3", "--map-by", "slot", "-x", "PATH", sys.executable,
         "-m", "ds_bench", *run]
 

@@ -25,15 +25,23 @@ import pytest
 from ds_bench.config import parsers
 from ds_bench.errors import UserError
 from ds_bench.jobs import outcome
-from ds_bench.jobs.derive import axes_of, derive
-from ds_bench.jobs.points import Point, grid, invalid_reason, next_auto_micro_batch, parse_key
+from ds_bench.config.deepspeed.derive import axes_of, derive
+from ds_bench.config.layout import Layout, parse_key
+from ds_bench.config.legality import Where
+from ds_bench.jobs import ledger
+from ds_bench.jobs.points import grid, next_auto_micro_batch, skip_reason
 from ds_bench.record.schema import RunRecord
-from ds_bench.sweep import ledger, spec
+from ds_bench.sweep import driver, spec
 from tests.conftest import REPO, child_env, default_sigint, ds_bench, explain, full_tier, records, run_cmd
 
 BASE = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
         "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}, "bf16": {"enabled": True},
         "zero_optimization": {"stage": 1, "reduce_bucket_size": "auto"}}
+
+
+def why(layout, device_type, world_size=None):
+    """The reason a study skips ``layout``, as the sweep and capacity search say it."""
+    return skip_reason(layout, Where(world_size, device_type))
 
 
 # ---- pure ----------------------------------------------------------------------------------------
@@ -42,7 +50,7 @@ def test_grid_is_family_by_family_with_micro_batches_ascending():
     pts = grid((0, 3), ("none",), ("fp32",), (8, 2), (1,))
     assert [p.key for p in pts] == ["z0 off=none fp32 mbs=2", "z0 off=none fp32 mbs=8",
                                     "z3 off=none fp32 mbs=2", "z3 off=none fp32 mbs=8"]
-    assert Point(2, "optimizer", "bf16", 4, 4).key == "z2 off=optimizer bf16 mbs=4 ga=4"
+    assert Layout(2, "optimizer", "bf16", 4, 4).key == "z2 off=optimizer bf16 mbs=4 ga=4"
 
 
 def test_attention_and_compile_are_axes_with_their_own_families_and_run_flags():
@@ -50,37 +58,37 @@ def test_attention_and_compile_are_axes_with_their_own_families_and_run_flags():
     assert [p.key for p in pts] == ["z0 off=none bf16 mbs=4 attn=sdpa", "z0 off=none bf16 mbs=4 attn=sdpa compile",
                                     "z0 off=none bf16 mbs=4 attn=eager", "z0 off=none bf16 mbs=4 attn=eager compile"]
     assert len({p.family for p in pts}) == 4
-    assert pts[3].run_flags() == ["--attn", "eager", "--compile"] and Point(0, "none", "bf16", 4).run_flags() == []
-    d = Point(1, "none", "fp32", 32)
-    assert parse_key("attn=eager compile", d) == Point(1, "none", "fp32", 32, attn="eager", compile=True)
-    assert Point.from_dict(pts[3].to_dict()) == pts[3]
-    assert Point.from_dict({"stage": 0, "offload": "none", "precision": "fp32", "micro_batch": 1}).compile is False
-    piped = Point(1, "none", "fp32", 1, pipeline_stages=2, compile=True)
-    assert "--compile with a pipeline" in invalid_reason(piped, "cpu", 2)
-    assert "attn=eager" in invalid_reason(Point(1, "none", "fp32", 1, pipeline_stages=2, attn="eager"), "cpu", 2)
+    assert pts[3].run_flags() == ["--attn", "eager", "--compile"] and Layout(0, "none", "bf16", 4).run_flags() == []
+    d = Layout(1, "none", "fp32", 32)
+    assert parse_key("attn=eager compile", d) == Layout(1, "none", "fp32", 32, attn="eager", compile=True)
+    assert Layout.from_dict(pts[3].to_dict()) == pts[3]
+    assert Layout.from_dict({"stage": 0, "offload": "none", "precision": "fp32", "micro_batch": 1}).compile is False
+    piped = Layout(1, "none", "fp32", 1, pipeline_stages=2, compile=True)
+    assert "--compile with --pipeline-stages 2" in why(piped, "cpu", 2)
+    assert "--attn eager" in why(Layout(1, "none", "fp32", 1, pipeline_stages=2, attn="eager"), "cpu", 2)
     with pytest.raises(ValueError, match="'attn=math' is not"):
         parse_key("attn=math", d)
 
 
 def test_tensor_parallelism_is_an_axis_of_deepspeed_points():
-    pts = grid((1,), ("none",), ("fp32",), (4,), (1,), engines=("deepspeed", "ddp"), tensor_parallels=(1, 2))
+    pts = grid((1,), ("none",), ("fp32",), (4,), (1,), engines=("deepspeed", "ddp"), degrees={"tensor_parallel": (1, 2)})
     assert [p.key for p in pts] == ["z1 off=none fp32 mbs=4", "tp2 z1 off=none fp32 mbs=4", "ddp z0 off=none fp32 mbs=4"]
     tp2 = pts[1]
     assert tp2.run_flags() == ["--tensor-parallel", "2"] and tp2.model_parallel == 2 and tp2.family != pts[0].family
-    assert parse_key("tp2 z1 mbs=4", Point(0, "none", "fp32", 1)) == tp2
-    assert Point.from_dict(tp2.to_dict()) == tp2 and Point.from_dict(pts[0].to_dict()).tensor_parallel == 1
-    assert invalid_reason(tp2, "cpu", 2) is None
-    assert "does not divide the 3 ranks" in invalid_reason(tp2, "cpu", 3)
-    assert "DDP has no tensor parallelism" in invalid_reason(Point(0, "none", "fp32", 1, engine="ddp", tensor_parallel=2), "cpu")
-    assert "DeepSpeed #7147" in invalid_reason(Point(1, "none", "fp32", 1, pipeline_stages=2, tensor_parallel=2), "cpu", 4)
+    assert parse_key("tp2 z1 mbs=4", Layout(0, "none", "fp32", 1)) == tp2
+    assert Layout.from_dict(tp2.to_dict()) == tp2 and Layout.from_dict(pts[0].to_dict()).tensor_parallel == 1
+    assert why(tp2, "cpu", 2) is None
+    assert "does not divide the world size 3" in why(tp2, "cpu", 3)
+    assert "--engine ddp with --tensor-parallel 2" in why(Layout(0, "none", "fp32", 1, engine="ddp", tensor_parallel=2), "cpu")
+    assert "DeepSpeed #7147" in why(Layout(1, "none", "fp32", 1, pipeline_stages=2, tensor_parallel=2), "cpu", 4)
 
 
 def test_invalid_combinations_have_reasons():
-    assert invalid_reason(Point(0, "optimizer", "fp32", 1), "cpu") == "offload needs ZeRO stage 1, 2 or 3"
-    assert invalid_reason(Point(2, "all", "fp32", 1), "cpu") == "parameter offload needs ZeRO stage 3"
-    assert "needs a GPU" in invalid_reason(Point(1, "none", "fp16", 1), "cpu")
-    assert invalid_reason(Point(1, "none", "fp16", 1), "cuda") is None
-    assert invalid_reason(Point(3, "all", "bf16", 1), "cpu") is None
+    assert "offloading (zero_optimization.offload_*) needs ZeRO stage 1, 2 or 3" in why(Layout(0, "optimizer", "fp32", 1), "cpu")
+    assert "offload_param needs ZeRO stage 3" in why(Layout(2, "all", "fp32", 1), "cpu")
+    assert "fp16 on CPU ranks" in why(Layout(1, "none", "fp16", 1), "cpu")
+    assert why(Layout(1, "none", "fp16", 1), "cuda") is None
+    assert why(Layout(3, "all", "bf16", 1), "cpu") is None
 
 
 @pytest.mark.parametrize("largest_that_fits,tried", [
@@ -99,30 +107,30 @@ def test_auto_micro_batch_doubles_then_bisects(largest_that_fits, tried):
 
 
 def test_point_keys_parse_with_defaults():
-    d = Point(1, "none", "fp32", 32)
-    assert parse_key("z2 off=optimizer mbs=128", d) == Point(2, "optimizer", "fp32", 128)
-    assert parse_key("bf16 ga=4", d) == Point(1, "none", "bf16", 32, 4)
-    assert parse_key(d.key, Point(0, "all", "bf16", 1)) == d
+    d = Layout(1, "none", "fp32", 32)
+    assert parse_key("z2 off=optimizer mbs=128", d) == Layout(2, "optimizer", "fp32", 128)
+    assert parse_key("bf16 ga=4", d) == Layout(1, "none", "bf16", 32, 4)
+    assert parse_key(d.key, Layout(0, "all", "bf16", 1)) == d
     with pytest.raises(ValueError, match="'off=disk' is not"):
         parse_key("off=disk", d)
 
 
 def test_derive_sets_exactly_what_the_point_names():
-    cfg = derive(BASE, Point(3, "all", "fp32", 16, 2))
+    cfg = derive(BASE, Layout(3, "all", "fp32", 16, 2))
     zero = cfg["zero_optimization"]
     assert zero["stage"] == 3 and zero["reduce_bucket_size"] == "auto"
     assert zero["offload_optimizer"]["device"] == "cpu" and zero["offload_param"]["device"] == "cpu"
     assert cfg["bf16"] == {"enabled": False} and cfg["fp16"] == {"enabled": False}
     assert (cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"], cfg["train_batch_size"]) == (16, 2, "auto")
     assert cfg["optimizer"] == BASE["optimizer"] and BASE["zero_optimization"] == {"stage": 1, "reduce_bucket_size": "auto"}
-    back = derive(cfg, Point(2, "none", "bf16", 4))
+    back = derive(cfg, Layout(2, "none", "bf16", 4))
     assert "offload_optimizer" not in back["zero_optimization"] and "offload_param" not in back["zero_optimization"]
     assert back["bf16"]["enabled"] is True
 
 
 def test_derive_keeps_the_base_offload_settings():
     base = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/x", "pin_memory": False}}}
-    assert derive(base, Point(2, "optimizer", "bf16", 1))["zero_optimization"]["offload_optimizer"] == \
+    assert derive(base, Layout(2, "optimizer", "bf16", 1))["zero_optimization"]["offload_optimizer"] == \
         {"device": "nvme", "nvme_path": "/x", "pin_memory": False}
     assert axes_of(base) == {"stage": 2, "offload": "optimizer", "precision": "fp32", "micro_batch": None, "grad_accum": 1}
     assert axes_of(BASE)["precision"] == "bf16"
@@ -163,9 +171,9 @@ def test_the_ledger_keeps_the_latest_attempt_and_only_final_ones(tmp_path):
             {"kind": "sweep_point", "sweep": "A", "key": "t", "repeat": 0, "status": "timeout", "workload": "m"},
             {"kind": "sweep_point", "sweep": "B", "key": "x", "repeat": 0, "status": "ok", "workload": "m"}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    done = ledger.load(str(path), "A")
+    done = driver.load_ledger(str(path), "A")
     assert set(done) == {("k", 0), ("t", 0)} and done[("k", 0)].status == "ok"
-    assert ledger.final(done, "k", 0) and ledger.final(done, "t", 0) is None
+    assert ledger.final(done, ("k", 0)) and ledger.final(done, ("t", 0)) is None
 
 
 # ---- real sweeps ---------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 import psutil
 import pytest
 
-from ds_bench.jobs.points import Point
+from ds_bench.config.layout import Layout
 from ds_bench.jobs.predict import (
     Calibration,
     ModelShape,
@@ -26,7 +26,7 @@ MiB = 2**20
 
 
 def states(stage, offload="none", precision="fp32", n=2, rpn=2, device="cpu"):
-    return model_states_bytes(SHAPE, Point(stage, offload, precision, 1), n, rpn, device)
+    return model_states_bytes(SHAPE, Layout(stage, offload, precision, 1), n, rpn, device)
 
 
 @pytest.mark.parametrize("stage, n, expected", [
@@ -41,7 +41,7 @@ def test_fp32_states_per_stage(stage, n, expected):
 
 def test_a_tensor_parallel_rank_holds_its_share_partitioned_over_the_data_parallel_ranks():
     """T = 2 on 4 ranks: Ψ/2 per rank, ZeRO over the 2 data-parallel ranks: the T = 1 formula at Ψ/2, N = 2."""
-    tp2 = lambda stage: model_states_bytes(SHAPE, Point(stage, "none", "fp32", 1, tensor_parallel=2), 4, 4, "cpu")  # noqa: E731
+    tp2 = lambda stage: model_states_bytes(SHAPE, Layout(stage, "none", "fp32", 1, tensor_parallel=2), 4, 4, "cpu")  # noqa: E731
     assert tp2(0) == 16 * PSI // 2
     assert tp2(1) == 4 * PSI // 2 + 16 * PSI // 2 // 2
     assert tp2(3) == 20 * PSI // 2 // 2 + 4 * LAYER // 2
@@ -56,7 +56,7 @@ def test_each_tensor_parallel_degree_is_calibrated_on_its_own_points():
         return SweepPointRecord(kind="sweep_point", sweep="s", key=point.key, repeat=0, status="ok", workload="llama", point=point.to_dict(),
                                 params=PSI, largest_layer_params=LAYER, peak_mem_bytes=peak, baseline_mem_bytes=200 * MiB)
 
-    dp, tp = Point(1, "none", "fp32", 2), Point(1, "none", "fp32", 2, tensor_parallel=2)
+    dp, tp = Layout(1, "none", "fp32", 2), Layout(1, "none", "fp32", 2, tensor_parallel=2)
     model = MemoryModel(world=2, per_node=2, device_type="cpu", capacity=4096 * MiB)
     model.learn_from([ok(dp, 600 * MiB)])
     assert model.predict(dp.with_micro_batch(4)) is not None and model.predict(tp.with_micro_batch(4)) is None
@@ -111,7 +111,7 @@ def ok_record(peak_mib, baseline_mib, params=PSI, layer=LAYER):
 
 
 def test_calibration_from_one_run():
-    point = Point(0, "none", "fp32", 4)
+    point = Layout(0, "none", "fp32", 4)
     states_mib = 16 * PSI / MiB
     cal = calibrate(ok_record(300 + states_mib + 40, 300), point, 2, 2, "cpu")
     assert cal == Calibration(300 * MiB, pytest.approx(10 * MiB), "fp32", 0, point.key)
@@ -120,14 +120,14 @@ def test_calibration_from_one_run():
 
 
 def test_calibration_from_two_runs_separates_the_fixed_part():
-    small, large = Point(0, "none", "fp32", 4), Point(0, "none", "fp32", 12)
+    small, large = Layout(0, "none", "fp32", 4), Layout(0, "none", "fp32", 12)
     s = 16 * PSI / MiB
     cal = calibrate(ok_record(300 + s + 30 + 40, 300), small, 2, 2, "cpu",
                     second=(ok_record(300 + s + 30 + 120, 300), large))
     assert cal.activation_bytes_per_sample == pytest.approx(10 * MiB)
     assert cal.fixed_bytes == pytest.approx(30 * MiB, abs=1)
     # another family or the same micro-batch: one-run calibration
-    other = Point(1, "none", "fp32", 12)
+    other = Layout(1, "none", "fp32", 12)
     assert calibrate(ok_record(400, 300), small, 2, 2, "cpu", second=(ok_record(500, 300), other)).fixed_bytes == 0
 
 
@@ -137,7 +137,7 @@ def test_calibration_from_two_runs_separates_the_fixed_part():
 ])
 def test_no_calibration_from_a_failed_or_incomplete_record(record):
     record = None if record is None else RunRecord.model_validate({"workload": "mnist", **record})
-    assert calibrate(record, Point(0, "none", "fp32", 4), 2, 2, "cpu") is None
+    assert calibrate(record, Layout(0, "none", "fp32", 4), 2, 2, "cpu") is None
 
 
 def test_prediction_scales_linearly_with_micro_batch_and_element_size():
@@ -145,10 +145,10 @@ def test_prediction_scales_linearly_with_micro_batch_and_element_size():
                       fixed_bytes=5 * MiB)
     base = 300 * MiB + 5 * MiB + 16 * PSI
     for mbs in (1, 8, 64):
-        assert predict_peak_bytes(SHAPE, Point(0, "none", "fp32", mbs), 2, 2, "cpu", cal) == base + mbs * 10 * MiB
-    bf16 = Point(0, "none", "bf16", 8)  # 2 bytes per element against the calibration's 4
+        assert predict_peak_bytes(SHAPE, Layout(0, "none", "fp32", mbs), 2, 2, "cpu", cal) == base + mbs * 10 * MiB
+    bf16 = Layout(0, "none", "bf16", 8)  # 2 bytes per element against the calibration's 4
     assert predict_peak_bytes(SHAPE, bf16, 2, 2, "cpu", cal) == base + 8 * 5 * MiB
-    assert predict_peak_bytes(SHAPE, Point(0, "none", "fp32", 8), 2, 2, "cpu", None) is None
+    assert predict_peak_bytes(SHAPE, Layout(0, "none", "fp32", 8), 2, 2, "cpu", None) is None
 
 
 def test_fits_keeps_the_headroom_free():
@@ -183,8 +183,8 @@ def test_prediction_against_real_runs(tmp_path):
     """Stage 0 at micro-batches 8 and 32 calibrate; stage 3 at 128 (fully sharded, the far end from the
     calibration; the sweep's capped test predicts within 0.8-1.3x too) is predicted, then run."""
     results = tmp_path / "r.jsonl"
-    plan = [Point(0, "none", "fp32", m) for m in CALIBRATION_MBS] + [
-        Point(s, "none", "fp32", TARGET_MBS) for s in (3,)]
+    plan = [Layout(0, "none", "fp32", m) for m in CALIBRATION_MBS] + [
+        Layout(s, "none", "fp32", TARGET_MBS) for s in (3,)]
     for i, point in enumerate(plan):
         proc = run_cmd(["torchrun", "--nproc_per_node", "2", "--master_port", str(29540 + i), "-m", "ds_bench",
                         "run", "--workload", "mnist", "--ds-config", f"ds_configs/zero{point.stage}.json",

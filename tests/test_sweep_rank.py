@@ -10,7 +10,7 @@ import statistics
 import pytest
 
 from ds_bench.jobs.outcome import was_busy
-from ds_bench.jobs.points import Point
+from ds_bench.config.layout import Layout
 from ds_bench.record.schema import Record, SweepPointRecord
 from ds_bench.report.ranking import GIB, rank, recommendation_line, summarize_points
 from ds_bench.report.sweep_plots import pareto_front, write_plots
@@ -21,7 +21,7 @@ CAP = 80 * GIB
 
 def rec(stage=2, offload="none", precision="bf16", mbs=8, *, repeat=0, status="ok", tput=1000.0,
         peak=40 * GIB, predicted=None, capacity=CAP, reason=None, busy=None, grad_accum=1, **extra) -> SweepPointRecord:
-    point = Point(stage, offload, precision, mbs, grad_accum)
+    point = Layout(stage, offload, precision, mbs, grad_accum)
     ok = status == "ok"
     return SweepPointRecord.model_validate({"kind": "sweep_point", "sweep": "s1", "key": point.key, "point": point.to_dict(),
             "repeat": repeat, "status": status, "reason": reason, "workload": "gpt2", "size": "tiny",
@@ -326,7 +326,7 @@ def test_write_plots_with_nothing_ok(tmp_path):
 # pipeline points: the bubble beside the schedule's
 
 def test_pipeline_points_show_their_measured_bubble_beside_the_schedules(tmp_path):
-    pp2 = Point(1, "none", "fp32", 2, 4, pipeline_stages=2)
+    pp2 = Layout(1, "none", "fp32", 2, 4, pipeline_stages=2)
     pipe = rec(stage=1, precision="fp32", mbs=2, grad_accum=4, tput=900.0, bubble=0.3125, schedule_bubble=0.2)
     pipe = pipe.model_copy(update={"key": pp2.key, "point": pp2.to_dict()})
     plain = rec(stage=1, precision="fp32", mbs=2, grad_accum=4, tput=1000.0)
@@ -345,7 +345,7 @@ def test_pipeline_points_show_their_measured_bubble_beside_the_schedules(tmp_pat
 def test_a_pipeline_runs_bubble_is_the_mean_of_its_stages():
     from types import SimpleNamespace as Run
 
-    from ds_bench.sweep.ledger import measured_bubble
+    from ds_bench.sweep.point_record import measured_bubble
 
     stages = [Run(bubble=0.25), Run(bubble=0.375)]
     assert measured_bubble(Run(pipeline_layout=stages)) == pytest.approx(0.3125)

@@ -1,14 +1,14 @@
 """One layout's search: probe family members as real jobs until the largest that trains is known.
 
-Each probe is a fresh job (``jobs.attempt``: the sweep's launcher, isolation, out-of-memory
+Each probe is a fresh job (``jobs.runner``: the sweep's launcher, isolation, out-of-memory
 classification and timeout) running ``ds-bench run`` for a few steps. The first probe (the smallest
 member) calibrates the memory prediction (``jobs.predict``: DeepSpeed's estimators for the model
 states, the measured baseline, and activations scaled from the probe by layers x width, an
 approximation); members predicted above twice the memory are then not run (one calibration run
 over-predicts by up to 1.8x, ``jobs.predict``), and the rest is bisected (``capacity.search``).
 Pipeline layouts are not predicted (their model states split by stage are not modelled): only run.
-The results file is the state: a probe recorded for the same search, layout and member is not run
-again; ``timeout`` and ``crashed`` probes are.
+The results file is the state (``jobs.ledger``): a probe recorded for the same search, layout and member
+is not run again; ``timeout`` and ``crashed`` probes are.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from ds_bench.capacity import search
 from ds_bench.capacity.family import Member
 from ds_bench.capacity.spec import CapacitySpec
 from ds_bench.config.deepspeed.prepare import portable, write_config
-from ds_bench.jobs import predict
-from ds_bench.jobs.attempt import new_tag, run_attempt, slug
-from ds_bench.jobs.derive import write_derived
-from ds_bench.jobs.points import Point
+from ds_bench.jobs import ledger, predict
+from ds_bench.jobs.runner import new_tag, run_argv, run_attempt, slug
+from ds_bench.config.deepspeed.derive import write_derived
+from ds_bench.config.layout import Layout
 from ds_bench.record import store
 from ds_bench.record.schema import (
     Busy,
@@ -38,19 +38,18 @@ from ds_bench.record.schema import (
     RunRecord,
 )
 
-FINAL = ("ok", "oom")
 TOO_BIG_FACTOR = 2.0
 
 
 class LayoutSearch:
-    def __init__(self, spec: CapacitySpec, layout: Point, world: int, per_node: int, capacity: int, done: dict):
+    def __init__(self, spec: CapacitySpec, layout: Layout, world: int, per_node: int, capacity: int, done: dict):
         self.spec, self.layout, self.world, self.per_node, self.capacity = spec, layout, world, per_node, capacity
         self.capacity_id = spec.capacity_id()
         self.probes: dict[int, CapacityProbeRecord] = {r.index: r for r in done.values() if r.layout == layout.key}
         self.calibration = None
 
     def run(self) -> search.Answer:
-        known = {i: r.status for i, r in self.probes.items() if r.status in FINAL}
+        known = {i: r.status for i, r in self.probes.items() if r.status in ledger.FINAL}
         self._calibrate()
         n = len(self.spec.members)
         while (i := search.next_probe(n, self._with_predictions(known))) is not None:
@@ -67,7 +66,7 @@ class LayoutSearch:
         config = self._write_largest_config(best) if best else None
         return CapacityRecord(
             kind="capacity", capacity=self.capacity_id, layout=self.layout.key, point=self.layout.to_dict(),
-            pipeline_stages=self.layout.pipeline_stages, data_parallel_size=self.world // self.layout.model_parallel,
+            pipeline_stages=self.layout.pipeline_stages, data_parallel_size=self.layout.data_parallel(self.world),
             world_size=self.world, family=self.spec.family, status="ok" if best else "failed",
             largest=_member(self.spec.members[answer.largest], best) if best else None,
             next=_member(nxt, nxt_probe).model_copy(update={"why": answer.why,
@@ -111,12 +110,7 @@ class LayoutSearch:
     def _probe(self, i: int) -> CapacityProbeRecord:
         s, m = self.spec, self.spec.members[i]
         tag = new_tag(f"capacity-{self.capacity_id}", f"{self.layout.key} {m.name}")
-        run_args = ["run", "--workload", s.workload, "--ds-config", self._write_config(), *m.run_args,
-                    "--seq-len", str(s.seq_len), "--micro-batch", str(self.layout.micro_batch),
-                    "--steps", str(s.steps), "--warmup", str(s.warmup), "--results", s.runs_path, "--tag", tag,
-                    "--step-timeout", str(s.timeout_s),
-                    *self.layout.run_flags(),
-                    *(["--cpu-mem-limit", str(s.cpu_mem_limit)] if s.cpu_mem_limit else []), *s.run_args]
+        run_args = run_argv(s, tag, self._write_config(), self.layout, (*m.run_args, "--seq-len", str(s.seq_len)))
         log = os.path.join(s.output_path(".logs"), f"{slug(self.layout.key)}-{slug(m.name)}-{tag[-6:]}.log")
         attempt = run_attempt(s, run_args, tag, log)
         record = probe_record(self, i, attempt)

@@ -16,12 +16,13 @@ record; ``ds-bench report`` prints their table again. Exit 0 when some layout tr
 from __future__ import annotations
 
 import argparse
-import os
 
 from ds_bench.capacity.driver import LayoutSearch
 from ds_bench.capacity.spec import CapacitySpec, add_arguments, from_args
-from ds_bench.jobs import predict, spawn
-from ds_bench.jobs.points import Point, invalid_reason
+from ds_bench.config.layout import Layout
+from ds_bench.config.legality import Where
+from ds_bench.jobs import ledger, predict, spawn
+from ds_bench.jobs.points import skip_reason
 from ds_bench.record import store
 from ds_bench.record.schema import CapacityProbeRecord, CapacityRecord
 from ds_bench.report import capacity_table
@@ -61,9 +62,9 @@ def main(args: argparse.Namespace) -> int:
     return 0 if any(r.status == "ok" for r in summaries) else 1
 
 
-def _search(spec: CapacitySpec, layout: Point, world: int, per_node: int, capacity: int,
+def _search(spec: CapacitySpec, layout: Layout, world: int, per_node: int, capacity: int,
             done: dict) -> CapacityRecord:
-    why = invalid_reason(layout, spec.device_type, world)
+    why = skip_reason(layout, Where(world, spec.device_type))
     search = LayoutSearch(spec, layout, world, per_node, capacity, done)
     if why is not None:
         print(f"{layout.key}: skipped: {why}", flush=True)
@@ -73,15 +74,13 @@ def _search(spec: CapacitySpec, layout: Point, world: int, per_node: int, capaci
 
 def load_probes(path: str, capacity_id: str) -> dict[tuple[str, int], CapacityProbeRecord]:
     """The latest probe of each (layout, member) of this search."""
-    if not os.path.isfile(path):
-        return {}
-    return {(r.layout, r.index): r for r in store.read_records(path, CapacityProbeRecord) if r.capacity == capacity_id}
+    return ledger.load(path, CapacityProbeRecord, lambda r: r.capacity == capacity_id, lambda r: (r.layout, r.index))
 
 
 def plan_text(spec: CapacitySpec, world: int) -> str:
     lines = ["layouts:"]
     for layout in spec.layouts:
-        why = invalid_reason(layout, spec.device_type, world)
+        why = skip_reason(layout, Where(world, spec.device_type))
         lines.append(f"  {layout.key}" + (f"  skipped: {why}" if why else ""))
     lines.append("family, smallest first:")
     lines += [f"  {m.name:<18} {m.params / 1e6:10.1f}M parameters  ({' '.join(m.run_args)})" for m in spec.members]

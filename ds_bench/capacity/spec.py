@@ -1,7 +1,7 @@
 """``ds-bench capacity`` flags into a checked ``CapacitySpec``: every bad value is one line naming the
 flag (exit 2) before any job is launched or any file written.
 
-A layout is a sweep point (``jobs.points.Point``: ZeRO stage, offload, precision, micro-batch,
+A layout is a sweep point (``config.layout.Layout``: ZeRO stage, offload, precision, micro-batch,
 accumulation, pipeline stages, tensor-parallel degree) whose model is what the search varies; the family is
 ``--family gpt3|llama3`` or ``--scale layers|hidden`` from a base shape of ``--workload gpt2|llama``
 (``ds_bench.capacity.family``). ``run`` options after
@@ -12,22 +12,23 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import itertools
 import json
 import os
 from dataclasses import dataclass
 
 from ds_bench.capacity.family import FAMILIES, SCALES, Member, named_family, scaled_family
 from ds_bench.config import argcheck
-from ds_bench.config.parsers import config_path, memory_cap, parse_duration, parse_list
+from ds_bench.config.parsers import config_path, memory_cap, parse_list
 from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
-from ds_bench.jobs.points import OFFLOADS, PRECISIONS, Point
+from ds_bench.jobs.flags import add_degree_arguments, add_job_arguments, degrees_of, job_options
+from ds_bench.jobs.points import families
+from ds_bench.config.layout import DEGREES, OFFLOADS, PRECISIONS, Layout
 
 OWNED = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
          "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit", "size": "--size", "seq_len": "--seq-len",
          "layers": "--layers", "hidden": "--hidden", "heads": "--heads", "workload": "--workload",
-         "tensor_parallel": "--tensor-parallel"}
+         **{d.field: d.flag for d in DEGREES}}
 """Run options capacity sets for every probe (its own flags of the same names)."""
 
 
@@ -36,7 +37,7 @@ class CapacitySpec:
     ds_config: str
     base: dict
     """The base config with ``--set`` applied (each layout's config is derived from it)."""
-    layouts: tuple[Point, ...]
+    layouts: tuple[Layout, ...]
     """Each a sweep point without its search axis: stage, offload, precision, micro-batch, accumulation,
     pipeline stages."""
     members: tuple[Member, ...]
@@ -45,14 +46,15 @@ class CapacitySpec:
     seq_len: int
     run_args: tuple[str, ...]
     nproc: int
-    launcher: str = "deepspeed"
-    hostfile: str | None = None
+    results: str
+    launcher: str
+    hostfile: str | None
+    iface: str | None
+    master_port: int
+    timeout_s: float
     steps: int = 4
     warmup: int = 1
-    timeout_s: float = 900.0
     cpu_mem_limit: int | None = None
-    results: str = "results/capacity.jsonl"
-    master_port: int = 29800
     prune: bool = True
     device_type: str = "cpu"
     workload: str = "gpt2"
@@ -79,9 +81,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="override a key of the base config by dotted path")
     p.add_argument("--stages", default=None, help="ZeRO stages, e.g. 0,3 (default: the base config's)")
     p.add_argument("--offload", default="none", help="none,optimizer,all (default none)")
-    p.add_argument("--pipeline-stages", default="1", help="pipeline stages per layout, e.g. 1,2 (default 1)")
-    p.add_argument("--tensor-parallel", default="1",
-                   help="DeepSpeed AutoTP degrees per layout, e.g. 1,2 (default 1; --workload llama; labels tp2 dp1 z1)")
+    add_degree_arguments(p, what="layout")
     p.add_argument("--workload", default="gpt2", choices=("gpt2", "llama"),
                    help="whose shapes the family is (default gpt2; llama for --family llama3 and --tensor-parallel)")
     p.add_argument("--precision", default=None, help="fp32 or bf16 (default: the base config's)")
@@ -95,52 +95,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heads", type=int, default=None, help="base shape for --scale: attention heads")
     p.add_argument("--max-scale", type=int, default=8, help="--scale: up to this many times the base (default 8)")
     p.add_argument("--seq-len", type=int, default=1024, help="sequence length (default 1024)")
-    p.add_argument("--nproc", type=int, default=None, help="ranks on this node (default: all GPUs; on CPU 2)")
-    p.add_argument("--launcher", default="deepspeed", choices=("deepspeed", "torchrun", "mpirun", "srun"),
-                   help="deepspeed on this node (default) or torchrun (this node only); with --hostfile: deepspeed "
-                        "or mpirun; srun in Slurm")
-    p.add_argument("--hostfile", default=None, help="DeepSpeed hostfile (deepspeed or mpirun across nodes)")
     p.add_argument("--steps", type=int, default=4, help="steps per probe, warm-up included (default 4)")
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--timeout", default="15m", help="wall-clock limit per probe: 90s, 15m, 1h (default 15m)")
     p.add_argument("--cpu-mem-limit", default=None, metavar="SIZE", help="cap each CPU rank's memory, e.g. 3GiB")
-    p.add_argument("--results", default="results/capacity.jsonl", help="the probes' records; also the state")
-    p.add_argument("--master-port", type=int, default=29800)
     p.add_argument("--no-prune", dest="prune", action="store_false", help="run members predicted not to fit")
-    p.add_argument("--dry-run", action="store_true", help="print the layouts and the family, run nothing")
+    add_job_arguments(p, results="results/capacity.jsonl", master_port=29800)
 
 
 def from_args(args: argparse.Namespace, gpu: bool, native_bf16: bool) -> CapacitySpec:
     from ds_bench.config.deepspeed import prepare as ds_config
-    from ds_bench.config.preflight import check_results_path
-    from ds_bench.jobs.derive import axes_of
+    from ds_bench.config.deepspeed.derive import axes_of
 
     _check_numbers(args)
+    job = job_options(args)
     path = config_path(args.ds_config)
     if not os.path.isfile(path):
         raise UserError(f"--ds-config {args.ds_config}: file not found (as given, or in ds_configs/)")
     base = ds_config.apply_overrides(ds_config.load_json(path), tuple(args.overrides))
     axes = axes_of(base)
     family, members = _family(args)
-    check_results_path(args.results)
     cap = memory_cap(args.cpu_mem_limit)
     precision = args.precision or ("fp32" if axes["precision"] == "bf16" and not (gpu or native_bf16)
                                    else axes["precision"])
     return CapacitySpec(
         ds_config=path, base=base, layouts=_layouts(args, axes["stage"], precision), members=tuple(members),
         family=family, workload=args.workload, seq_len=args.seq_len, run_args=_run_args(args), nproc=args.nproc or (
-            _gpus() if gpu else 2), launcher=args.launcher, hostfile=args.hostfile, steps=args.steps,
-        warmup=args.warmup, timeout_s=parse_duration("--timeout", args.timeout), cpu_mem_limit=cap,
-        results=args.results, master_port=args.master_port, prune=args.prune, device_type="cuda" if gpu else "cpu")
+            _gpus() if gpu else 2), **job, steps=args.steps, warmup=args.warmup, cpu_mem_limit=cap, prune=args.prune,
+        device_type="cuda" if gpu else "cpu")
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
     for flag, value in (("--micro-batch", args.micro_batch), ("--grad-accum", args.grad_accum),
-                        ("--seq-len", args.seq_len), ("--max-scale", args.max_scale), ("--nproc", args.nproc)):
+                        ("--seq-len", args.seq_len), ("--max-scale", args.max_scale)):
         argcheck.at_least(flag, value, 1)
     argcheck.steps("--steps", args.steps, args.warmup)
-    argcheck.port("--master-port", args.master_port)
-    argcheck.job_launcher(args.launcher, args.hostfile)
 
 
 def _family(args: argparse.Namespace) -> tuple[str, list[Member]]:
@@ -170,19 +158,17 @@ def _family(args: argparse.Namespace) -> tuple[str, list[Member]]:
     return f"scale {args.scale} from {args.layers} x {args.hidden} x {args.heads}", members
 
 
-def _layouts(args: argparse.Namespace, base_stage: int, precision: str) -> tuple[Point, ...]:
+def _layouts(args: argparse.Namespace, base_stage: int, precision: str) -> tuple[Layout, ...]:
     stages = parse_list("--stages", args.stages, allowed=(0, 1, 2, 3), kind=int) if args.stages else (base_stage,)
     offloads = parse_list("--offload", args.offload, allowed=OFFLOADS)
-    pipes = parse_list("--pipeline-stages", args.pipeline_stages, kind=int)
-    tps = parse_list("--tensor-parallel", args.tensor_parallel, kind=int)
+    degrees = degrees_of(args)
     if precision not in PRECISIONS:
         raise UserError(f"--precision {precision!r} is not one of {', '.join(PRECISIONS)}")
-    if any(t > 1 for t in tps):
-        from ds_bench.workloads import REGISTRY
+    from ds_bench.workloads import REGISTRY
 
-        REGISTRY[args.workload].check_tensor_parallel_flag()
-    return tuple(Point(s, o, precision, args.micro_batch, args.grad_accum, pipeline_stages=p, tensor_parallel=t)
-                 for t, p, s, o in itertools.product(tps, pipes, stages, offloads))
+    REGISTRY[args.workload].check_degrees({name: max(values) for name, values in degrees.items()})
+    return tuple(f.with_micro_batch(args.micro_batch)
+                 for f in families(stages, offloads, (precision,), (args.grad_accum,), degrees=degrees))
 
 
 def _run_args(args: argparse.Namespace) -> tuple[str, ...]:

@@ -1,7 +1,7 @@
-"""The checks of ``RunConfig``'s flags against each other (``UserError`` naming the flag, before joining),
-and the values they allow: engines and attention implementations. Shared with the commands that build
-run flags (sweep, capacity, roofline, comm). ``cfg`` is a ``ds_bench.config.run_config.RunConfig`` (not
-imported: it imports this module).
+"""The checks of ``RunConfig``'s flag values (``UserError`` naming the flag, before joining): engines,
+attention implementations, compile, degrees, partitions, timeouts. Which layouts are refused is the
+legality table's (``ds_bench.config.legality``), checked by the run once its config and world are known.
+``cfg`` is a ``ds_bench.config.run_config.RunConfig`` (not imported: it imports this module).
 """
 
 from __future__ import annotations
@@ -9,13 +9,8 @@ from __future__ import annotations
 import math
 import os
 
+from ds_bench.config.layout import ATTENTION, ENGINES
 from ds_bench.errors import UserError
-
-ENGINES = ("deepspeed", "ddp", "fsdp")
-"""What can train the model (``--engine``), from the same DeepSpeed config (``ds_bench.engines``)."""
-ATTENTION = ("sdpa", "eager", "flash_attention_2")
-"""``--attn``: HF transformers' attention implementations (``attn_implementation``); sdpa is
-``F.scaled_dot_product_attention`` (flash / memory-efficient kernels where the device has them)."""
 
 
 def check_attention(name: str | None) -> None:
@@ -53,54 +48,20 @@ def check_engine(name: str) -> None:
         raise UserError(f"--engine {name!r} is unknown; known: {', '.join(ENGINES)}")
 
 
-PIPELINE_CONFLICTS = {
-    "breakdown": "--breakdown times the phases of each micro-step; a pipeline runs them all inside train_batch",
-    "checkpoint": "--checkpoint with a pipeline is not measured yet",
-    "resume": "--resume with a pipeline is not measured yet",
-    "compile": "--compile with a pipeline is not measured yet (DeepSpeed's PipelineEngine runs stage by stage)",
-    "model_path": "--model (pretrained weights) is not loaded into pipeline stages yet; use --size or --layers",
-}
-"""Flags a pipeline run refuses, and why."""
-
-
 def check_pipeline_flags(cfg) -> None:
-    """``--pipeline-stages``/``--partition`` against the other flags (the world size is checked in ``run.prepare``)."""
+    """``--pipeline-stages``/``--partition`` values (what they may not combine with: ``config.legality``)."""
     stages = cfg.pipeline_stages
     if stages is None:
         _require(cfg.partition is None, "--partition needs --pipeline-stages (it splits layers over pipeline stages)")
         return
-    _check_layout_flags(cfg, "--pipeline-stages", stages, "the pipeline is DeepSpeed's own engine (--engine deepspeed)",
-                        PIPELINE_CONFLICTS)
-    _require(cfg.attn != "eager", "--attn eager with --pipeline-stages: a stage's blocks get no attention mask, "
-                                  "which only sdpa and flash_attention_2 apply causally; use --attn sdpa")
+    _require(stages >= 1, f"--pipeline-stages must be a positive integer, got {stages}")
     check_partition(cfg.partition)
 
 
-TENSOR_PARALLEL_CONFLICTS = {
-    "pipeline_stages": "AutoTP does not combine with DeepSpeed's pipeline engine (DeepSpeed #7147); drop --pipeline-stages",
-    "checkpoint": "--checkpoint with tensor parallelism is not measured yet",
-    "resume": "--resume with tensor parallelism is not measured yet",
-    "compile": "--compile with tensor parallelism is not measured yet (DeepSpeed has its own AutoTP compile pass)",
-    "breakdown": "--breakdown with tensor parallelism is not measured yet",
-}
-"""Flags a tensor-parallel run refuses, and why."""
-
-
 def check_tensor_parallel_flags(cfg) -> None:
-    """``--tensor-parallel`` against the other flags (the world size and the model in ``run.prepare``)."""
+    """``--tensor-parallel``'s value (what it may not combine with: ``config.legality``)."""
     size = cfg.tensor_parallel
-    if size is None:
-        return
-    _check_layout_flags(cfg, "--tensor-parallel", size, "tensor parallelism is DeepSpeed's AutoTP here "
-                        "(--engine deepspeed)", TENSOR_PARALLEL_CONFLICTS)
-
-
-def _check_layout_flags(cfg, flag: str, degree: int, engine_why: str, conflicts: dict[str, str]) -> None:
-    """A model-parallel layout flag: a positive degree, DeepSpeed's engine, none of the flags it refuses."""
-    _require(degree >= 1, f"{flag} must be a positive integer, got {degree}")
-    _require(cfg.engine == "deepspeed", f"--engine {cfg.engine} with {flag}: {engine_why}")
-    for name, why in conflicts.items():
-        _require(not getattr(cfg, name), f"{flag}: {why}")
+    _require(size is None or size >= 1, f"--tensor-parallel must be a positive integer, got {size}")
 
 
 def check_partition(method: str | None) -> None:

@@ -20,7 +20,8 @@ import torch
 
 from ds_bench.config.deepspeed import optim
 from ds_bench.config.deepspeed import prepare as ds_config
-from ds_bench.config.run_checks import ENGINES, check_engine
+from ds_bench.config.layout import ENGINES
+from ds_bench.config.run_checks import check_engine
 from ds_bench.engines.pipeline import PipelinePlan
 from ds_bench.engines.pipeline import check_config as check_pipeline_config
 from ds_bench.engines.plan import TorchPlan, plan

@@ -57,26 +57,13 @@ def plan(stages: int | None, partition: str | None, world_size: int, n_blocks: i
         return None
     if n_blocks is None:
         raise UserError(f"--pipeline-stages {stages}: this workload has no pipeline model (gpt2 has)")
-    if world_size % stages:
-        raise UserError(f"--pipeline-stages {stages} does not divide the world size {world_size}: every "
-                        "data-parallel replica needs all the stages")
     if stages > n_blocks:
         raise UserError(f"--pipeline-stages {stages} is more than the model's {n_blocks} transformer blocks")
     return PipelinePlan(stages, world_size // stages, partition or DEFAULT_PARTITION)
 
 
 def check_config(pipe: PipelinePlan, ds_cfg: dict, where: str) -> PipelinePlan:
-    """The resolved config against the pipeline engine; the plan with its micro-batch count."""
-    stage = ds_config.zero_stage(ds_cfg)
-    if stage >= 2:
-        raise UserError(f"--pipeline-stages with {where}: zero_optimization.stage {stage}; DeepSpeed's pipeline "
-                        "engine allows ZeRO stage 0 or 1 only (--set zero_optimization.stage=1)")
-    zero = ds_cfg.get("zero_optimization") or {}
-    offloaded = [key for key in ("offload_optimizer", "offload_param")
-                 if (zero.get(key) or {}).get("device", "none") != "none"]
-    if offloaded:
-        raise UserError(f"--pipeline-stages with {where}: zero_optimization.{offloaded[0]} is set; offload is not "
-                        "supported with a pipeline")
+    """The plan with its micro-batch count (the ZeRO stage and offload it refuses: ``config.legality``)."""
     micro_batches = ds_cfg["gradient_accumulation_steps"]
     if micro_batches < pipe.stages:
         log.warning("--pipeline-stages %d with %d micro-batch(es) per step (gradient_accumulation_steps): fewer "

@@ -80,26 +80,13 @@ def plan(engine: str, ds_cfg: dict, default_lr: float, where: str) -> TorchPlan:
 
 
 def _stage(engine: str, ds_cfg: dict, where: str) -> int:
-    stage = zero_stage(ds_cfg)
-    offload_opt, offload_param = offload_device(ds_cfg, "offload_optimizer"), offload_device(ds_cfg, "offload_param")
+    """The ZeRO stage the engine runs as (the stages and offloads DDP and FSDP refuse: ``config.legality``)."""
     if engine == "ddp":
-        if offload_opt != "none" or offload_param != "none":
-            raise UserError(f"--engine ddp: {where}: zero_optimization.offload_* is set; DDP keeps parameters, "
-                            "gradients and optimizer state on the device: remove the offload, or use "
-                            "--engine deepspeed or fsdp")
         return 0
-    if stage in (0, 1):
-        what = "replicates everything" if stage == 0 else "shards only the optimizer state"
-        raise UserError(f"--engine fsdp: {where}: zero_optimization.stage {stage} {what}, and FSDP always shards "
-                        "parameters and gradients: use stage 2 (reshard_after_forward=False) or 3 "
-                        "(reshard_after_forward=True), or --engine ddp")
-    if offload_opt != "none" and offload_param == "none":
-        raise UserError(f"--engine fsdp: {where}: zero_optimization.offload_optimizer alone has no FSDP "
-                        "equivalent (FSDP2's CPUOffloadPolicy moves parameters, gradients and the optimizer "
-                        "step together): set zero_optimization.offload_param.device cpu at stage 3, or remove it")
+    offload_opt, offload_param = offload_device(ds_cfg, "offload_optimizer"), offload_device(ds_cfg, "offload_param")
     if "nvme" in (offload_opt, offload_param):
         raise UserError(f"--engine fsdp: {where}: offload to nvme has no FSDP equivalent; use device cpu")
-    return stage
+    return zero_stage(ds_cfg)
 
 
 def torch_optimizer(ds_cfg: dict, default_lr: float, where: str) -> tuple[str, dict]:

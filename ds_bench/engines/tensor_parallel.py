@@ -49,9 +49,6 @@ def plan(size: int | None, world_size: int, divisors: dict[str, int]) -> TensorP
     (``Workload.check_tensor_parallel_flag``), whose widths are ``divisors`` (pure); None without it."""
     if size is None:
         return None
-    if world_size % size:
-        raise UserError(f"--tensor-parallel {size} does not divide the world size {world_size}: every "
-                        "data-parallel replica needs a whole tensor-parallel group")
     for what, count in divisors.items():
         if count % size:
             raise UserError(f"--tensor-parallel {size} does not divide the model's {count} {what}: AutoTP gives "

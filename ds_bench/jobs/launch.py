@@ -26,7 +26,9 @@ from ds_bench.cluster.hostfile import filter_slots, load_hostfile, world_info
 from ds_bench.config import argcheck
 from ds_bench.errors import UserError
 
-LAUNCHERS = ("mpirun", "deepspeed", "torchrun", "srun")
+LAUNCHERS = ("deepspeed", "torchrun", "mpirun", "srun")
+"""Every launcher ds_bench builds a command for; ``ds-bench launch``'s choices and the studies' ``--launcher``
+(``ds_bench.jobs.flags``), the first their default."""
 DEFAULT_COMMAND = ("run", "--workload", "mnist", "--ds-config", "ds_configs/zero2.json")
 """What ``ds-bench launch`` starts when nothing follows ``--``."""
 

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from ds_bench.jobs.points import Point
+from ds_bench.config.layout import Layout
 from ds_bench.record.schema import RunRecord
 
 ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -82,14 +82,14 @@ class Calibration:
     """The key(s) of the point(s) it was measured on."""
 
 
-def model_states_bytes(shape: ModelShape, point: Point, world_size: int, ranks_per_node: int,
+def model_states_bytes(shape: ModelShape, point: Layout, world_size: int, ranks_per_node: int,
                        device_type: str) -> int:
     """Parameters, gradients and optimizer states one rank holds, in bytes."""
     device, host_per_rank = _states(shape, point, world_size, ranks_per_node)
     return int(device + host_per_rank) if device_type == "cpu" else int(device)
 
 
-def _states(shape: ModelShape, point: Point, n: int, ranks_per_node: int) -> tuple[float, float]:
+def _states(shape: ModelShape, point: Layout, n: int, ranks_per_node: int) -> tuple[float, float]:
     """(device bytes per rank, host bytes per rank)."""
     shape, n, ranks_per_node = tensor_parallel_share(shape, point.tensor_parallel, n, ranks_per_node)
     if point.precision != "fp32" and point.stage in (2, 3):
@@ -111,7 +111,7 @@ def tensor_parallel_share(shape: ModelShape, t: int, n: int, ranks_per_node: int
     return share, max(1, n // t), max(1, ranks_per_node // t)
 
 
-def _deepspeed_estimate(shape: ModelShape, point: Point, n: int, ranks_per_node: int) -> tuple[int, int]:
+def _deepspeed_estimate(shape: ModelShape, point: Layout, n: int, ranks_per_node: int) -> tuple[int, int]:
     nodes = max(1, n // ranks_per_node)
     if point.stage == 2:
         from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
@@ -126,7 +126,7 @@ def _deepspeed_estimate(shape: ModelShape, point: Point, n: int, ranks_per_node:
     return cpu, device
 
 
-def _mixed_states(psi: int, point: Point, n: int) -> tuple[float, float]:
+def _mixed_states(psi: int, point: Layout, n: int) -> tuple[float, float]:
     """ZeRO paper, 2Ψ + 2Ψ + 12Ψ: stage 0 whole, stage 1 optimizer states partitioned."""
     if point.stage == 0:
         return 16 * psi, 0
@@ -134,7 +134,7 @@ def _mixed_states(psi: int, point: Point, n: int) -> tuple[float, float]:
     return (4 * psi, optimizer) if point.offload != "none" else (4 * psi + optimizer, 0)
 
 
-def _fp32_states(psi: int, layer: int, point: Point, n: int) -> tuple[float, float]:
+def _fp32_states(psi: int, layer: int, point: Layout, n: int) -> tuple[float, float]:
     """fp32 Adam as DeepSpeed 0.19.8 keeps it (module docstring): (device, host) per rank."""
     if point.stage == 0:
         return 16 * psi, 0
@@ -149,8 +149,8 @@ def _fp32_states(psi: int, layer: int, point: Point, n: int) -> tuple[float, flo
     return 4 * layer, 20 * psi / n
 
 
-def calibrate(record: RunRecord | None, point: Point, world_size: int, ranks_per_node: int, device_type: str,
-              second: tuple[RunRecord, Point] | None = None) -> Calibration | None:
+def calibrate(record: RunRecord | None, point: Layout, world_size: int, ranks_per_node: int, device_type: str,
+              second: tuple[RunRecord, Layout] | None = None) -> Calibration | None:
     """The calibration from an ``ok`` run record of ``point``; None when it cannot give one.
 
     ``second``: an ``ok`` record of the same family at another micro-batch; then the per-sample
@@ -178,7 +178,7 @@ def _measured(record: RunRecord | None) -> tuple[int, int, ModelShape] | None:
     return m.peak_mem_bytes, m.baseline_mem_bytes, ModelShape(record.params, record.largest_layer_params)
 
 
-def predict_peak_bytes(shape: ModelShape, point: Point, world_size: int, ranks_per_node: int,
+def predict_peak_bytes(shape: ModelShape, point: Layout, world_size: int, ranks_per_node: int,
                        device_type: str, calibration: Calibration | None) -> int | None:
     """Peak memory of one rank for ``point``, in bytes; None without a calibration."""
     if calibration is None:

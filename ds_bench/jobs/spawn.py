@@ -33,8 +33,13 @@ class JobEnd:
 
 
 def command(spec, run_args: list[str], port: int) -> list[str]:
+    """``spec``: the job (``launcher``, ``nproc``, ``hostfile``, optionally ``iface``: every rank meets on it;
+    under mpirun Open MPI's own traffic too)."""
     from ds_bench.jobs import launch
 
+    iface = getattr(spec, "iface", None)
+    if iface and (spec.launcher == "srun" or (spec.launcher == "deepspeed" and not spec.hostfile)):
+        run_args = [*run_args[:1], "--iface", iface, *run_args[1:]]
     if spec.launcher == "deepspeed" and not spec.hostfile:
         return [deepspeed_launcher(), "--num_gpus", str(spec.nproc), "--master_port", str(port), "--module",
                 "ds_bench", *run_args]
@@ -42,7 +47,7 @@ def command(spec, run_args: list[str], port: int) -> list[str]:
         nodes = int(os.environ.get("SLURM_JOB_NUM_NODES", "1"))
         return launch.srun_command(run_args, nnodes=nodes, tasks_per_node=spec.nproc, python=sys.executable)
     argv = launch.build(launch.LaunchSpec(spec.launcher, tuple(run_args), hostfile=spec.hostfile,
-                                          nproc_per_node=spec.nproc, master_port=port))
+                                          nproc_per_node=spec.nproc, master_port=port, iface=iface))
     return [beside_python(argv[0]), *argv[1:]] if argv[0] in ("deepspeed", "torchrun") else argv
 
 

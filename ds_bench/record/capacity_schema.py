@@ -75,7 +75,7 @@ class CapacityRecord(Record):
     capacity: str
     layout: str | None = None
     point: dict[str, Any] = Field(default_factory=dict)
-    """The layout's axes (``ds_bench.jobs.points.Point.to_dict``): stage, offload, precision, micro_batch..."""
+    """The layout's axes (``ds_bench.config.layout.Layout.to_dict``): stage, offload, precision, micro_batch..."""
     pipeline_stages: int = 1
     data_parallel_size: int | None = None
     world_size: int | None = None

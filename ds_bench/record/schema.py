@@ -5,7 +5,7 @@ with ``store.append_record``; readers get them from ``store.read_records``.
 Kinds (the ``kind`` key; a record without one is a ``run`` record, as every run record written
 before ``schema_version`` 1 is):
 - ``run``: ``RunRecord`` (``ds_bench.record.run_schema``), from ``ds-bench run``;
-- ``sweep_point``: ``SweepPointRecord``, one per attempt of a sweep point (``ds_bench.sweep.ledger``);
+- ``sweep_point``: ``SweepPointRecord``, one per attempt of a sweep point (``ds_bench.sweep.point_record``);
 - ``scaling``: ``ScalingRecord``, one per ``ds-bench scaling``, a ``ScalingRow`` per point;
 - ``comm``: ``CommRecord``, one per ``ds-bench comm``, a ``CommRow`` per collective, size and group;
 - ``doctor``: ``DoctorRecord``, ``ds-bench doctor --json``;
@@ -38,7 +38,7 @@ class SweepPointRecord(Record):
     key: str
     """The point's key, e.g. ``z2 off=none bf16 mbs=8``."""
     point: dict[str, Any] = Field(default_factory=dict)
-    """The point's axes (``ds_bench.jobs.points.Point.to_dict``): stage, offload, precision, micro_batch..."""
+    """The point's axes (``ds_bench.config.layout.Layout.to_dict``): stage, offload, precision, micro_batch..."""
     repeat: int = 0
     status: str
     """``ok``, ``oom``, ``skipped``, ``timeout`` or ``crashed``."""

@@ -19,7 +19,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from ds_bench.jobs.outcome import was_busy
-from ds_bench.jobs.points import Point
+from ds_bench.config.layout import Layout
 from ds_bench.record.schema import SweepPointRecord
 
 GIB = 2**30
@@ -28,7 +28,7 @@ NOISY_CV_PCT = 5.0
 
 @dataclass(frozen=True)
 class PointRow:
-    point: Point
+    point: Layout
     key: str
     status: str  # ok if any repeat ran ok, else the latest record's status
     reason: str | None
@@ -101,7 +101,7 @@ def summarize_point(attempts: list[SweepPointRecord], cores: int | None = None) 
     predicted, capacity = _last_known(attempts, "predicted_mem_bytes"), _last_known(attempts, "capacity_bytes")
     chosen = _median_attempt(ok) if ok else latest
     return PointRow(
-        point=Point.from_dict(latest.point), key=latest.key,
+        point=Layout.from_dict(latest.point), key=latest.key,
         status="ok" if ok else latest.status,
         reason=_failed_repeats_reason(attempts) if ok else latest.reason,
         repeats=len(attempts), repeats_ok=len(ok),

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ds_bench import engines
 from ds_bench.cluster import join
 from ds_bench.cluster.rendezvous import Rendezvous
-from ds_bench.config import preflight
+from ds_bench.config import legality, preflight
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_config import RunConfig
 from ds_bench.engines import pipeline, tensor_parallel
@@ -42,6 +42,7 @@ class Prepared:
 def prepare(cfg: RunConfig) -> Prepared:
     """Every check of ``cfg`` against this machine and these ranks, before joining."""
     rdzv = join.prepare(cfg.iface, cfg.dist_timeout_s)
+    legality.refuse_run(cfg, rdzv.info.world_size, environ.device_type())
     workload = build_workload(cfg)
     lr = cfg.lr or workload.default_lr
     pipe = pipeline.plan(cfg.pipeline_stages, cfg.partition, rdzv.info.world_size, workload.pipeline_blocks)

@@ -1,5 +1,5 @@
 """``ds-bench scaling``: prepare (flags, points, threads per CPU rank), execute (each point a fresh
-job, as a sweep point: ``ds_bench.jobs.spawn``), record (one ``kind: scaling`` line, table, plot).
+job through the studies' runner, ``ds_bench.jobs.runner``, as a sweep point), record (one ``kind: scaling`` line, table, plot).
 
     ds-bench scaling --workload mnist --ds-config ds_configs/zero1.json --ranks 1,2,4 \\
         -- --steps 30 --warmup 5 --micro-batch 32 --set bf16.enabled=false
@@ -8,7 +8,7 @@ job, as a sweep point: ``ds_bench.jobs.spawn``), record (one ``kind: scaling`` l
 
 Each point runs ``ds-bench run ... --tag scaling:<id>:n<ranks>`` with its output in
 ``<results>.logs/``; its run record (in ``<results>.runs.jsonl``) is read back by that tag and
-classified as a sweep point is (``sweep.outcome.classify``). A point that times out, exits non-zero
+classified as a sweep point is (``jobs.outcome.classify``). A point that times out, exits non-zero
 or records a failure is a ``failed`` row with its reason; the command then exits 1.
 
 CPU ranks: ``ds-bench run`` gives each rank (its cores) // (ranks on the node) threads, so 1 rank
@@ -29,10 +29,10 @@ import uuid
 from tqdm import tqdm
 
 from ds_bench.cluster.rendezvous import free_port
-from ds_bench.jobs import outcome
-from ds_bench.jobs import spawn as jobs
+from ds_bench.jobs import spawn
+from ds_bench.jobs.runner import run_argv, run_attempt
 from ds_bench.record import store as results
-from ds_bench.record.schema import RunRecord, ScalingRecord, ScalingRow
+from ds_bench.record.schema import ScalingRecord, ScalingRow
 from ds_bench.report import scaling_table as report
 from ds_bench.scaling import efficiency, points
 from ds_bench.scaling.spec import (
@@ -63,9 +63,7 @@ def main(args: argparse.Namespace) -> int:
         return 0
     print(f"scaling {sid}: {spec.workload}, {', '.join(str(p.world_size) for p in spec.points)} rank(s), "
           f"micro-batch {spec.micro_batch} x {spec.grad_accum} per device, results {spec.results}", flush=True)
-    from ds_bench.jobs.spawn import sigterm_as_interrupt
-
-    sigterm_as_interrupt()
+    spawn.sigterm_as_interrupt()
     try:
         rows = execute(spec, sid, env)
     except KeyboardInterrupt:
@@ -104,28 +102,27 @@ def execute(spec: ScalingSpec, sid: str, env: dict[str, str] | None) -> list[Sca
     return rows
 
 
-def run_point(spec: ScalingSpec, sid: str, point: points.Point, env: dict[str, str] | None) -> ScalingRow:
+def run_point(spec: ScalingSpec, sid: str, point: points.Placement, env: dict[str, str] | None) -> ScalingRow:
     tag = points.tag(sid, point)
     log_path = os.path.join(spec.output_path(".logs"), f"{sid}-{point.label}.log")
-    probe = outcome.BusyProbe.start_now()
-    end = jobs.run_job(_command(spec, sid, point), log_path, spec.timeout_s, env=env)
-    busy = probe.finish()
-    runs = [r for r in results.read_records(spec.runs_path, RunRecord, missing_ok=True) if r.tag == tag]
-    classified, reason = outcome.classify(runs, end.exit_code, end.timed_out, spec.timeout_s)
-    run = next((r for r in runs if r.status == "ok"), None)
-    status, reason = efficiency.point_status(classified, reason, run, point.world_size)
+    done = run_attempt(spec, run_argv(spec, tag, spec.ds_config), tag, log_path, job=_job(spec, sid, point), env=env)
+    run = done.run if done.status == "ok" else None
+    status, reason = efficiency.point_status(done.status, done.reason, run, point.world_size)
     return efficiency.row(point, status, reason, run if status == "ok" else None, tag=tag, log=log_path,
-                          wall_s=round(end.ended_at - end.started_at, 2), busy=busy)
+                          wall_s=round(done.job.ended_at - done.job.started_at, 2), busy=done.busy)
 
 
-def _command(spec: ScalingSpec, sid: str, point: points.Point) -> list[str]:
+def _job(spec: ScalingSpec, sid: str, point: points.Placement) -> points.Job:
     hostfile = _write_hostfile(spec, sid, point) if points.needs_hostfile(point, spec.launcher) else None
-    run_args = ["run", "--workload", spec.workload, "--ds-config", spec.ds_config, "--results", spec.runs_path,
-                "--tag", points.tag(sid, point), *spec.run_args]
-    return jobs.command(points.job(point, spec.launcher, hostfile), run_args, free_port(spec.master_port))
+    return points.job(point, spec.launcher, hostfile, spec.iface)
 
 
-def _write_hostfile(spec: ScalingSpec, sid: str, point: points.Point) -> str:
+def _command(spec: ScalingSpec, sid: str, point: points.Placement) -> list[str]:
+    tag = points.tag(sid, point)
+    return spawn.command(_job(spec, sid, point), run_argv(spec, tag, spec.ds_config), free_port(spec.master_port))
+
+
+def _write_hostfile(spec: ScalingSpec, sid: str, point: points.Placement) -> str:
     """The point's hosts (the first k of ``--hostfile``, or this node for mpirun) under the results folder."""
     path = os.path.join(spec.output_path(".hosts"), f"{sid}-{point.label}")
     os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -1,6 +1,7 @@
-"""The points of a scaling run and how each is launched (pure: no file is written, nothing started).
+"""The placements of a scaling study and how each is launched (pure: no file is written, nothing started).
 
-A point is one world size: ``--ranks 1,2,4`` gives 1, 2 and 4 ranks on this node; ``--hostfile H
+The study's layout is the same at every point (its config and run arguments); a point is where it runs,
+a ``Placement``: one world size: ``--ranks 1,2,4`` gives 1, 2 and 4 ranks on this node; ``--hostfile H
 --nodes 1,2`` gives the first 1 and 2 hosts of H, each with the slots its line gives. ``job`` is what
 ``ds_bench.jobs.spawn.command`` reads (launcher, ranks per node, hostfile), so a point is launched
 exactly as a sweep point is.
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class Point:
+class Placement:
     world_size: int
     nodes: int
     per_node: int
@@ -27,22 +28,23 @@ class Point:
 
 @dataclass(frozen=True)
 class Job:
-    """The fields of a sweep spec that ``jobs.command`` reads."""
+    """What ``jobs.spawn.command`` reads of a job: how and where its ranks start."""
     launcher: str
     nproc: int
     hostfile: str | None
+    iface: str | None = None
 
 
-def rank_points(ranks: tuple[int, ...]) -> tuple[Point, ...]:
-    return tuple(Point(world_size=n, nodes=1, per_node=n) for n in ranks)
+def rank_points(ranks: tuple[int, ...]) -> tuple[Placement, ...]:
+    return tuple(Placement(world_size=n, nodes=1, per_node=n) for n in ranks)
 
 
-def node_points(hosts: tuple[tuple[str, int], ...], nodes: tuple[int, ...]) -> tuple[Point, ...]:
+def node_points(hosts: tuple[tuple[str, int], ...], nodes: tuple[int, ...]) -> tuple[Placement, ...]:
     """The first k hosts of the hostfile for each k of ``--nodes``, with their own slots."""
     out = []
     for k in nodes:
         first = hosts[:k]
-        out.append(Point(world_size=sum(s for _, s in first), nodes=k, per_node=max(s for _, s in first),
+        out.append(Placement(world_size=sum(s for _, s in first), nodes=k, per_node=max(s for _, s in first),
                          hosts=tuple(first)))
     return tuple(out)
 
@@ -57,12 +59,12 @@ def local_hosts(n: int) -> tuple[tuple[str, int], ...]:
     return (("localhost", n),)
 
 
-def needs_hostfile(point: Point, launcher: str) -> bool:
+def needs_hostfile(point: Placement, launcher: str) -> bool:
     return bool(point.hosts) or launcher == "mpirun"
 
 
-def job(point: Point, launcher: str, hostfile: str | None) -> Job:
-    return Job(launcher=launcher, nproc=point.per_node, hostfile=hostfile)
+def job(point: Placement, launcher: str, hostfile: str | None, iface: str | None = None) -> Job:
+    return Job(launcher=launcher, nproc=point.per_node, hostfile=hostfile, iface=iface)
 
 
 def threads_per_rank(cores: int, ranks_per_node: int) -> int:
@@ -71,6 +73,6 @@ def threads_per_rank(cores: int, ranks_per_node: int) -> int:
     return max(1, cores // max(1, ranks_per_node))
 
 
-def tag(scaling_id: str, point: Point) -> str:
+def tag(scaling_id: str, point: Placement) -> str:
     """The ``--tag`` of a point's run; its run record is found again by it."""
     return f"scaling:{scaling_id}:{point.label}"

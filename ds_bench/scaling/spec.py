@@ -17,19 +17,18 @@ from dataclasses import asdict, dataclass
 
 from ds_bench.config import argcheck
 from ds_bench.errors import UserError
-from ds_bench.scaling.points import Point, node_points, rank_points
-
-LAUNCHERS = ("deepspeed", "torchrun", "mpirun")
-
+from ds_bench.jobs.flags import add_job_arguments, job_options
+from ds_bench.scaling.points import Placement, node_points, rank_points
 
 @dataclass(frozen=True)
 class ScalingSpec:
     workload: str
     ds_config: str
-    points: tuple[Point, ...]
+    points: tuple[Placement, ...]
     """Ascending world sizes; the first is the efficiency baseline."""
     launcher: str
     hostfile: str | None
+    iface: str | None
     run_args: tuple[str, ...]
     """What came after ``--``: the same for every point."""
     micro_batch: int
@@ -38,10 +37,10 @@ class ScalingSpec:
     precision: str
     """fp32, bf16 or fp16, as the config (with ``--set``) resolves."""
     device_type: str
-    results: str = "results/scaling.jsonl"
+    results: str
+    master_port: int
+    timeout_s: float
     plot: str | None = None
-    timeout_s: float = 900.0
-    master_port: int = 29700
     dry_run: bool = False
 
     @property
@@ -61,18 +60,12 @@ class ScalingSpec:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workload", required=True, help="mnist | resnet | gpt2")
+    p.add_argument("--workload", required=True, help="mnist | resnet | gpt2 | llama")
     p.add_argument("--ds-config", required=True, help="DeepSpeed JSON config (ds_configs/), the same at every point")
     p.add_argument("--ranks", default=None, help="world sizes on this node, increasing, e.g. 1,2,4")
     p.add_argument("--nodes", default=None, help="with --hostfile: run on its first k hosts for each k, e.g. 1,2,4")
-    p.add_argument("--hostfile", default=None, help="DeepSpeed hostfile ('host slots=N' lines) for --nodes")
-    p.add_argument("--launcher", default="deepspeed", choices=LAUNCHERS,
-                   help="deepspeed (default), torchrun (this node only) or mpirun")
-    p.add_argument("--results", default="results/scaling.jsonl", help="the scaling record (JSON lines, appended)")
     p.add_argument("--plot", default=None, help="PNG plot (default: beside --results)")
-    p.add_argument("--timeout", default="15m", help="wall-clock limit per point: 90s, 15m, 1h (default 15m)")
-    p.add_argument("--master-port", type=int, default=29700, help="preferred rendezvous port (default 29700)")
-    p.add_argument("--dry-run", action="store_true", help="print each point's command, run nothing")
+    add_job_arguments(p, results="results/scaling.jsonl", master_port=29700, nproc=False)
 
 
 def parse_counts(flag: str, text: str) -> tuple[int, ...]:
@@ -85,7 +78,7 @@ def parse_counts(flag: str, text: str) -> tuple[int, ...]:
     return tuple(values)
 
 
-def plan(args: argparse.Namespace, device_type: str, devices: int) -> tuple[Point, ...]:
+def plan(args: argparse.Namespace, device_type: str, devices: int) -> tuple[Placement, ...]:
     """The points from ``--ranks`` or ``--hostfile`` + ``--nodes``, checked against what exists."""
     if args.nodes is not None and not args.hostfile:
         raise UserError("--nodes needs --hostfile: the hosts whose first k each point runs on")
@@ -107,7 +100,7 @@ def plan(args: argparse.Namespace, device_type: str, devices: int) -> tuple[Poin
     return rank_points(ranks)
 
 
-def _node_plan(path: str, nodes: tuple[int, ...]) -> tuple[Point, ...]:
+def _node_plan(path: str, nodes: tuple[int, ...]) -> tuple[Placement, ...]:
     from ds_bench.cluster.hostfile import load_hostfile
 
     hosts = tuple(load_hostfile(path).items())
@@ -118,26 +111,25 @@ def _node_plan(path: str, nodes: tuple[int, ...]) -> tuple[Point, ...]:
 
 
 def from_args(args: argparse.Namespace, device_type: str, devices: int) -> ScalingSpec:
-    from ds_bench.config.parsers import config_path, parse_duration
-    from ds_bench.config.preflight import check_results_path
+    from ds_bench.config.parsers import config_path
     from ds_bench.workloads import REGISTRY
 
+    if args.launcher == "srun":
+        raise UserError("--launcher srun: scaling starts each point on a part of the allocation, which is not built "
+                        "yet; use deepspeed or mpirun with --hostfile and --nodes")
+    job = job_options(args, local_mpirun=True)
     points = plan(args, device_type, devices)
     if args.workload not in REGISTRY:
         raise UserError(f"--workload {args.workload!r} is unknown; known: {', '.join(sorted(REGISTRY))}")
     path = config_path(args.ds_config)
     if not os.path.isfile(path):
         raise UserError(f"--ds-config {args.ds_config}: file not found (as given, or in ds_configs/)")
-    timeout_s = parse_duration("--timeout", args.timeout)
-    argcheck.port("--master-port", args.master_port)
-    check_results_path(args.results)
     argcheck.output_folder("--plot", args.plot)
     run = _run_namespace(args.workload, path, list(args.run_args))
     micro, gas, precision = _batch_per_device(path, run, points, device_type)
-    return ScalingSpec(workload=args.workload, ds_config=path, points=points, launcher=args.launcher,
-                       hostfile=args.hostfile, run_args=tuple(args.run_args), micro_batch=micro, grad_accum=gas,
-                       precision=precision, device_type=device_type, results=args.results, plot=args.plot, timeout_s=timeout_s,
-                       master_port=args.master_port, dry_run=args.dry_run)
+    return ScalingSpec(workload=args.workload, ds_config=path, points=points, **job, run_args=tuple(args.run_args),
+                       micro_batch=micro, grad_accum=gas, precision=precision, device_type=device_type, plot=args.plot,
+                       dry_run=args.dry_run)
 
 
 OWNED = {"results": "--results", "tag": "--tag", "workload": "--workload", "ds_config": "--ds-config"}
@@ -158,10 +150,11 @@ def _run_namespace(workload: str, path: str, tail: list[str]) -> argparse.Namesp
     return ns
 
 
-def _batch_per_device(path: str, run: argparse.Namespace, points: tuple[Point, ...],
+def _batch_per_device(path: str, run: argparse.Namespace, points: tuple[Placement, ...],
                       device_type: str) -> tuple[int, int, str]:
     """(micro-batch, gradient accumulation) per device, the same at every point, and the precision;
     or a UserError."""
+    from ds_bench.config import legality
     from ds_bench.config.deepspeed import prepare as ds_config
 
     seen = {}
@@ -172,6 +165,7 @@ def _batch_per_device(path: str, run: argparse.Namespace, points: tuple[Point, .
             cfg = ds_config.prepare(path, tuple(run.overrides), ctx)
         except UserError as e:
             raise UserError(f"--ds-config at {p.world_size} rank(s): {e}") from None
+        legality.refuse_run(run, p.world_size, device_type)
         seen[p.world_size] = (cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"])
         precision = ds_config.precision_of(cfg)
     if len(set(seen.values())) > 1:

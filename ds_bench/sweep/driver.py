@@ -6,7 +6,7 @@ point is first checked without running anything: an invalid combination, a confi
 reject (``ds_config.prepare``, the run's own check), a micro-batch above one that already ran out of
 memory, or a predicted peak above the device's memory (``sweep.memory``; ``--no-prune`` runs it
 anyway) ends it as ``skipped`` with the reason. Otherwise it runs ``--repeats`` times
-(``jobs.attempt``) and each attempt is appended to the results file (``ledger``).
+(``jobs.runner``) and each attempt is appended to the results file, the sweep's state (``jobs.ledger``).
 """
 
 from __future__ import annotations
@@ -14,15 +14,17 @@ from __future__ import annotations
 import os
 
 from ds_bench.errors import UserError
-from ds_bench.jobs import predict, spawn
-from ds_bench.jobs.attempt import new_tag, run_attempt, slug
-from ds_bench.jobs.derive import write_derived
-from ds_bench.jobs.points import Point, families, invalid_reason, next_auto_micro_batch
+from ds_bench.config.deepspeed.derive import write_derived
+from ds_bench.config.layout import Layout
+from ds_bench.config.legality import Where
+from ds_bench.jobs import ledger, predict, spawn
+from ds_bench.jobs.points import families, next_auto_micro_batch, skip_reason
+from ds_bench.jobs.runner import new_tag, run_argv, run_attempt, slug
 from ds_bench.record import store as results
 from ds_bench.record.schema import SweepPointRecord
 from ds_bench.report.ranking import GIB
-from ds_bench.sweep import ledger
 from ds_bench.sweep.memory import MemoryModel
+from ds_bench.sweep.point_record import point_record
 from ds_bench.sweep.progress import Progress
 
 
@@ -32,7 +34,7 @@ class Sweep:
         self.sweep_id = spec.sweep_id(base)
         self.world, self.per_node = spawn.world_of(spec)
         self.capacity = predict.device_capacity_bytes(spec.device_type, self.per_node, spec.cpu_mem_limit)
-        self.done = ledger.load(spec.results, self.sweep_id)
+        self.done = load_ledger(spec.results, self.sweep_id)
         self.memory = MemoryModel(self.world, self.per_node, spec.device_type, self.capacity)
         self.memory.learn_from(r for r in self.done.values() if r.status == "ok")
         self.progress = Progress()
@@ -41,8 +43,7 @@ class Sweep:
     # --- the plan -------------------------------------------------------------------------------
     def run(self) -> None:
         s = self.spec
-        fams = families(s.stages, s.offloads, s.precisions, s.grad_accums, s.engines, s.pipeline_stages, s.attns,
-                        s.compiles, s.tensor_parallels)
+        fams = families(s.stages, s.offloads, s.precisions, s.grad_accums, s.engines, s.degrees, s.attns, s.compiles)
         planned = (len(fams) * (len(s.micro_batches) if s.micro_batches else 4) + len(s.extra_points)) * s.repeats
         with self.progress.open(planned):
             for family in fams:
@@ -50,7 +51,7 @@ class Sweep:
             for point in self.spec.extra_points:  # one already measured in the grid is reused, not rerun
                 self._run_point(point, smallest_oom=None)
 
-    def _run_family(self, family: Point) -> None:
+    def _run_family(self, family: Layout) -> None:
         fits: dict[int, str] = {}
         if self.spec.micro_batches:
             for m in sorted(self.spec.micro_batches):
@@ -60,7 +61,7 @@ class Sweep:
             self.progress.grow_if_full(self.spec.repeats)
             fits[m] = self._run_point(family.with_micro_batch(m), smallest_oom=None)
 
-    def _run_point(self, point: Point, smallest_oom: int | None) -> str:
+    def _run_point(self, point: Layout, smallest_oom: int | None) -> str:
         """Runs (or skips) every repeat of one point; for the micro-batch search: ``fits``, ``oom``
         (ran out, or predicted to), or what else ended it (``invalid``, ``timeout``, ``crashed``)."""
         reason = self._skip_reason(point, smallest_oom)
@@ -69,8 +70,8 @@ class Sweep:
             reason = (f"predicted {predicted / GIB:.2f} GiB per rank > {self.capacity / GIB:.2f} GiB of memory "
                       "(--no-prune runs it anyway)")
         if reason is not None:
-            if ledger.final(self.done, point.key, 0) is None:
-                self._append(ledger.point_record(sweep_id=self.sweep_id, spec=self.spec, point=point, repeat=0,
+            if ledger.final(self.done, (point.key, 0)) is None:
+                self._append(point_record(sweep_id=self.sweep_id, spec=self.spec, point=point, repeat=0,
                                                  status="skipped", reason=reason, world_size=self.world,
                                                  predicted=predicted, capacity=self.capacity))
             self.progress.advance(self.spec.repeats)
@@ -78,7 +79,7 @@ class Sweep:
             return "oom" if smallest_oom is not None or reason.startswith("predicted") else "invalid"
         status = "ok"
         for repeat in range(self.spec.repeats):
-            record = ledger.final(self.done, point.key, repeat) or self._attempt(point, repeat, predicted)
+            record = ledger.final(self.done, (point.key, repeat)) or self._attempt(point, repeat, predicted)
             status = record.status
             self.progress.advance(1)
             if status != "ok":
@@ -86,15 +87,15 @@ class Sweep:
                 break
         return {"ok": "fits"}.get(status, status)
 
-    def _skip_reason(self, point: Point, smallest_oom: int | None) -> str | None:
-        reason = invalid_reason(point, self.spec.device_type, self.world)
+    def _skip_reason(self, point: Layout, smallest_oom: int | None) -> str | None:
+        reason = skip_reason(point, Where(self.world, self.spec.device_type))
         if reason is None and smallest_oom is not None and point.micro_batch > smallest_oom:
             reason = f"micro-batch {smallest_oom} already ran out of memory"
         if reason is None:
             reason = self._config_rejected(point)
         return reason
 
-    def _config_rejected(self, point: Point) -> str | None:
+    def _config_rejected(self, point: Layout) -> str | None:
         from ds_bench import engines
         from ds_bench.config.deepspeed import prepare as ds_config
 
@@ -109,18 +110,14 @@ class Sweep:
         return None
 
     # --- one attempt ----------------------------------------------------------------------------
-    def _attempt(self, point: Point, repeat: int, predicted: int | None) -> SweepPointRecord:
+    def _attempt(self, point: Layout, repeat: int, predicted: int | None) -> SweepPointRecord:
         s = self.spec
         self.attempts += 1
         tag = new_tag(f"sweep-{self.sweep_id}", point.key, repeat)
-        run_args = ["run", "--workload", s.workload, "--ds-config", self._config_file(point),  # written by the check
-                    "--steps", str(s.steps), "--warmup", str(s.warmup), "--results", s.runs_path, "--tag", tag,
-                    "--step-timeout", str(s.timeout_s), "--engine", point.engine,
-                    *point.run_flags(), *(["--cpu-mem-limit", str(s.cpu_mem_limit)] if s.cpu_mem_limit else []),
-                    *s.run_args]
+        run_args = run_argv(s, tag, self._config_file(point), point)  # the config was written by the check
         log_path = os.path.join(s.output_path(".logs"), f"{slug(point.key)}-r{repeat}-{tag[-6:]}.log")
         done = run_attempt(s, run_args, tag, log_path)
-        record = ledger.point_record(sweep_id=self.sweep_id, spec=s, point=point, repeat=repeat, status=done.status,
+        record = point_record(sweep_id=self.sweep_id, spec=s, point=point, repeat=repeat, status=done.status,
                                      reason=done.reason, world_size=self.world, run=done.run, predicted=predicted,
                                      capacity=self.capacity, log=log_path, job=done.job, busy=done.busy)
         self._append(record)
@@ -133,8 +130,13 @@ class Sweep:
         results.append_record(self.spec.results, record)
         self.done[(record.key, record.repeat)] = record
 
-    def _config_file(self, point: Point) -> str:
+    def _config_file(self, point: Layout) -> str:
         return os.path.join(self.spec.output_path(".configs"), f"{slug(point.key)}.json")
+
+
+def load_ledger(path: str, sweep_id: str) -> dict:
+    """The latest record of each (point key, repeat) of this sweep."""
+    return ledger.load(path, SweepPointRecord, lambda r: r.sweep == sweep_id, lambda r: (r.key, r.repeat))
 
 
 def _smallest_oom(fits: dict[int, str]) -> int | None:

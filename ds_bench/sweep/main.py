@@ -12,7 +12,6 @@ import logging
 from ds_bench.errors import UserError
 from ds_bench.jobs import spawn
 from ds_bench.report.sweep_report import report_sweep
-from ds_bench.sweep import ledger
 from ds_bench.sweep.spec import add_arguments  # noqa: F401  (the CLI router's entry)
 
 log = logging.getLogger("ds_bench")
@@ -42,7 +41,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         sweep.run()
     except KeyboardInterrupt:
-        kept = len(ledger.load(spec.results, sweep.sweep_id))
+        kept = len(driver.load_ledger(spec.results, sweep.sweep_id))
         print(f"\nsweep interrupted: {kept} attempt(s) recorded in {spec.results}; "
               "re-run the same command to go on from there", flush=True)
         return 130
@@ -56,22 +55,23 @@ def _check_baseline(spec) -> None:
     if spec.baseline is None or spec.micro_batches is None:
         return
     keys = [p.key for p in grid(spec.stages, spec.offloads, spec.precisions, spec.micro_batches, spec.grad_accums,
-                                spec.engines, spec.pipeline_stages, spec.attns, spec.compiles, spec.tensor_parallels)]
+                                spec.engines, spec.degrees, spec.attns, spec.compiles)]
     keys += [p.key for p in spec.extra_points]
     if spec.baseline not in keys:
         raise UserError(f"--baseline {spec.baseline!r}: not a point of this sweep; points: {', '.join(keys)}")
 
 
 def plan_text(sweep) -> str:
-    from ds_bench.jobs.points import families, invalid_reason
+    from ds_bench.config.legality import Where
+    from ds_bench.jobs.points import families, skip_reason
 
     s = sweep.spec
     lines = [f"families (micro-batch {'auto' if s.micro_batches is None else ','.join(map(str, s.micro_batches))}, "
              f"{s.repeats} repeat(s) each):"]
-    for f in families(s.stages, s.offloads, s.precisions, s.grad_accums, s.engines, s.pipeline_stages, s.attns,
-                      s.compiles, s.tensor_parallels):
-        why = invalid_reason(f.with_micro_batch(1), s.device_type, sweep.world)
+    where = Where(sweep.world, s.device_type)
+    for f in families(s.stages, s.offloads, s.precisions, s.grad_accums, s.engines, s.degrees, s.attns, s.compiles):
+        why = skip_reason(f.with_micro_batch(1), where)
         lines.append(f"  {f.family_label()}" + (f"  skipped: {why}" if why else ""))
-    lines += [f"  point {p.key}" + (f"  skipped: {w}" if (w := invalid_reason(p, s.device_type, sweep.world)) else "")
+    lines += [f"  point {p.key}" + (f"  skipped: {w}" if (w := skip_reason(p, where)) else "")
               for p in s.extra_points]
     return "\n".join(lines)

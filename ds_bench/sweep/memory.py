@@ -7,7 +7,7 @@ later point's peak from that; tensor-parallel degrees each calibrated on their o
 from __future__ import annotations
 
 from ds_bench.jobs import predict
-from ds_bench.jobs.points import Point
+from ds_bench.config.layout import Layout
 from ds_bench.record.schema import RunMetrics, RunRecord, SweepPointRecord
 
 
@@ -29,13 +29,13 @@ class MemoryModel:
             fit = self.fits.setdefault(int(r.point.get("tensor_parallel", 1)), _Fit())
             fit.learn(r, self.world, self.per_node, self.device_type)
 
-    def predict(self, point: Point) -> int | None:
+    def predict(self, point: Layout) -> int | None:
         fit = self.fits.get(point.tensor_parallel)
         if fit is None or fit.calibration is None or point.engine != "deepspeed" or point.pipeline_stages > 1:
             return None
         return predict.predict_peak_bytes(fit.shape, point, self.world, self.per_node, self.device_type, fit.calibration)
 
-    def surely_too_big(self, predicted: int | None, point: Point) -> bool:
+    def surely_too_big(self, predicted: int | None, point: Layout) -> bool:
         """Calibrated on two micro-batches the prediction came within 0.91-1.00x of the measured
         peak; on one, 1.2-1.8x high (it counts the step's fixed cost as per-sample), so then only a
         prediction over twice the capacity skips a point (measured: ``ds_bench.jobs.predict``)."""
@@ -62,8 +62,8 @@ class _Fit:
                        and x.point["micro_batch"] != first.point["micro_batch"]]
         if self.calibration is None or (same_family and not self.two_point):
             self.shape = predict.ModelShape(first.params, first.largest_layer_params or 0)
-            second = (_as_run(same_family[0]), Point.from_dict(same_family[0].point)) if same_family else None
-            self.calibration = predict.calibrate(_as_run(first), Point.from_dict(first.point), world, per_node,
+            second = (_as_run(same_family[0]), Layout.from_dict(same_family[0].point)) if same_family else None
+            self.calibration = predict.calibrate(_as_run(first), Layout.from_dict(first.point), world, per_node,
                                                  device_type, second=second)
             self.two_point = second is not None
 

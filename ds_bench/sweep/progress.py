@@ -7,7 +7,7 @@ import sys
 
 from tqdm import tqdm
 
-from ds_bench.jobs.points import Point
+from ds_bench.config.layout import Layout
 from ds_bench.record.schema import SweepPointRecord
 from ds_bench.report.ranking import GIB
 from ds_bench.report.sweep_table import brief
@@ -32,7 +32,7 @@ class Progress:
         if self.bar is not None and self.bar.n >= self.bar.total:
             self.bar.total += n
 
-    def say(self, point: Point, status: str, record: SweepPointRecord | None = None, reason: str | None = None,
+    def say(self, point: Layout, status: str, record: SweepPointRecord | None = None, reason: str | None = None,
             log_path: str | None = None) -> None:
         line = f"{point.key:<30}"
         if record and status == "ok":

@@ -16,11 +16,11 @@ import os
 from dataclasses import dataclass, field
 
 from ds_bench.config import argcheck
+from ds_bench.config.layout import ATTENTION, DEGREES, ENGINES, OFFLOADS, PRECISIONS, Layout, parse_key
 from ds_bench.config.parsers import CONFIG_DIR, config_path, memory_cap, parse_duration, parse_list
-from ds_bench.config.run_checks import ATTENTION, ENGINES
 from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
-from ds_bench.jobs.points import OFFLOADS, PRECISIONS, Point, parse_key
+from ds_bench.jobs.flags import add_degree_arguments, add_job_arguments, degrees_of, job_options
 
 
 @dataclass(frozen=True)
@@ -37,30 +37,29 @@ class SweepSpec:
     run_args: tuple[str, ...]
     """``--size``, ``--seq-len``, ``--data`` and whatever came after ``--``: the same for every point."""
     nproc: int
+    results: str
+    launcher: str
+    hostfile: str | None
+    iface: str | None
+    master_port: int
+    timeout_s: float
     steps: int = 20
     warmup: int = 5
     repeats: int = 1
-    timeout_s: float = 900.0
-    results: str = "results/sweep.jsonl"
     headroom_pct: float = 10.0
     baseline: str | None = None
     prune: bool = True
     max_micro_batch: int = 1024
     cpu_mem_limit: int | None = None
-    launcher: str = "deepspeed"
-    hostfile: str | None = None
-    master_port: int = 29600
     device_type: str = "cpu"
     notes: tuple[str, ...] = field(default=())
-    extra_points: tuple[Point, ...] = ()
+    extra_points: tuple[Layout, ...] = ()
     """``--point``: single points beyond the grid (e.g. one offload point)."""
     engines: tuple[str, ...] = ("deepspeed",)
-    pipeline_stages: tuple[int, ...] = (1,)
-    """``--pipeline-stages``: DeepSpeed pipeline layouts beside the data-parallel ones (GPT-2)."""
+    degrees: dict = field(default_factory=dict)
+    """Each parallel degree's values (``jobs.flags.degrees_of``): ``{"pipeline_stages": (1, 2)}``."""
     attns: tuple[str, ...] = ("",)
     """``--attn``: attention implementations (empty: the workload's default)."""
-    tensor_parallels: tuple[int, ...] = (1,)
-    """``--tensor-parallel``: DeepSpeed AutoTP degrees beside the data-parallel layouts (llama)."""
     compiles: tuple[bool, ...] = (False,)
     """``--compile off,on``: eager and/or compiled points."""
 
@@ -91,11 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", default=None, help="fp32,bf16,fp16 (default: the base config's)")
     p.add_argument("--micro-batch", default=None, help="e.g. 1,2,4,8 or auto (default: the base config's, else auto)")
     p.add_argument("--grad-accum", default=None, help="gradient accumulation steps, e.g. 1,4")
-    p.add_argument("--pipeline-stages", default="1",
-                   help="DeepSpeed pipeline stages per point, e.g. 1,2 (default 1; ZeRO 0/1 without offload only; "
-                        "with --grad-accum to show the bubble against the number of micro-batches)")
-    p.add_argument("--tensor-parallel", default="1",
-                   help="DeepSpeed AutoTP degrees per point, e.g. 1,2 (default 1; llama; labels tp2 z1 ...)")
+    add_degree_arguments(p)
     p.add_argument("--engines", default=None,
                    help="deepspeed,ddp,fsdp: DDP and FSDP baselines beside ZeRO from the same config (default "
                         "deepspeed; the preset: all three). DDP: one point per precision; FSDP: stages 2 and 3")
@@ -105,25 +100,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--point", dest="points", action="append", default=None, metavar="KEY",
                    help="one more point beyond the grid, e.g. 'z2 off=optimizer mbs=128' (repeatable)")
     p.add_argument("--repeats", type=int, default=1, help="runs per point, each in fresh processes (default 1)")
-    p.add_argument("--nproc", type=int, default=None, help="ranks per node (default: all GPUs; on CPU 2)")
-    p.add_argument("--timeout", default="15m", help="wall-clock limit per point: 90s, 15m, 1h (default 15m)")
-    p.add_argument("--results", default="results/sweep.jsonl", help="the sweep's records; also its state")
     p.add_argument("--headroom", type=float, default=10.0, help="%% of memory the recommended point must leave")
     p.add_argument("--baseline", default=None, help="point key the diff column compares to (default: ZeRO-0, no offload)")
     p.add_argument("--no-prune", dest="prune", action="store_false", help="run points predicted not to fit")
     p.add_argument("--max-micro-batch", type=int, default=1024, help="where --micro-batch auto stops doubling")
     p.add_argument("--cpu-mem-limit", default=None, metavar="SIZE", help="cap each CPU rank's memory, e.g. 3GiB")
-    p.add_argument("--launcher", default=None, choices=("deepspeed", "mpirun", "srun", "torchrun"),
-                   help="deepspeed on this node (default) or torchrun (this node only); with --hostfile: deepspeed "
-                        "or mpirun; srun in Slurm")
-    p.add_argument("--hostfile", default=None, help="DeepSpeed hostfile for a multi-node sweep")
-    p.add_argument("--master-port", type=int, default=29600)
     p.add_argument("--steps", type=int, default=20, help="steps per point, warm-up included (default 20)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--size", default=None, help="named model size of the workload")
     p.add_argument("--seq-len", type=int, default=None, help="GPT-2 sequence length")
     p.add_argument("--data", default=None, help="data path (default synthetic)")
-    p.add_argument("--dry-run", action="store_true", help="print the planned points, run nothing")
+    add_job_arguments(p, results="results/sweep.jsonl", master_port=29600)
 
 
 def parse_micro_batches(text: str | None, base_value: int | None) -> tuple[int, ...] | None:
@@ -136,16 +123,10 @@ def parse_micro_batches(text: str | None, base_value: int | None) -> tuple[int, 
 
 def check_numbers(args: argparse.Namespace) -> None:
     argcheck.at_least("--repeats", args.repeats, 1)
-    argcheck.at_least("--nproc", args.nproc, 1)
     argcheck.at_least("--max-micro-batch", args.max_micro_batch, 1)
     argcheck.steps("--steps", args.steps, args.warmup)
-    argcheck.port("--master-port", args.master_port)
     if not (math.isfinite(args.headroom) and 0 <= args.headroom < 100):
         raise UserError(f"--headroom must be a percentage in [0, 100), got {args.headroom}")
-    argcheck.job_launcher(args.launcher, args.hostfile)
-    from ds_bench.config.preflight import check_results_path
-
-    check_results_path(args.results)
 
 
 def from_args(args: argparse.Namespace, run_tail: list[str], gpu: bool, native_bf16: bool) -> tuple[SweepSpec, dict]:
@@ -154,15 +135,14 @@ def from_args(args: argparse.Namespace, run_tail: list[str], gpu: bool, native_b
 
     notes = preset.apply(args, gpu) if args.workload is None else []
     check_numbers(args)
+    job = job_options(args)
     path, base = _base_config(args)
     axes = _axes(args, base, gpu or native_bf16, notes)
     spec = SweepSpec(
         workload=args.workload, ds_config=path, overrides=tuple(args.overrides), **axes,
-        run_args=_run_args(args, run_tail), nproc=args.nproc or default_nproc(gpu), steps=args.steps,
-        warmup=args.warmup, repeats=args.repeats, timeout_s=parse_duration("--timeout", args.timeout),
-        results=args.results, headroom_pct=args.headroom, baseline=args.baseline, prune=args.prune,
+        run_args=_run_args(args, run_tail), nproc=args.nproc or default_nproc(gpu), **job, steps=args.steps,
+        warmup=args.warmup, repeats=args.repeats, headroom_pct=args.headroom, baseline=args.baseline, prune=args.prune,
         max_micro_batch=args.max_micro_batch, cpu_mem_limit=memory_cap(args.cpu_mem_limit),
-        launcher=args.launcher or "deepspeed", hostfile=args.hostfile, master_port=args.master_port,
         device_type="cuda" if gpu else "cpu", notes=tuple(notes))
     _check_variants(spec)
     return dataclasses.replace(spec, extra_points=_extra_points(args.points or (), spec)), base
@@ -176,8 +156,7 @@ def _check_variants(spec: SweepSpec) -> None:
 
     if spec.attns != ("",):
         REGISTRY[spec.workload].check_attention_flag()
-    if any(tp > 1 for tp in spec.tensor_parallels):
-        REGISTRY[spec.workload].check_tensor_parallel_flag()
+    REGISTRY[spec.workload].check_degrees({name: max(values) for name, values in spec.degrees.items()})
     if True in spec.compiles:
         argcheck.at_least("--warmup (with --compile on)", spec.warmup, 1)
         check_compile_environment("--compile on")
@@ -201,7 +180,7 @@ def _base_config(args: argparse.Namespace) -> tuple[str, dict]:
 def _axes(args: argparse.Namespace, base: dict, bf16_native: bool, notes: list[str]) -> dict:
     """Every axis from its flag, else the base config's own value; a CPU without native bf16 sweeps
     fp32 unless ``--precision`` says otherwise (and ``notes`` says so)."""
-    from ds_bench.jobs.derive import axes_of
+    from ds_bench.config.deepspeed.derive import axes_of
 
     axes = axes_of(base)
     precision_text = args.precision
@@ -216,15 +195,14 @@ def _axes(args: argparse.Namespace, base: dict, bf16_native: bool, notes: list[s
         micro_batches=parse_micro_batches(args.micro_batch, axes["micro_batch"]),
         grad_accums=parse_list("--grad-accum", args.grad_accum, kind=int) if args.grad_accum else (axes["grad_accum"],),
         engines=parse_list("--engines", args.engines, allowed=ENGINES) if args.engines else ("deepspeed",),
-        pipeline_stages=parse_list("--pipeline-stages", args.pipeline_stages, kind=int),
-        tensor_parallels=parse_list("--tensor-parallel", args.tensor_parallel, kind=int),
+        degrees=degrees_of(args),
         attns=parse_list("--attn", args.attn, allowed=ATTENTION) if args.attn else ("",),
         compiles=tuple(v == "on" for v in parse_list("--compile", args.compile, allowed=("off", "on")))
         if args.compile else (False,))
 
 
-def _extra_points(texts, spec: SweepSpec) -> tuple[Point, ...]:
-    defaults = Point(spec.stages[0], spec.offloads[0], spec.precisions[0],
+def _extra_points(texts, spec: SweepSpec) -> tuple[Layout, ...]:
+    defaults = Layout(spec.stages[0], spec.offloads[0], spec.precisions[0],
                      (spec.micro_batches or (0,))[0], spec.grad_accums[0])
     out = []
     for text in texts:
@@ -247,7 +225,7 @@ def _run_args(args: argparse.Namespace, tail: list[str]) -> tuple[str, ...]:
         raise UserError(f"run arguments ({' '.join(out)}): {e}") from None
     owned = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
              "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit", "engine": "--engine", "attn": "--attn",
-             "compile": "--compile", "tensor_parallel": "--tensor-parallel"}
+             "compile": "--compile", **{d.field: d.flag for d in DEGREES}}
     for name, flag in owned.items():
         if name in given:
             raise UserError(f"run argument {flag} after '--': the sweep sets it per point; "

@@ -75,6 +75,13 @@ class Workload(ABC):
             raise UserError(f"--tensor-parallel: DeepSpeed's AutoTP cannot shard workload {cls.name} (llama it can; "
                             "GPT-2's fused Conv1D projections are on AutoTP's unsupported list)")
 
+    @classmethod
+    def check_degrees(cls, degrees: dict[str, int]) -> None:
+        """A study's largest value of each parallel degree (``config.layout.DEGREES`` fields) against what
+        this workload's model can be split by, where that is known before a model is built."""
+        if degrees.get("tensor_parallel", 1) > 1:
+            cls.check_tensor_parallel_flag()
+
     @property
     def hidden_size(self) -> int | None:
         """Width used to resolve ZeRO bucket sizes set to "auto" (HF convention)."""

@@ -98,18 +98,14 @@ def offload_device(cfg: dict, which: str) -> str:
 
 
 def check_combinations(cfg: dict, path: str) -> None:
-    """Combinations DeepSpeed rejects (or silently ignores) only inside ``deepspeed.initialize``."""
+    """Combinations of config keys DeepSpeed rejects (or silently ignores) only inside ``deepspeed.initialize``
+    (offload against the ZeRO stage is a layout's: ``ds_bench.config.legality``)."""
     zero = cfg.get("zero_optimization") or {}
     stage = zero.get("stage", 0)
     for which in ("offload_optimizer", "offload_param"):
         device = offload_device(cfg, which)
         if device == "nvme" and not (zero.get(which) or {}).get("nvme_path"):
             raise UserError(f"{path}: zero_optimization.{which}.nvme_path is required with device \"nvme\"")
-    if offload_device(cfg, "offload_param") != "none" and stage != 3:
-        raise UserError(f"{path}: zero_optimization.offload_param needs stage 3; DeepSpeed ignores it at stage "
-                        f"{stage}: use offload_optimizer, or --set zero_optimization.stage=3")
-    if offload_device(cfg, "offload_optimizer") != "none" and stage == 0:
-        raise UserError(f"{path}: zero_optimization.offload_optimizer needs ZeRO stage 1, 2 or 3, got stage 0")
     bf16 = cfg.get("bf16") or {}
     for key in ("bf16_master_weights_and_grads", "bf16_optimizer_states"):
         if bf16.get(key) and stage == 0:

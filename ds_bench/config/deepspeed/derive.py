@@ -14,12 +14,12 @@ import copy
 import os
 
 from ds_bench.config.deepspeed.prepare import write_config
-from ds_bench.jobs.points import Point
+from ds_bench.config.layout import Layout
 
 _CPU_OFFLOAD = {"device": "cpu", "pin_memory": True}
 
 
-def derive(base: dict, point: Point) -> dict:
+def derive(base: dict, point: Layout) -> dict:
     cfg = copy.deepcopy(base)
     zero = dict(cfg.get("zero_optimization") or {})
     zero["stage"] = point.stage
@@ -42,7 +42,7 @@ def derive(base: dict, point: Point) -> dict:
     return cfg
 
 
-def write_derived(path: str, base: dict, point: Point) -> str:
+def write_derived(path: str, base: dict, point: Layout) -> str:
     """``derive(base, point)`` written to ``path`` (its folder created); returns ``path``."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_config(path, derive(base, point))

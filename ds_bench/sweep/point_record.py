@@ -1,37 +1,11 @@
-"""The sweep's results file: one ``sweep_point`` record per attempt, and the sweep's only state.
-
-A re-run of the same sweep (same ``sweep`` id: ``SweepSpec.sweep_id``) reads it back and keeps every
-attempt that ended ``ok``, ``oom`` or ``skipped`` (final: re-running them would measure the same
-thing or fail the same way); ``timeout`` and ``crashed`` attempts run again, and the later record
-supersedes the earlier one. Records are appended whole (``results.append_record``), so an
-interrupted sweep leaves only finished points behind.
-"""
+"""The sweep's record of one attempt of one point (``kind: sweep_point``), from what the attempt's run
+recorded; the sweep's results file of them is its state (``ds_bench.jobs.ledger``)."""
 
 from __future__ import annotations
 
-import os
 import time
 
-from ds_bench.record import store as results
 from ds_bench.record.schema import Busy, RunRecord, SweepPointRecord
-
-FINAL = ("ok", "oom", "skipped")
-
-
-def load(path: str, sweep_id: str) -> dict[tuple[str, int], SweepPointRecord]:
-    """The latest record of each (point key, repeat) of this sweep."""
-    if not os.path.isfile(path):
-        return {}
-    latest = {}
-    for r in results.read_records(path, SweepPointRecord):
-        if r.sweep == sweep_id:
-            latest[(r.key, r.repeat)] = r
-    return latest
-
-
-def final(done: dict[tuple[str, int], SweepPointRecord], key: str, repeat: int) -> SweepPointRecord | None:
-    r = done.get((key, repeat))
-    return r if r is not None and r.status in FINAL else None
 
 
 def point_record(*, sweep_id: str, spec, point, repeat: int, status: str, reason: str | None, world_size: int,

@@ -1,0 +1,173 @@
+"""The ``Layout``: how one model is trained on a set of ranks, as one frozen value.
+
+A layout is the engine (DeepSpeed, DDP or FSDP), the ZeRO stage, what is offloaded, the precision,
+the micro-batch and gradient accumulation, the parallel degrees (``DEGREES``: pipeline stages and
+tensor-parallel ranks today) and the attention kernel and compile switch. ``ds-bench run``'s flags
+produce one (``from_run``); a sweep point, a capacity layout and a scaling study's configuration are
+one. Its ``key`` (``[ddp|fsdp] [pp2] [tp2] z1 off=none bf16 mbs=4 [ga=2] [attn=X] [compile]``) names it
+in records, logs and tables and is what a resumed study matches finished work on; ``label`` adds the
+data-parallel degree once the world size is known (``pp2 dp1 z1 off=none bf16 mbs=4``).
+
+Adding a parallel degree: a field here, a ``Degree`` row in ``DEGREES`` (its key word, its ``ds-bench
+run`` flag, whether it divides the data-parallel degree), its rules in ``ds_bench.config.legality``
+and its engine module; the studies read ``DEGREES`` and take the new axis as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import asdict, dataclass
+
+ENGINES = ("deepspeed", "ddp", "fsdp")
+"""What can train the model (``--engine``), from the same DeepSpeed config (``ds_bench.engines``)."""
+ATTENTION = ("sdpa", "eager", "flash_attention_2")
+"""``--attn``: HF transformers' attention implementations (``attn_implementation``); sdpa is
+``F.scaled_dot_product_attention`` (flash / memory-efficient kernels where the device has them)."""
+OFFLOADS = ("none", "optimizer", "all")
+"""``optimizer``: ``offload_optimizer`` to CPU (ZeRO-Offload); ``all``: optimizer and parameters
+(ZeRO-Infinity to CPU memory, stage 3 only)."""
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class Degree:
+    """One parallel degree of a layout: a ``Layout`` field whose 1 means "not used"."""
+
+    field: str
+    word: str
+    """The key's word: ``pp`` -> ``pp2``."""
+    flag: str
+    """Its ``ds-bench run`` flag, and the studies' axis flag of the same name (a list there: ``1,2``)."""
+    splits_replica: bool
+    """The ranks of one data-parallel replica are this degree's (data-parallel degree = world / product)."""
+    what: str
+    """How the help and the docs name it."""
+
+
+DEGREES = (
+    Degree("pipeline_stages", "pp", "--pipeline-stages", True, "DeepSpeed pipeline stages (gpt2)"),
+    Degree("tensor_parallel", "tp", "--tensor-parallel", True, "DeepSpeed AutoTP degree (llama)"),
+)
+"""Every parallel degree beyond data parallelism, in key order."""
+
+
+@dataclass(frozen=True, order=True)
+class Layout:
+    stage: int
+    offload: str
+    precision: str
+    micro_batch: int
+    grad_accum: int = 1
+    engine: str = "deepspeed"
+    pipeline_stages: int = 1
+    """DeepSpeed pipeline stages (``--pipeline-stages``); 1: no pipeline."""
+    attn: str = ""
+    """``--attn`` of the run (``ATTENTION``); empty: the workload's default."""
+    compile: bool = False
+    """``--compile`` of the run."""
+    tensor_parallel: int = 1
+    """DeepSpeed AutoTP degree (``--tensor-parallel``); 1: none."""
+
+    @property
+    def model_parallel(self) -> int:
+        """Ranks one data-parallel replica spans: the product of the degrees that split a replica."""
+        return math.prod(getattr(self, d.field) for d in DEGREES if d.splits_replica)
+
+    def degrees(self) -> dict[str, int]:
+        """Each parallel degree above 1, by field name."""
+        return {d.field: getattr(self, d.field) for d in DEGREES if getattr(self, d.field) > 1}
+
+    def data_parallel(self, world_size: int) -> int:
+        return world_size // self.model_parallel
+
+    @property
+    def key(self) -> str:
+        return self._label(f" mbs={self.micro_batch}")
+
+    def label(self, world_size: int) -> str:
+        """The key with the data-parallel degree of ``world_size`` ranks: ``pp2 dp1 z1 off=none ...``."""
+        words = self.key.split()
+        at = next(i for i, w in enumerate(words) if w[:1] == "z" and w[1:].isdigit())
+        return " ".join([*words[:at], f"dp{self.data_parallel(world_size)}", *words[at:]])
+
+    @property
+    def family(self) -> tuple:
+        """Every layout that differs only in micro-batch: one line of the throughput plot and one
+        ``--micro-batch auto`` search."""
+        return dataclasses.astuple(self.with_micro_batch(0))
+
+    def family_label(self) -> str:
+        return self._label("")
+
+    def _label(self, micro_batch: str) -> str:
+        head = "" if self.engine == "deepspeed" else f"{self.engine} "
+        head += "".join(f"{d.word}{getattr(self, d.field)} " for d in DEGREES if getattr(self, d.field) > 1)
+        return f"{head}z{self.stage} off={self.offload} {self.precision}{micro_batch}" + (
+            f" ga={self.grad_accum}" if self.grad_accum != 1 else "") + (
+            f" attn={self.attn}" if self.attn else "") + (" compile" if self.compile else "")
+
+    def run_flags(self) -> list[str]:
+        """The ``ds-bench run`` flags of this layout's options beyond its DeepSpeed config."""
+        out = [a for d in DEGREES if getattr(self, d.field) > 1 for a in (d.flag, str(getattr(self, d.field)))]
+        return out + (["--attn", self.attn] if self.attn else []) + (["--compile"] if self.compile else [])
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Layout:
+        """From a record's ``point`` (fields written before an axis existed take its default)."""
+        kinds = {f.name: f for f in dataclasses.fields(cls)}
+        values = {name: _as(kinds[name], d[name]) for name in kinds if name in d}
+        return cls(**values)
+
+    def with_micro_batch(self, micro_batch: int) -> Layout:
+        return dataclasses.replace(self, micro_batch=micro_batch)
+
+
+def _as(f: dataclasses.Field, value):
+    kind = {"int": int, "str": str, "bool": bool}[f.type if isinstance(f.type, str) else f.type.__name__]
+    return kind(value)
+
+
+def parse_key(text: str, defaults: Layout) -> Layout:
+    """``[ddp|fsdp] z2 off=optimizer fp32 mbs=128 ga=4`` (any part left out: ``defaults``'s; no engine
+    word: DeepSpeed) -> Layout (pure). Raises ValueError naming the part it does not understand."""
+    fields = defaults.to_dict() | {"engine": "deepspeed"}
+    by_word = {d.word: d.field for d in DEGREES}
+    for part in text.split():
+        name, _, value = part.partition("=")
+        word = part.rstrip("0123456789")
+        if not value and part in ENGINES:
+            fields["engine"] = part
+        elif not value and part[:1] == "z" and part[1:].isdigit() and int(part[1:]) in range(4):
+            fields["stage"] = int(part[1:])
+        elif not value and part in PRECISIONS:
+            fields["precision"] = part
+        elif name == "off" and value in OFFLOADS:
+            fields["offload"] = value
+        elif not value and word in by_word and part[len(word):].isdigit() and int(part[len(word):]) > 0:
+            fields[by_word[word]] = int(part[len(word):])
+        elif name == "attn" and value in ATTENTION:
+            fields["attn"] = value
+        elif part == "compile":
+            fields["compile"] = True
+        elif name in ("mbs", "ga") and value.isdigit() and int(value) > 0:
+            fields["micro_batch" if name == "mbs" else "grad_accum"] = int(value)
+        else:
+            degrees = ", ".join(f"{d.word}N" for d in DEGREES)
+            raise ValueError(f"{part!r} is not {'|'.join(ENGINES[1:])}, z0..z3, {degrees}, off={'|'.join(OFFLOADS)}, "
+                             f"{'|'.join(PRECISIONS)}, mbs=N, ga=N, attn={'|'.join(ATTENTION)} or compile")
+    if fields["micro_batch"] < 1:
+        raise ValueError("a point needs a micro-batch: mbs=N")
+    return Layout.from_dict(fields)
+
+
+def from_run(cfg, ds_axes: dict) -> Layout:
+    """The layout of one ``ds-bench run``: ``cfg`` a ``RunConfig``, ``ds_axes`` its DeepSpeed config's
+    stage, offload, precision, micro-batch and accumulation (``ds_bench.config.deepspeed.prepare.axes_of``)."""
+    degrees = {d.field: getattr(cfg, d.field) or 1 for d in DEGREES}
+    return Layout(stage=ds_axes["stage"], offload=ds_axes["offload"], precision=ds_axes["precision"],
+                  micro_batch=cfg.micro_batch or ds_axes["micro_batch"] or 0, grad_accum=ds_axes["grad_accum"],
+                  engine=cfg.engine, attn=cfg.attn or "", compile=cfg.compile, **degrees)

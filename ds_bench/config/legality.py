@@ -1,0 +1,187 @@
+"""The legality table: every layout ds_bench refuses, why, and on whose word, as data.
+
+One ``Rule`` per refused combination: the condition (over a ``Layout`` and where it would run:
+``Where``), the one sentence said about it, its source (a DeepSpeed assertion or issue and the
+version it was verified with, or "not measured yet") and an example it refuses. ``ds-bench run``
+refuses the first rule that holds before it joins the process group (``refuse``: exit 2, that
+sentence); a sweep or capacity search skips a grid point with the same sentence (``violation``).
+``tests/test_legality.py`` walks the table and checks both say the same.
+
+Checks that need the model (a pipeline deeper than its blocks, a TP degree that does not divide the
+heads) stay with the engine that splits it (``ds_bench.engines``); which workloads have a pipeline or
+AutoTP model, with the workload (``ds_bench.workloads.base``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ds_bench.config.layout import DEGREES, Layout
+from ds_bench.errors import UserError
+
+DEEPSPEED = "deepspeed 0.19.8"
+PIPE_ENGINE = f"{DEEPSPEED}, deepspeed/runtime/pipe/engine.py asserts zero_stage < 2 and no offload"
+
+
+@dataclass(frozen=True)
+class Where:
+    """What a layout's legality depends on beyond itself."""
+
+    world_size: int | None = None
+    """Ranks of the job; None: not known yet (the divisibility rules wait)."""
+    device_type: str = "cpu"
+    run_options: frozenset[str] = frozenset()
+    """``RunConfig`` fields a run sets beyond its layout (``breakdown``, ``checkpoint``, ``resume``, ``model_path``)."""
+    engaged: frozenset[str] = frozenset()
+    """Degrees whose engine a run uses even at 1 (``--pipeline-stages 1``: a one-stage pipeline module)."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    refused: Callable[[Layout, Where], bool]
+    message: str
+    """One sentence, ``str.format``-ed with the layout's fields and ``world_size``."""
+    source: str
+    example: Layout
+    """A layout this rule refuses (tests and docs)."""
+    example_options: frozenset[str] = field(default_factory=frozenset)
+
+    def says(self, layout: Layout, where: Where) -> str:
+        return self.message.format(world_size=where.world_size, **layout.to_dict())
+
+
+def _ex(**fields) -> Layout:
+    return Layout(**{"stage": 1, "offload": "none", "precision": "fp32", "micro_batch": 2, **fields})
+
+
+def _option(name: str) -> Callable[[Layout, Where], bool]:
+    return lambda _layout, where: name in where.run_options
+
+
+def _pp(l: Layout, w: Where) -> bool:
+    return l.pipeline_stages > 1 or "pipeline_stages" in w.engaged
+
+
+def _tp(l: Layout, w: Where) -> bool:
+    return l.tensor_parallel > 1 or "tensor_parallel" in w.engaged
+
+
+def _indivisible(degree: str) -> Callable[[Layout, Where], bool]:
+    return lambda l, w: w.world_size is not None and w.world_size % getattr(l, degree) != 0
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("tensor parallelism is DeepSpeed's", lambda l, w: _tp(l, w) and l.engine != "deepspeed",
+         "--engine {engine} with --tensor-parallel {tensor_parallel}: tensor parallelism is DeepSpeed's AutoTP "
+         "here (--engine deepspeed)", "ds_bench: DDP and FSDP are run without a TP plan", _ex(engine="ddp", stage=0,
+                                                                                                tensor_parallel=2)),
+    Rule("AutoTP and a pipeline", lambda l, w: _tp(l, w) and _pp(l, w),
+         "--tensor-parallel {tensor_parallel} with --pipeline-stages {pipeline_stages}: AutoTP does not combine with "
+         "DeepSpeed's pipeline engine (DeepSpeed #7147)", f"{DEEPSPEED}; github.com/deepspeedai/DeepSpeed/issues/7147",
+         _ex(tensor_parallel=2, pipeline_stages=2)),
+    Rule("AutoTP and compile", lambda l, w: _tp(l, w) and l.compile,
+         "--compile with --tensor-parallel {tensor_parallel}: not measured yet (DeepSpeed has its own AutoTP "
+         "compile pass)", "not measured yet", _ex(tensor_parallel=2, compile=True)),
+    Rule("TP degree divides the ranks", lambda l, w: _tp(l, w) and _indivisible("tensor_parallel")(l, w),
+         "--tensor-parallel {tensor_parallel} does not divide the world size {world_size}: every data-parallel "
+         "replica needs a whole tensor-parallel group", "arithmetic", _ex(tensor_parallel=3)),
+    Rule("the pipeline is DeepSpeed's", lambda l, w: _pp(l, w) and l.engine != "deepspeed",
+         "--engine {engine} with --pipeline-stages {pipeline_stages}: the pipeline is DeepSpeed's own engine "
+         "(--engine deepspeed)", "ds_bench: DDP and FSDP are run without a pipeline schedule",
+         _ex(engine="fsdp", stage=3, pipeline_stages=2)),
+    Rule("a pipeline takes ZeRO 0 or 1", lambda l, w: _pp(l, w) and l.stage > 1,
+         "--pipeline-stages {pipeline_stages} with ZeRO stage {stage}: DeepSpeed's pipeline engine allows ZeRO stage "
+         "0 or 1 only (--set zero_optimization.stage=1)", PIPE_ENGINE, _ex(pipeline_stages=2, stage=2)),
+    Rule("a pipeline does not offload", lambda l, w: _pp(l, w) and l.offload != "none",
+         "--pipeline-stages {pipeline_stages} with offload={offload}: DeepSpeed's pipeline engine does not offload",
+         PIPE_ENGINE, _ex(pipeline_stages=2, offload="optimizer")),
+    Rule("a pipeline and compile", lambda l, w: _pp(l, w) and l.compile,
+         "--compile with --pipeline-stages {pipeline_stages}: not measured yet (DeepSpeed's PipelineEngine runs "
+         "stage by stage)", "not measured yet", _ex(pipeline_stages=2, compile=True)),
+    Rule("a pipeline needs causal masking", lambda l, w: _pp(l, w) and l.attn == "eager",
+         "--attn eager with --pipeline-stages {pipeline_stages}: a stage's blocks get no attention mask, which only "
+         "sdpa and flash_attention_2 apply causally; use --attn sdpa",
+         "ds_bench's pipeline GPT-2 passes no mask between stages", _ex(pipeline_stages=2, attn="eager")),
+    Rule("pipeline stages divide the ranks", lambda l, w: _pp(l, w) and _indivisible("pipeline_stages")(l, w),
+         "--pipeline-stages {pipeline_stages} does not divide the world size {world_size}: every data-parallel "
+         "replica needs all the stages", "arithmetic", _ex(pipeline_stages=3)),
+    Rule("DDP does not offload", lambda l, w: l.engine == "ddp" and l.offload != "none",
+         "--engine ddp with offload={offload}: DDP keeps parameters, gradients and optimizer state on the device; "
+         "remove the offload, or use --engine deepspeed or fsdp", "torch DistributedDataParallel",
+         _ex(engine="ddp", offload="optimizer")),
+    Rule("FSDP shards", lambda l, w: l.engine == "fsdp" and l.stage < 2,
+         "--engine fsdp with ZeRO stage {stage}: FSDP always shards parameters and gradients; use stage 2 "
+         "(reshard_after_forward=False) or 3 (reshard_after_forward=True), or --engine ddp", "torch FSDP2 fully_shard",
+         _ex(engine="fsdp", stage=1)),
+    Rule("FSDP offloads all or nothing", lambda l, w: l.engine == "fsdp" and l.offload == "optimizer",
+         "--engine fsdp with offload=optimizer: FSDP2's CPUOffloadPolicy moves parameters, gradients and the "
+         "optimizer step together; offload all at stage 3, or none", "torch FSDP2 CPUOffloadPolicy",
+         _ex(engine="fsdp", stage=3, offload="optimizer")),
+    Rule("offload needs ZeRO", lambda l, w: l.offload != "none" and l.stage == 0,
+         "offload={offload} with ZeRO stage 0: offloading (zero_optimization.offload_*) needs ZeRO stage 1, 2 or 3",
+         f"{DEEPSPEED}, deepspeed/runtime/zero/config.py", _ex(stage=0, offload="optimizer")),
+    Rule("parameter offload needs ZeRO-3", lambda l, w: l.offload == "all" and l.stage not in (0, 3),
+         "offload=all with ZeRO stage {stage}: zero_optimization.offload_param needs ZeRO stage 3 (DeepSpeed "
+         "ignores it below)", f"{DEEPSPEED}, deepspeed/runtime/zero/config.py", _ex(stage=2, offload="all")),
+    Rule("no fp16 on CPU ranks", lambda l, w: l.precision == "fp16" and w.device_type == "cpu",
+         "fp16 on CPU ranks: DeepSpeed's CPU accelerator has no fp16 (use bf16 or fp32)",
+         f"{DEEPSPEED}: 'Type fp16 is not supported on your device'", _ex(precision="fp16")),
+    *(Rule(f"a pipeline and {flag}", lambda l, w, o=option: _pp(l, w) and _option(o)(l, w),
+           f"{flag} with --pipeline-stages {{pipeline_stages}}: {why}", source, _ex(pipeline_stages=2),
+           frozenset({option}))
+      for option, flag, why, source in (
+        ("breakdown", "--breakdown", "it times the phases of each micro-step, and a pipeline runs them all inside "
+                                     "train_batch", "DeepSpeed's PipelineEngine.train_batch"),
+        ("checkpoint", "--checkpoint", "not measured yet", "not measured yet"),
+        ("resume", "--resume", "not measured yet", "not measured yet"),
+        ("model_path", "--model", "pretrained weights are not loaded into pipeline stages yet; use --size or "
+                                  "--layers", "not built yet"))),
+    *(Rule(f"AutoTP and {flag}", lambda l, w, o=option: _tp(l, w) and _option(o)(l, w),
+           f"{flag} with --tensor-parallel {{tensor_parallel}}: not measured yet", "not measured yet",
+           _ex(tensor_parallel=2), frozenset({option}))
+      for option, flag in (("breakdown", "--breakdown"), ("checkpoint", "--checkpoint"), ("resume", "--resume"))),
+)
+"""Checked in this order; the first that holds is what is said."""
+
+
+def violation(layout: Layout, where: Where) -> str | None:
+    """The sentence of the first rule ``layout`` breaks at ``where``, or None (pure)."""
+    rule = first_broken(layout, where)
+    return rule.says(layout, where) if rule else None
+
+
+def first_broken(layout: Layout, where: Where) -> Rule | None:
+    return next((r for r in RULES if r.refused(layout, where)), None)
+
+
+RUN_OPTIONS = ("breakdown", "checkpoint", "resume", "model_path")
+"""``RunConfig`` fields beyond the layout that a rule may refuse."""
+
+
+def refuse_run(cfg, world_size: int, device_type: str) -> None:
+    """``ds-bench run``'s check (before joining): ``cfg`` a ``RunConfig`` (or its parsed flags); its layout is
+    its flags and its DeepSpeed config's own stage, offload and precision (``--set`` applied)."""
+    from ds_bench.config.deepspeed import prepare as ds_config
+    from ds_bench.config.deepspeed.derive import axes_of
+    from ds_bench.config.layout import from_run
+
+    raw = ds_config.apply_overrides(ds_config.load_json(cfg.ds_config), tuple(cfg.overrides))
+    try:
+        axes = axes_of(raw)
+        stage = (raw.get("zero_optimization") or {}).get("stage", 0)
+    except (AttributeError, TypeError, ValueError):
+        return  # a malformed config: ds_config.prepare names what is wrong with it
+    if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
+        return
+    options = frozenset(name for name in RUN_OPTIONS if getattr(cfg, name))
+    engaged = frozenset(d.field for d in DEGREES if getattr(cfg, d.field) is not None)
+    refuse(from_run(cfg, axes), Where(world_size, device_type, options, engaged))
+
+
+def refuse(layout: Layout, where: Where) -> None:
+    """``UserError`` with the sentence of the first rule ``layout`` breaks (exit 2 before joining)."""
+    message = violation(layout, where)
+    if message is not None:
+        raise UserError(message)

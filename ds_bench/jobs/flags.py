@@ -1,0 +1,66 @@
+"""The studies' shared flags, each defined once: the job flags (where and how each job runs, where the
+study records, how long a job may take) and the parallel-degree axes (one per ``config.layout.DEGREES``).
+
+``ds-bench sweep``, ``bench``, ``capacity`` and ``scaling`` add them with ``add_job_arguments`` and
+``add_degree_arguments`` and read them back, checked, with ``job_options`` and ``degrees_of``; a new
+parallel degree in ``DEGREES`` is a new axis flag of every study with no edit here.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ds_bench.config import argcheck
+from ds_bench.config.layout import DEGREES
+from ds_bench.config.parsers import parse_duration, parse_list
+from ds_bench.jobs.launch import LAUNCHERS
+
+
+
+def add_job_arguments(p: argparse.ArgumentParser, *, results: str, master_port: int, nproc: bool = True) -> None:
+    """``--results --launcher --hostfile [--nproc] --iface --master-port --timeout --dry-run``."""
+    p.add_argument("--results", default=results, help=f"the study's records, JSON lines; also its state (default "
+                                                      f"{results})")
+    p.add_argument("--launcher", default=LAUNCHERS[0], choices=LAUNCHERS,
+                   help="deepspeed on this node (default) or torchrun (this node only); with --hostfile: deepspeed "
+                        "or mpirun; srun inside a Slurm allocation")
+    p.add_argument("--hostfile", default=None, help="DeepSpeed hostfile ('host slots=N' lines) for a multi-node study")
+    if nproc:
+        p.add_argument("--nproc", type=int, default=None, help="ranks per node (default: all GPUs; on CPU 2)")
+    p.add_argument("--iface", default=None, help="network interface every job's ranks meet on (ds-bench run --iface; "
+                                                 "default: chosen by each run)")
+    p.add_argument("--master-port", type=int, default=master_port,
+                   help=f"preferred rendezvous port; a free one from it is taken per job (default {master_port})")
+    p.add_argument("--timeout", default="15m", help="wall-clock limit per job: 90s, 15m, 1h (default 15m)")
+    p.add_argument("--dry-run", action="store_true", help="print what would run, run nothing")
+
+
+def job_options(args: argparse.Namespace, local_mpirun: bool = False) -> dict:
+    """The job flags, checked (one line naming the flag, before anything starts), as spec fields:
+    ``results``, ``launcher``, ``hostfile``, ``iface``, ``master_port``, ``timeout_s``. ``local_mpirun``: the
+    study writes each job's hostfile itself, so mpirun needs no ``--hostfile`` (scaling)."""
+    from ds_bench.config.preflight import check_results_path
+
+    argcheck.at_least("--nproc", getattr(args, "nproc", None), 1)
+    argcheck.port("--master-port", args.master_port)
+    argcheck.job_launcher(args.launcher, args.hostfile or ("(each job's)" if local_mpirun else None))
+    check_results_path(args.results)
+    return {"results": args.results, "launcher": args.launcher, "hostfile": args.hostfile, "iface": args.iface,
+            "master_port": args.master_port, "timeout_s": parse_duration("--timeout", args.timeout)}
+
+
+def add_degree_arguments(p: argparse.ArgumentParser, what: str = "point") -> None:
+    """One list flag per parallel degree, e.g. ``--pipeline-stages 1,2``."""
+    for d in DEGREES:
+        p.add_argument(d.flag, default="1", help=f"{d.what} per {what}, e.g. 1,2 (default 1; labels {d.word}2 ...)")
+
+
+def degrees_of(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
+    """``{"pipeline_stages": (1, 2), ...}`` from the degree flags, each value a positive integer."""
+    out = {}
+    for d in DEGREES:
+        values = parse_list(d.flag, getattr(args, d.field), kind=int)
+        for v in values:
+            argcheck.at_least(d.flag, v, 1)
+        out[d.field] = values
+    return out

@@ -1,0 +1,109 @@
+"""The legality table (``ds_bench.config.legality``), walked rule by rule: ``ds-bench run`` refuses each
+rule's example with exit 2 and the rule's sentence, before joining, and ``ds-bench sweep`` skips the same
+layout with the same sentence; a rule that only a run can break (a run option with a layout) is checked
+on the run alone.
+
+Both commands run in-process through the CLI router, on a world of 2 ranks (rank 0 of 2 from the
+environment; a run that passed its checks would reach ``init_distributed``, which raises here).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from ds_bench import cli
+from ds_bench.config import legality
+from ds_bench.config.deepspeed.derive import derive
+from ds_bench.config.layout import Layout
+from ds_bench.config.legality import RULES, Where
+from tests.conftest import REPO
+
+WORLD = 2
+PASSED = "validation passed: the run reached init_distributed"
+RUN_FLAGS = {"breakdown": ["--breakdown"], "checkpoint": ["--checkpoint", "{tmp}/ckpt"],
+             "resume": ["--resume", "{tmp}"], "model_path": ["--model", "{tmp}"]}
+"""A run option as flags (``legality.RUN_OPTIONS``)."""
+BASE = json.loads((REPO / "ds_configs" / "zero1.json").read_text())
+
+
+def workload(layout: Layout) -> list[str]:
+    """A workload whose model every rule's example can name (AutoTP shards llama, the pipeline is gpt2's)."""
+    name = "llama" if layout.tensor_parallel > 1 else "gpt2"
+    return ["--workload", name, "--size", "tiny", "--seq-len", "32"]
+
+
+@pytest.fixture
+def two_ranks(monkeypatch):
+    from ds_bench.cluster import process
+    from ds_bench.jobs import spawn
+
+    def passed(*_a, **_k):
+        raise AssertionError(PASSED)
+
+    monkeypatch.setattr(process, "init_distributed", passed)
+    monkeypatch.setattr(spawn, "run_job", passed)
+    env = {"RANK": "0", "WORLD_SIZE": str(WORLD), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": str(WORLD),
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999", "TORCHDYNAMO_DISABLE": "0"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
+def run_line(rule, tmp_path, capsys) -> str:
+    """``ds-bench run`` of the rule's example: its config derived from the layout, its options as flags."""
+    layout = rule.example
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps(derive(BASE, layout)))
+    options = [f.replace("{tmp}", str(tmp_path)) for o in sorted(rule.example_options) for f in RUN_FLAGS[o]]
+    code = cli.main(["run", *workload(layout), "--ds-config", str(config), "--steps", "3", "--warmup", "1",
+                     "--results", str(tmp_path / "r.jsonl"), "--engine", layout.engine, *layout.run_flags(), *options])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("ds-bench: error: ")]
+    assert code == 2 and len(errors) == 1 and PASSED not in err and "Traceback" not in err, err[-2000:]
+    assert not (tmp_path / "r.jsonl").exists()
+    return errors[0].removeprefix("ds-bench: error: ")
+
+
+def sweep_reason(layout: Layout, tmp_path, capsys) -> str:
+    """What ``ds-bench sweep --dry-run`` says of the layout as a ``--point`` of a 2-rank sweep."""
+    code = cli.main(["sweep", *workload(layout), "--ds-config", "ds_configs/zero1.json", "--nproc", str(WORLD),
+                     "--results", str(tmp_path / "s.jsonl"), "--point", layout.key, "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    [line] = [line for line in out.splitlines() if line.strip().startswith(f"point {layout.key}")]
+    found = re.search(r"  skipped: (.*)$", line)
+    assert found, line
+    return found.group(1)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.name for r in RULES])
+def test_run_and_sweep_say_the_same_sentence(rule, tmp_path, capsys, two_ranks):
+    where = Where(WORLD, "cpu", rule.example_options)
+    assert legality.first_broken(rule.example, where) is rule, "the example must break its own rule first"
+    said = rule.says(rule.example, where)
+    assert run_line(rule, tmp_path, capsys) == said
+    if not rule.example_options:
+        assert sweep_reason(rule.example, tmp_path, capsys) == said
+
+
+def test_every_rule_is_data_with_a_source_and_a_sentence():
+    names = [r.name for r in RULES]
+    assert len(names) == len(set(names)) and len(RULES) >= 20
+    for rule in RULES:
+        assert rule.source and rule.message.strip().endswith(tuple("abcdefghijklmnopqrstuvwxyz0123456789)")), rule.name
+    assert not legality.violation(Layout(1, "none", "fp32", 4, pipeline_stages=2), Where(WORLD))
+    assert not legality.violation(Layout(1, "none", "fp32", 4, tensor_parallel=2), Where(WORLD))
+
+
+def test_capacity_skips_a_layout_with_the_tables_sentence(tmp_path, capsys, two_ranks):
+    rule = next(r for r in RULES if r.name == "a pipeline takes ZeRO 0 or 1")
+    code = cli.main(["capacity", "--ds-config", "ds_configs/zero1.json", "--stages", "1,2", "--pipeline-stages", "2",
+                     "--precision", "fp32", "--scale", "layers", "--layers", "2", "--hidden", "64", "--heads", "2", "--seq-len", "32",
+                     "--nproc", str(WORLD), "--results", str(tmp_path / "c.jsonl"), "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    said = rule.says(Layout(2, "none", "fp32", 1, pipeline_stages=2), Where(WORLD))
+    assert f"pp2 z2 off=none fp32 mbs=1  skipped: {said}" in out
+    assert "pp2 z1 off=none fp32 mbs=1\n" in out
