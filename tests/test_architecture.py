@@ -2,7 +2,7 @@
 importing only folders before it; commands that never import each other; ``cli`` imported by
 nothing but ``__main__``; no import circle between modules.
 
-Run ``python -m tests.test_architecture`` for the figures the README's Layout section quotes
+Run ``python -m tests.test_architecture`` for the figures docs/architecture.md quotes
 (modules per folder, import arrows, circles).
 """
 

@@ -88,7 +88,7 @@ comes in the first step, where the optimizer state is allocated), peak RSS of th
 ZeRO-0 8 x 384 x 6 1.16-1.20 GiB, 16 x: 1.42-1.47, 24 x: out of memory; ZeRO-3 8 x: 0.95, 24 x: 1.46, 32 x:
 out of memory; ZeRO-0 with 2 pipeline stages 8 x: 1.13, 16 x: 1.36, 24 x: out of memory (each stage holds
 half the blocks, but both hold the tied 50,257 x 384 embedding, 19.3M of the 48.1M parameters at 16 x).
-In fp32 ZeRO-3 saves little on 2 ranks (README, capacity section), in bf16 its peak is ~0.7x ZeRO-0's."""
+In fp32 ZeRO-3 saves little on 2 ranks (docs/results/capacity-cpu.md), in bf16 its peak is ~0.7x ZeRO-0's."""
 
 
 @pytest.mark.dist
@@ -136,8 +136,8 @@ def test_a_real_search_under_a_memory_cap_finds_zero3_fits_more_than_zero0(tmp_p
     fit; ZeRO-3's answer is strictly larger than ZeRO-0's; the pipeline layout's probes ran as pp2 dp1;
     and ``ds-bench report`` prints the table again. The layouts with a pipeline, and those with the optimizer
     offloaded (ZeRO-0 with offload refused by name; ZeRO-3 with it must fit more than ZeRO-0 too: 24 layers
-    against 16 here; on the README's family of 4 under 1.6 GiB, 76.5M against 62.3M), three more probes
-    each. Full tier (``make test-full``): six bf16 probes of up to 62M parameters, ~3.5 min here."""
+    against 16 here; on docs/results/capacity-cpu.md's family of 4 under 1.6 GiB, 76.5M against 62.3M), three
+    more probes each. Full tier (``make test-full``): six bf16 probes of up to 62M parameters, ~3.5 min here."""
     from tests.conftest import ds_bench, explain, records
 
     results = tmp_path / "c.jsonl"

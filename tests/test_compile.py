@@ -79,7 +79,7 @@ def test_a_compiled_run_records_its_compile_apart_from_its_steps(runs):
 def test_compiled_and_eager_give_the_same_losses(runs):
     """DDP's route (the DDP module compiled, graphs split at its buckets). DeepSpeed's route compiles the
     bare CNN, where torch 2.13's inductor computes all-zero convolution gradients on the AMD EPYC (AVX2)
-    image: tools/compile_grad_check.py shows it; the README's --compile section has the figures."""
+    image: tools/compile_grad_check.py shows it; docs/results/engines.md has the figures."""
     eager, compiled = (runs[name][1][0]["metrics"]["loss_curve"] for name in ("eager", "compiled"))
     assert len(eager) == len(compiled) == STEPS and eager[-1] != eager[0]
     assert compiled == pytest.approx(eager, rel=1e-4)

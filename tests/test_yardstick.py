@@ -1,5 +1,5 @@
-"""tools/yardstick.py: its bare loop runs and reports (the ratios themselves are figures for the README,
-measured side by side by the tool, not asserted here)."""
+"""tools/yardstick.py: its bare loop runs and reports (the ratios themselves are figures for
+docs/results/measurement-cpu.md, measured side by side by the tool, not asserted here)."""
 
 import subprocess
 import sys

@@ -3,7 +3,7 @@
 A bare DeepSpeed script (no ds_bench code in the measured path): HF GPT-2 built whole (stage 0-2) or
 inside ``deepspeed.zero.Init`` (stage 3), ``deepspeed.initialize``, then forward / backward / step for
 a few steps; rank 0 prints its RSS and VmHWM (MiB, from /proc/self/status, after ``malloc_trim``)
-after each phase. Used for the capacity section of the README (why ZeRO-3 fits no larger model than
+after each phase. Used for docs/results/capacity-cpu.md (why ZeRO-3 fits no larger model than
 ZeRO-0 in fp32 on 2 CPU ranks, and 0.67x the peak in bf16)::
 
     torchrun --nproc_per_node 2 tools/zero_memory_phases.py --stage 3 [--bf16] [--max-live 1e6]

@@ -129,8 +129,8 @@ class RunConfig:
     engine: str = option("deepspeed", "--engine", metavar="{deepspeed,ddp,fsdp}",
                          help="what trains the model, from the same DeepSpeed config (default deepspeed): ddp = "
                               "torch DistributedDataParallel, fsdp = torch FSDP2 (fully_shard; ZeRO stage 3 -> "
-                              "reshard after forward, 2 -> keep gathered); the README's Engines table gives the "
-                              "whole mapping")
+                              "reshard after forward, 2 -> keep gathered); docs/engines-and-layouts.md's Engines "
+                              "table gives the whole mapping")
     """``deepspeed``, ``ddp`` or ``fsdp`` (``ds_bench.engines``): what trains the model, from the same config."""
     pipeline_stages: int | None = option(None, "--pipeline-stages", metavar="P",
                                          help="train through DeepSpeed's pipeline engine with P stages (gpt2: a "

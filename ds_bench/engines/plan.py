@@ -1,7 +1,7 @@
 """How one DeepSpeed JSON config maps onto PyTorch DDP and FSDP2 (pure: a config in, a plan out).
 
-One config file describes the run for every engine (the README's "Engines" table is this module
-in prose):
+One config file describes the run for every engine (the "Engines" table of docs/engines-and-layouts.md is
+this module in prose):
 
 - optimizer: the config's ``optimizer`` section as torch builds it (Adam/AdamW, whatever
   ``torch_adam`` says, become ``torch.optim.AdamW``, or ``Adam`` with ``adam_w_mode: false``; any
