@@ -139,6 +139,36 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
     return out
 
 
+STUDIES = ("sweep", "scaling", "capacity")
+"""Policies over the one runner (``jobs.runner``): each decides what to run next and starts ``ds-bench run`` as a job."""
+RUN_PATH = ("run", "measure")
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def run_path_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every study module that reaches the run path (``run/``, ``measure/``), with what it reaches."""
+    out = []
+    for module in sorted(m for m in graph if folder(m) in STUDIES):
+        bad = sorted(m for m in reachable(graph, module) if folder(m) in RUN_PATH)
+        if bad:
+            out.append(f"{module} reaches the run path: {', '.join(bad)} (a study starts ds-bench run as a job)")
+    return out
+
+
+def test_studies_never_import_the_run_path():
+    assert run_path_imports(import_graph()) == []
+
+
 def test_the_rules_hold_and_there_is_no_circle():
     graph = import_graph()
     assert violations(graph) == []
@@ -160,6 +190,10 @@ def test_the_checker_sees_upward_imports_command_to_command_and_circles(tmp_path
     assert any("sweep.main imports ds_bench.scaling.main: commands never" in v for v in found)
     assert any("scaling.main imports ds_bench.cli: nothing imports" in v for v in found)
     assert cycles(graph) == [["ds_bench.config.a", "ds_bench.machine.b"]]
+    graph["ds_bench.sweep.main"] |= {"ds_bench.report.x"}
+    graph["ds_bench.report.x"] = {"ds_bench.measure.loop"}
+    assert run_path_imports(graph) == ["ds_bench.sweep.main reaches the run path: ds_bench.measure.loop (a study "
+                                       "starts ds-bench run as a job)"]
 
 
 @pytest.mark.parametrize("module", sorted(modules()))

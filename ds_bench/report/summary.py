@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from ds_bench.measure import slow_ranks
+from ds_bench.config.run_config import RunConfig
 from ds_bench.record.schema import RunRecord
 from ds_bench.report import comm_bound as verdict
 
@@ -106,9 +106,10 @@ def one_run(record: RunRecord, results_path: str) -> str:
         measured = (f"; {m.mfu_vs_measured:.1%} of the measured {m.measured_tflops:.4g} TFLOP/s (ds-bench roofline)"
                     if m.mfu_vs_measured is not None else "")
         lines.append(f"  compute      {m.tflops_per_device:.3f} TFLOP/s per device, MFU {mfu}{measured}")
-    threshold = record.config.get("slow_rank_threshold", slow_ranks.DEFAULT_THRESHOLD_PCT)
+    threshold = record.config.get("slow_rank_threshold", RunConfig.slow_rank_threshold)
     for slow in record.slow_ranks or []:
-        lines.append(f"  slow rank    {slow_ranks.describe(slow.model_dump())} (threshold {threshold:g}%)")
+        lines.append(f"  slow rank    rank {slow.rank} on {slow.host}: compute {slow.compute_ms:.1f} ms, "
+                     f"{slow.vs_median_pct:.0f}% slower than the median rank (threshold {threshold:g}%)")
     if m.window_wall_s:
         lines.append(f"  timing       {m.timing_mode or 'step'} mode, {m.syncs_per_step} synchronize(s) "
                      f"per step; outside clock: window {m.window_wall_s:.3f} s wall, each rank's steps within "
