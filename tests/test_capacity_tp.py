@@ -52,7 +52,7 @@ def test_the_plan_lists_tensor_parallel_layouts_and_refuses_one_with_a_pipeline(
     assert proc.returncode == 0, explain(proc)
     layouts = proc.stdout.split("layouts:")[1].split("family")[0]
     assert "  tp2 z1 off=none" in layouts and "  pp2 z1 off=none" in layouts
-    assert "pp2 tp2 z1 off=none fp32 mbs=1  skipped: AutoTP does not combine with DeepSpeed's pipeline" in layouts
+    assert "pp2 tp2 z1 off=none fp32 mbs=1  skipped: --tensor-parallel 2 with --pipeline-stages 2: AutoTP does not combine with DeepSpeed's pipeline" in layouts
     assert "llama3.1-70b" in proc.stdout and not (tmp_path / "c.jsonl").exists()
 
 

@@ -89,7 +89,7 @@ class LayoutSearch:
 
     def _calibrate(self) -> None:
         first = min((i for i, r in self.probes.items() if r.status == "ok"), default=None)
-        if first is None or self.layout.pipeline_stages > 1:
+        if first is None or not predict.models(self.layout):
             return
         r = self.probes[first]
         run = RunRecord(workload=self.spec.workload, status="ok", params=r.params, largest_layer_params=r.largest_layer_params,

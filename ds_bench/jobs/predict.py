@@ -82,6 +82,17 @@ class Calibration:
     """The key(s) of the point(s) it was measured on."""
 
 
+MODELLED = ("tensor_parallel",)
+"""The parallel degrees the memory model splits the model states by (``tensor_parallel_share``); a layout
+with another (a pipeline stage holds its own layers) is not predicted."""
+
+
+def models(layout: Layout) -> bool:
+    """Whether this model predicts the layout: DeepSpeed's engine (DDP/FSDP memory follows other rules) and
+    no parallel degree beyond ``MODELLED``."""
+    return layout.engine == "deepspeed" and all(name in MODELLED for name in layout.degrees())
+
+
 def model_states_bytes(shape: ModelShape, point: Layout, world_size: int, ranks_per_node: int,
                        device_type: str) -> int:
     """Parameters, gradients and optimizer states one rank holds, in bytes."""

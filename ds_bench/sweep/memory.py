@@ -1,7 +1,7 @@
 """What the sweep knows of its points' memory: calibrated on the first ok point (model size, baseline,
 activations), again once a second micro-batch of that point's family ran ok (two peaks separate
 the fixed per-step cost from the per-sample one: ``jobs.predict.calibrate``), and predicting every
-later point's peak from that; tensor-parallel degrees each calibrated on their own points.
+later point's peak from that; each split of the model (its parallel degrees) calibrated on its own points.
 """
 
 from __future__ import annotations
@@ -12,26 +12,26 @@ from ds_bench.record.schema import RunMetrics, RunRecord, SweepPointRecord
 
 
 class MemoryModel:
-    """One calibration per tensor-parallel degree: a TP rank holds its share of the model states and runs
-    the whole micro-batch through sharded layers, so its activations per sample are its own."""
+    """One calibration per split of the model (``Layout.degrees``): a TP rank, for one, holds its share of the
+    model states and runs the whole micro-batch through sharded layers, so its activations per sample are
+    its own. Only layouts ``jobs.predict`` models are predicted (``predict.models``)."""
 
     def __init__(self, world: int, per_node: int, device_type: str, capacity: int):
         self.world, self.per_node, self.device_type, self.capacity = world, per_node, device_type, capacity
-        self.fits: dict[int, _Fit] = {}
+        self.fits: dict[tuple, _Fit] = {}
 
     def learn_from(self, records) -> None:
-        """Calibrate on ok DeepSpeed points without a pipeline (DDP/FSDP memory follows other rules than the
-        model ``jobs.predict`` calibrates; a pipeline stage holds its own layers)."""
+        """Calibrate on ok points of layouts ``jobs.predict`` models."""
         for r in records:
-            deepspeed = r.point.get("engine", "deepspeed") == "deepspeed" and r.point.get("pipeline_stages", 1) == 1
-            if not r.params or r.peak_mem_bytes is None or not deepspeed:
+            layout = Layout.from_dict(r.point)
+            if not r.params or r.peak_mem_bytes is None or not predict.models(layout):
                 continue
-            fit = self.fits.setdefault(int(r.point.get("tensor_parallel", 1)), _Fit())
+            fit = self.fits.setdefault(_split(layout), _Fit())
             fit.learn(r, self.world, self.per_node, self.device_type)
 
     def predict(self, point: Layout) -> int | None:
-        fit = self.fits.get(point.tensor_parallel)
-        if fit is None or fit.calibration is None or point.engine != "deepspeed" or point.pipeline_stages > 1:
+        fit = self.fits.get(_split(point))
+        if fit is None or fit.calibration is None or not predict.models(point):
             return None
         return predict.predict_peak_bytes(fit.shape, point, self.world, self.per_node, self.device_type, fit.calibration)
 
@@ -41,12 +41,12 @@ class MemoryModel:
         prediction over twice the capacity skips a point (measured: ``ds_bench.jobs.predict``)."""
         if predicted is None:
             return False
-        fit = self.fits.get(point.tensor_parallel)
+        fit = self.fits.get(_split(point))
         return predicted > self.capacity * (1 if fit and fit.two_point else 2)
 
 
 class _Fit:
-    """The calibration of one tensor-parallel degree: on its first ok point, again once a second
+    """The calibration of one split of the model: on its first ok point, again once a second
     micro-batch of that point's family ran ok."""
 
     def __init__(self):
@@ -66,6 +66,10 @@ class _Fit:
             self.calibration = predict.calibrate(_as_run(first), Layout.from_dict(first.point), world, per_node,
                                                  device_type, second=second)
             self.two_point = second is not None
+
+
+def _split(layout: Layout) -> tuple:
+    return tuple(sorted(layout.degrees().items()))
 
 
 def _as_run(point_record: SweepPointRecord) -> RunRecord:
