@@ -107,3 +107,9 @@ def test_capacity_skips_a_layout_with_the_tables_sentence(tmp_path, capsys, two_
     said = rule.says(Layout(2, "none", "fp32", 1, pipeline_stages=2), Where(WORLD))
     assert f"pp2 z2 off=none fp32 mbs=1  skipped: {said}" in out
     assert "pp2 z1 off=none fp32 mbs=1\n" in out
+
+
+def test_the_docs_list_every_rule():
+    page = (REPO / "docs" / "engines-and-layouts.md").read_text()
+    missing = [r.name for r in RULES if f"| {r.name} |" not in page]
+    assert missing == [], f"docs/engines-and-layouts.md lacks rules {missing}: regenerate its legality table"
