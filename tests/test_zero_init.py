@@ -82,9 +82,9 @@ def test_zero3_builds_partitioned_and_counts_the_whole_model(runs):
 
 @pytest.mark.dist
 def test_partitioned_build_trains_exactly_as_the_whole_one(runs):
-    """Same seed, fp32: HF's init runs gathered at the moment an unpartitioned build runs it, so the
-    initial weights are bitwise equal (measured: identical 6-digit losses at every step). Without the
-    gathered init the weights keep torch's defaults (embeddings normal(0, 1)), a different curve."""
+    """Same seed, fp32: each parameter drawn from its own seeded generator, written gathered under
+    ``zero.Init`` (``hf_init``), so the initial weights are bitwise equal (measured: identical 6-digit
+    losses at every step). Written without gathering, the partitioned (empty) parameters refuse the writes."""
     z2, z3 = (runs[s]["metrics"]["loss_curve"] for s in (2, 3))
     print(f"loss ZeRO-2 {z2}\nloss ZeRO-3 {z3}")
     assert len(z2) == len(z3) == 4 and all(math.isfinite(x) for x in z2)

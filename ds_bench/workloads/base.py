@@ -41,7 +41,7 @@ class Workload(ABC):
     """Whether DeepSpeed ZeRO-3 may build the model partitioned (``deepspeed.zero.Init``,
     ``ds_bench.engines.zero_init``): true only where ``model_flops_per_sample`` needs no forward pass
     (partitioned weights are empty tensors) and ``build_model`` gives the same weights partitioned or
-    not (GPT-2: ``ds_bench.workloads.hf_init``). False: every rank builds the whole model first."""
+    not (GPT-2, Llama: ``ds_bench.workloads.hf_init``). False: every rank builds the whole model first."""
 
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg

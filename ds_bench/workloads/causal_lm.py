@@ -75,16 +75,23 @@ class CausalLMWorkload(Workload):
         """The HF ``...ForCausalLM`` class (imported when called: transformers' model modules are slow to import)."""
         raise NotImplementedError
 
+    def weight_std(self):
+        """The init's weight std by HF module name (``hf_init.gpt2_std``, ``hf_init.constant_std``)."""
+        raise NotImplementedError
+
     def build_model(self) -> nn.Module:
-        """``--model``'s weights, else from scratch (HF's init; under ZeRO-3's ``zero.Init`` gathered, so the
-        same weights as unpartitioned: ``ds_bench.workloads.hf_init``); activation checkpointing if asked."""
+        """``--model``'s weights, else from scratch: HF's init scheme, each parameter drawn from a generator of
+        its own seeded by (``--seed``, its name), so every layout (partitioned under ZeRO-3's ``zero.Init``,
+        sharded by AutoTP, a pipeline's stages) starts from the same weights (``ds_bench.workloads.hf_init``);
+        activation checkpointing if asked."""
         model_class = self.model_class()
         if self.cfg.model_path is not None:
             model = model_class.from_pretrained(self.cfg.model_path, config=self.config,
                                                 attn_implementation=self.config._attn_implementation)
         else:
-            with hf_init.partitioned_weight_init():
+            with hf_init.hf_init_skipped():
                 model = model_class(self.config)
+            hf_init.initialize(model, self.cfg.seed, self.weight_std())
         model.loss_type = "ForCausalLM"  # the loss HF picks anyway, named so it does not warn
         if self.cfg.activation_checkpointing:
             enable_checkpointing(model)

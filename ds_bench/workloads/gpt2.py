@@ -23,7 +23,7 @@ from torch import nn
 
 from ds_bench.data import text
 from ds_bench.errors import UserError
-from ds_bench.workloads import flops
+from ds_bench.workloads import flops, hf_init
 from ds_bench.workloads.causal_lm import DEFAULT_ATTENTION, FINETUNE_LR, CausalLMWorkload, check_pretrained_folder
 from ds_bench.workloads.gpt2_shapes import SHAPES, VOCAB, Shape, check_custom_shape, custom_shape, named_shape
 
@@ -40,7 +40,7 @@ class GPT2Workload(CausalLMWorkload):
     custom_shapes = True
     preload = ("transformers.models.gpt2.modeling_gpt2",)
     partitioned_build = True
-    """FLOPs from the config; HF's weight init gathered (``hf_init``). Not with ``--model`` (set in ``__init__``):
+    """FLOPs from the config; the weight init gathered (``hf_init``). Not with ``--model`` (set in ``__init__``):
     ``from_pretrained`` builds on the meta device and loads partitioned only through transformers' own ZeRO-3
     path, which needs ``accelerate``."""
 
@@ -71,6 +71,10 @@ class GPT2Workload(CausalLMWorkload):
     def hidden_size(self) -> int:
         return self.config.n_embd
 
+    def weight_std(self):
+        """HF GPT-2's: 0.02, the residual projections 0.02 / sqrt(2 n_layer)."""
+        return hf_init.gpt2_std(self.config.n_layer, self.config.initializer_range)
+
     def model_class(self):
         from transformers import GPT2LMHeadModel
 
@@ -81,11 +85,11 @@ class GPT2Workload(CausalLMWorkload):
         return self.config.n_layer
 
     def build_pipeline(self, stages: int, partition: str) -> nn.Module:
-        """This rank's stage (``ds_bench.workloads.gpt2_pipe``), from scratch; the run's seed shifts the layers' seeds."""
+        """This rank's stage (``ds_bench.workloads.gpt2_pipe``) from scratch, with the plain model's weights."""
         from ds_bench.workloads import gpt2_pipe
 
         return gpt2_pipe.build_pipeline(self.config, stages, partition, self.cfg.seed,
-                                        self.cfg.activation_checkpointing)
+                                        self.cfg.activation_checkpointing, self.weight_std())
 
     def pipeline_batches(self, data_rank: int, data_world_size: int, micro_batch: int) -> Iterator[tuple]:
         """Every stage of a replica reads the same stream: the first its inputs, the last its labels."""

@@ -15,11 +15,12 @@ two stages' gradients before each optimizer step (``PipelineEngine._exec_reduce_
 weight is updated once with the sum of both uses' gradients, as in the tied HF model. The token and
 position embeddings are two layers so that the head's stage holds only the token matrix it multiplies.
 
-Initialisation is HF GPT-2's (``GPT2PreTrainedModel._init_weights``): normal(0, 0.02) for embeddings
-and projections, the residual projections (attention and MLP ``c_proj``) at 0.02 / sqrt(2 L) (the GPT-2
-paper's scaled init), LayerNorms at 1 and 0. Every layer is built right after reseeding with
-``base_seed + layer index`` (``seed_layers=True``), so a layer's weights do not depend on which stage
-builds it: P = 1 and P = 2 start from the same model.
+Initialisation is the plain model's (``ds_bench.workloads.hf_init``): once this rank's layers are built,
+each parameter is drawn from the generator of (``--seed``, its name in ``GPT2LMHeadModel``: ``hf_name``
+maps layer 2 + i to ``transformer.h.i``, the tied embedding to ``transformer.wte``), so a layer's weights
+do not depend on which stage builds it, and every P starts from the weights the plain HF model with the
+same seed starts from (HF GPT-2's scheme: normal(0, 0.02), the residual ``c_proj`` at 0.02 / sqrt(2 L),
+LayerNorms at 1 and 0).
 
 Loss (``causal_lm_loss``): HF's causal-LM cross-entropy: logits in fp32, position t predicts token t+1,
 the mean over the B (T - 1) predicted tokens. A batch is ``(input_ids, input_ids)``: the first stage
@@ -31,7 +32,7 @@ reads the inputs, the last the labels. ``--activation-checkpointing`` recomputes
 from __future__ import annotations
 
 import copy
-import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -39,18 +40,14 @@ from deepspeed.pipe import LayerSpec, PipelineModule, TiedLayerSpec
 from torch import nn
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
-INIT_STD = 0.02  # GPT2Config.initializer_range
+from ds_bench.workloads import hf_init
+
 FIRST_BLOCK = 2  # layer index of block 0
-BASE_SEED = 1234  # PipelineModule's default base seed; the run's --seed is added
 TIED_KEY = "wte"
 
 
 class TokenEmbedding(nn.Embedding):
     """``wte``: the input embedding, and (through ``lm_logits``) the LM head."""
-
-    def __init__(self, vocab: int, width: int):
-        super().__init__(vocab, width)
-        nn.init.normal_(self.weight, std=INIT_STD)
 
 
 class PositionEmbedding(nn.Module):
@@ -59,20 +56,13 @@ class PositionEmbedding(nn.Module):
     def __init__(self, positions: int, width: int):
         super().__init__()
         self.wpe = nn.Embedding(positions, width)
-        nn.init.normal_(self.wpe.weight, std=INIT_STD)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return hidden + self.wpe(torch.arange(hidden.shape[1], device=hidden.device))
 
 
 class GPT2BlockPipe(GPT2Block):
-    """HF ``GPT2Block``, one tensor in and out, initialised as ``GPT2LMHeadModel`` initialises it."""
-
-    def __init__(self, config, layer_idx: int):
-        super().__init__(config, layer_idx=layer_idx)
-        residual_std = INIT_STD / math.sqrt(2 * config.n_layer)
-        for projection in (self.attn.c_proj, self.mlp.c_proj):
-            nn.init.normal_(projection.weight, std=residual_std)
+    """HF ``GPT2Block``, one tensor in and out."""
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return super().forward(hidden)
@@ -106,14 +96,6 @@ class GPT2Pipeline(PipelineModule):
                 "unique_params": sum(p.numel() for p in params if not getattr(p, "ds_pipe_replicated", False))}
 
 
-def reseed(seed) -> None:
-    """DeepSpeed's ``set_random_seed`` on ``int(seed)``: with ``parameters`` or ``type:`` partitioning the stage
-    bounds are numpy integers, and ``random.seed`` (Python 3.11) refuses ``base_seed + numpy.int64``."""
-    from deepspeed.runtime.utils import set_random_seed
-
-    set_random_seed(int(seed))
-
-
 def lm_logits(embedding: TokenEmbedding, hidden: torch.Tensor) -> torch.Tensor:
     """The tied LM head: h wte^T."""
     return F.linear(hidden, embedding.weight)
@@ -137,10 +119,29 @@ def layer_specs(config) -> list:
             TiedLayerSpec(TIED_KEY, TokenEmbedding, config.vocab_size, width, forward_fn=lm_logits)]
 
 
-def build_pipeline(config, stages: int, partition: str, seed: int, checkpointing: bool) -> GPT2Pipeline:
-    """This rank's stage of GPT-2 (the process group must be joined: the module makes its groups)."""
-    return GPT2Pipeline(layer_specs(config), n_blocks=config.n_layer, num_stages=stages, loss_fn=causal_lm_loss,
-                        seed_layers=True, seed_fn=reseed, base_seed=BASE_SEED + seed, partition_method=partition,
-                        activation_checkpoint_interval=1 if checkpointing else 0,
+def hf_name(name: str, n_blocks: int) -> str:
+    """The name in ``GPT2LMHeadModel`` of a module of the ``PipelineModule`` (``tied_modules.wte``, ``1.wpe``,
+    ``2.attn.c_proj`` .. : layer index first), for ``hf_init.initialize``."""
+    head, dot, rest = name.partition(".")
+    if head == "tied_modules":
+        return "transformer." + rest
+    index = int(head)
+    if index == 1:
+        return "transformer" + dot + rest
+    if FIRST_BLOCK <= index < FIRST_BLOCK + n_blocks:
+        return f"transformer.h.{index - FIRST_BLOCK}" + dot + rest
+    if index == FIRST_BLOCK + n_blocks:
+        return "transformer.ln_f" + dot + rest
+    raise ValueError(f"no GPT-2 layer {name!r} in a pipeline of {n_blocks} blocks")
+
+
+def build_pipeline(config, stages: int, partition: str, seed: int, checkpointing: bool,
+                   weight_std: Callable[[str], float]) -> GPT2Pipeline:
+    """This rank's stage of GPT-2 (the process group must be joined: the module makes its groups), its
+    weights those of the HF model of ``seed`` (module docstring)."""
+    pipe = GPT2Pipeline(layer_specs(config), n_blocks=config.n_layer, num_stages=stages, loss_fn=causal_lm_loss,
+                        partition_method=partition, activation_checkpoint_interval=1 if checkpointing else 0,
                         checkpointable_layers=[GPT2BlockPipe.__name__])
+    hf_init.initialize(pipe, seed, weight_std, lambda name: hf_name(name, config.n_layer))
+    return pipe
 

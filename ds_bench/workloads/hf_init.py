@@ -1,64 +1,109 @@
-"""HuggingFace weight initialisation for a model built partitioned (DeepSpeed ZeRO-3 ``zero.Init``),
-giving the weights an unpartitioned build gives with the same seed.
+"""Weight initialisation of the causal LMs from scratch (GPT-2, Llama): HF's scheme, drawn per parameter
+from a generator seeded by (``--seed``, the parameter's name in the HF model), so that every layout
+starts from the same weights.
 
-What transformers 5.x does (read in 5.23): a ``PreTrainedModel`` initialises its weights in ``post_init``
-at the end of its own ``__init__`` (``init_weights`` -> ``initialize_weights``: a post-order walk calling
-``_init_weights`` on every module; GPT-2: normal(0, 0.02), the residual projections at
-0.02 / sqrt(2 n_layer), zero biases). Under ``zero.Init`` every submodule's parameters are partitioned
-when that submodule's ``__init__`` returns, so this runs on empty tensors: the init silently does not
-apply (the torch defaults stay, e.g. embeddings normal(0, 1)) and draws nothing from the RNG.
-transformers' own ZeRO-3 path (``HfDeepSpeedConfig`` kept alive + ``_from_config``: torch and HF init
-switched off during construction, then ``integrations.deepspeed.initialize_weights_zero3``, each
-module's parameters gathered, rank 0 drawing) needs ``accelerate``, and draws in another order than
-an unpartitioned ``GPT2LMHeadModel(config)`` (no construction-time draws; the nested ``GPT2Model``'s
-init no longer comes before the LM head is constructed), so the same seed gives other weights.
+The same seed gives the same model whatever builds it: the plain HF model, DeepSpeed ZeRO-3's partitioned
+build (``zero.Init``), a pipeline stage holding some of the layers (``ds_bench.workloads.gpt2_pipe`` names
+its parameters as the HF model does), or AutoTP (sharded after the build, so it shards these weights). A
+parameter's values depend on the seed, its name and its shape only, not on which rank or stage builds it,
+on partitioning, or on what was drawn before it: a layout comparison compares layouts, not draws. This is
+Megatron-LM's CPU initialisation idea (a layer's weights from a generator of its own, drawn whole on the
+CPU in fp32, then copied in: the same values on any device and in any precision), one generator per
+parameter.
 
-``partitioned_weight_init`` keeps the unpartitioned order instead: while a partitioned build is open
-it swaps ``PreTrainedModel.initialize_weights`` for the same walk with each module's parameters (and
-its direct children's, which ``_init_weights`` may touch) gathered around ``_init_weights``. Every
-rank draws the same numbers at the same moment as in an unpartitioned build (construction-time torch
-init runs on whole tensors before each submodule is partitioned), rank 0's are kept, and each rank's
-RNG ends where an unpartitioned build leaves it. At most one module's parameters are whole at a time.
+The distributions are HF's ``_init_weights`` (transformers 5.x; GPT-2's and Llama's): linear, GPT-2
+``Conv1D`` and embedding weights normal(0, ``initializer_range`` = 0.02), GPT-2's residual projections
+(attention and MLP ``c_proj``) normal(0, 0.02 / sqrt(2 n_layer)) (the GPT-2 paper's scaled init), an
+embedding's padding row 0, biases 0, LayerNorm / RMSNorm weights 1 and biases 0. A tied weight (the LM
+head is the token embedding) is drawn once, under the name it is first met by (the embedding's).
+
+HF's own init is switched off while the model is built (``hf_init_skipped``: it would draw the weights
+once more, or under ``zero.Init`` write into empty partitions); ``initialize`` then writes every
+parameter, each module's parameters gathered whole around the writes when partitioned (rank 0's values
+kept; every rank draws the same ones). A module with parameters of a kind not listed above is refused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import math
+from collections.abc import Callable
 
 import torch
+from torch import nn
 
 from ds_bench.engines import zero_init
 
+INIT_STD = 0.02  # initializer_range of GPT2Config and LlamaConfig
+
+
+def gpt2_std(n_layer: int, std: float = INIT_STD) -> Callable[[str], float]:
+    """The weight std of a GPT-2 module, by its HF name: the residual projections ``c_proj`` scaled."""
+    residual = std / math.sqrt(2 * n_layer)
+    return lambda name: residual if name.endswith("c_proj") else std
+
+
+def constant_std(std: float = INIT_STD) -> Callable[[str], float]:
+    """One weight std for every module (Llama)."""
+    return lambda name: std
+
 
 @contextlib.contextmanager
-def partitioned_weight_init():
-    """Inside a ``zero.Init`` context: HF's weight init on gathered parameters. Otherwise a no-op."""
-    if not zero_init.building_partitioned():
-        yield
-        return
-    from transformers import initialization as init
+def hf_init_skipped():
+    """Build an HF model without HF's weight init (``initialize`` writes every parameter afterwards); the
+    rest of ``post_init`` (weight tying included) runs as usual."""
     from transformers.modeling_utils import PreTrainedModel
 
     original = PreTrainedModel.initialize_weights
-
-    @torch.no_grad()
-    def initialize_weights(self):
-        with init.guard_torch_init_functions():
-            _apply_gathered(self, self._initialize_weights, self.is_custom_code(), PreTrainedModel)
-
-    PreTrainedModel.initialize_weights = initialize_weights
+    PreTrainedModel.initialize_weights = lambda self: None
     try:
         yield
     finally:
         PreTrainedModel.initialize_weights = original
 
 
-def _apply_gathered(module: torch.nn.Module, fn, custom_code: bool, pretrained_cls: type) -> None:
-    """transformers' ``smart_apply`` (``PreTrainedModel.initialize_weights``), each call of ``fn`` gathered."""
-    for child in module.children():
-        child_fn = child._initialize_weights if isinstance(child, pretrained_cls) else fn
-        _apply_gathered(child, child_fn, custom_code, pretrained_cls)
-    params = list(module.parameters(recurse=False))
-    params += [p for c in module.children() if not isinstance(c, pretrained_cls) for p in c.parameters(recurse=False)]
-    with zero_init.gathered(params):
-        fn(module, custom_code)
+@torch.no_grad()
+def initialize(model: nn.Module, seed: int, std_of: Callable[[str], float],
+               hf_name: Callable[[str], str] = lambda name: name) -> None:
+    """Every parameter of ``model`` from its own seeded generator. ``std_of``: a weight's std by its module's
+    HF name; ``hf_name``: a module's name in the HF model, given its name in ``model`` (a pipeline stage's)."""
+    seen: set[int] = set()
+    for name, module in model.named_modules():
+        params = [(n, p) for n, p in module.named_parameters(recurse=False) if id(p) not in seen]
+        if not params:
+            continue
+        seen.update(id(p) for _, p in params)
+        canonical = hf_name(name)
+        with zero_init.gathered([p for _, p in params]):
+            for param_name, param in params:
+                _init_parameter(module, param_name, param, f"{seed}:{canonical}.{param_name}", std_of(canonical))
+
+
+def _init_parameter(module: nn.Module, param_name: str, param: torch.Tensor, key: str, std: float) -> None:
+    """One parameter by HF's rule for its module's kind (module docstring)."""
+    from transformers.pytorch_utils import Conv1D
+
+    if _is_norm(module):
+        param.fill_(1.0 if param_name == "weight" else 0.0)
+    elif param_name == "bias" and isinstance(module, (nn.Linear, Conv1D)):
+        param.zero_()
+    elif param_name == "weight" and isinstance(module, (nn.Linear, Conv1D, nn.Embedding)):
+        param.copy_(_normal(param.shape, std, key))
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            param[module.padding_idx].zero_()
+    else:
+        raise TypeError(f"no initialisation rule for {type(module).__name__}.{param_name} ({key})")
+
+
+def _is_norm(module: nn.Module) -> bool:
+    """HF's test: LayerNorm or RMSNorm by class name (models define their own)."""
+    return isinstance(module, nn.LayerNorm) or any(k in type(module).__name__ for k in ("LayerNorm", "RMSNorm"))
+
+
+def _normal(shape: torch.Size, std: float, key: str) -> torch.Tensor:
+    """normal(0, std) of ``shape``, fp32 on the CPU, from the generator of ``key`` (a stable hash of it:
+    Python's own ``hash`` of a string changes from process to process)."""
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    generator = torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
+    return torch.empty(shape, dtype=torch.float32).normal_(0.0, std, generator=generator)

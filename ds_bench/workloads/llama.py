@@ -2,7 +2,8 @@
 shapes (``--size``: tiny, llama3.2-1b, llama3.2-3b, llama3.1-8b, llama3.1-70b; the table, its sources and
 the parameter and FLOPs formulas are ``ds_bench.workloads.llama_shapes``) or a custom ``--layers L --hidden H
 --heads A`` (``llama_shapes.custom_shape``: the capacity search's scaled families), from scratch: no dropout,
-weights drawn by HF's init (gathered under a partitioned ZeRO-3 build, ``ds_bench.workloads.hf_init``).
+weights drawn by HF's init scheme per parameter from (seed, name) (``ds_bench.workloads.hf_init``: the same
+weights unpartitioned, under a partitioned ZeRO-3 build and sharded by AutoTP).
 ``--model PATH`` starts from local pretrained weights instead (a ``save_pretrained`` folder of model_type
 llama; its own tokenizer reads ``--data``; default learning rate 5e-5, and the whole model built on
 every rank).
@@ -21,7 +22,7 @@ from torch import nn
 
 from ds_bench.data import text
 from ds_bench.errors import UserError
-from ds_bench.workloads import llama_shapes
+from ds_bench.workloads import hf_init, llama_shapes
 from ds_bench.workloads.causal_lm import DEFAULT_ATTENTION, FINETUNE_LR, CausalLMWorkload, check_pretrained_folder
 from ds_bench.workloads.gpt2_shapes import check_custom_shape
 
@@ -85,6 +86,10 @@ class LlamaWorkload(CausalLMWorkload):
 
     def tensor_parallel_all_reduce_elements(self, micro_batch: int) -> int:
         return self.tensor_parallel_all_reduces() * micro_batch * self.seq_len * self.shape.hidden
+
+    def weight_std(self):
+        """HF Llama's: ``initializer_range`` (0.02) for every weight."""
+        return hf_init.constant_std(self.config.initializer_range)
 
     def model_class(self):
         from transformers import LlamaForCausalLM
