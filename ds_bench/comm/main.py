@@ -23,7 +23,6 @@ from ds_bench.comm import pairs, report
 from ds_bench.comm.bandwidth import sizes
 from ds_bench.comm.measure import sample
 from ds_bench.comm.spec import (
-    DTYPES,
     MAX_BYTES,
     CommSpec,
     add_arguments,  # noqa: F401  (the CLI router's entry)
@@ -54,7 +53,7 @@ def main(args) -> int:
         rows += _link_rows(spec, state, hosts, collectives, plan[-LARGE_SIZES:])
         if spec.pairs:
             rows += pairs.rows(process.gather(pairs.rank_samples(hosts, state.rank, plan[-LARGE_SIZES:],
-                                                                 DTYPES[spec.dtype], state.device, spec.warmup,
+                                                                 getattr(torch, spec.dtype), state.device, spec.warmup,
                                                                  spec.iters)))
     except RuntimeError as e:  # a collective that failed or timed out: a result, not a traceback
         error = f"{type(e).__name__}: {e}"
@@ -67,7 +66,7 @@ def main(args) -> int:
 
 def _samples(spec: CommSpec, state: process.DistState, collectives: list[str], plan: list[int], rank: int,
              n: int, group=None) -> list[dict]:
-    return [dataclasses.asdict(sample(collective, size, DTYPES[spec.dtype], state.device, rank, n, spec.warmup,
+    return [dataclasses.asdict(sample(collective, size, getattr(torch, spec.dtype), state.device, rank, n, spec.warmup,
                                       spec.iters, group)) for collective in collectives for size in plan]
 
 

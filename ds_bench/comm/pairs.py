@@ -28,8 +28,6 @@ from ds_bench.comm import patterns, report
 from ds_bench.comm.bandwidth import element_count
 from ds_bench.comm.measure import RankSample, clock, exchange
 
-DEFAULT_SLOW_LINK_PCT = 25.0
-
 
 def leaders(hosts: list[str]) -> dict[str, int]:
     """Host -> its first rank, hosts in order of first appearance (``hosts[r]`` is rank r's host)."""
