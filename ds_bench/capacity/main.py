@@ -19,15 +19,12 @@ import argparse
 import os
 
 from ds_bench.capacity.driver import LayoutSearch
-from ds_bench.capacity.spec import CapacitySpec, add_arguments, from_args
+from ds_bench.capacity.spec import CapacitySpec, from_args
 from ds_bench.jobs import predict, spawn
 from ds_bench.jobs.points import Point, invalid_reason
 from ds_bench.record import store
 from ds_bench.record.schema import CapacityProbeRecord, CapacityRecord
 from ds_bench.report import capacity_table
-
-__all__ = ["add_arguments", "main"]
-
 
 def main(args: argparse.Namespace) -> int:
     import torch

@@ -26,7 +26,6 @@ from ds_bench.cluster import join, process
 from ds_bench.cluster.netif import read_interfaces
 from ds_bench.config import argcheck
 from ds_bench.config.run_checks import check_timeout
-from ds_bench.config.run_flags import add_local_rank
 from ds_bench.machine import shm
 from ds_bench.record import store as results
 from ds_bench.record.schema import DoctorRecord
@@ -158,16 +157,6 @@ def leftover_notes(facts: list[dict]) -> list[str]:
     return [f"NOTE: {host}: {count} leftover DeepSpeed shm buffer(s) hold {size / 2**30:.2f} GiB of RAM in "
             f"{shm.SHM_DIR} (stock DeepSpeed never unlinks them); `python -m ds_bench.machine.jit_ops` removes them"
             for host, (count, size) in seen.items()]
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--iface", default=None, help="network interface for the rendezvous")
-    p.add_argument("--dist-timeout", dest="dist_timeout_s", type=float, default=60.0)
-    p.add_argument("--connect-timeout", dest="connect_timeout_s", type=float, default=30.0)
-    p.add_argument("--json", default=None, help="append the full report as a JSON line here")
-    p.add_argument("--no-roofline", dest="roofline", action="store_false",
-                   help="skip the short matmul/copy ceiling check on every rank")
-    add_local_rank(p)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -22,12 +22,7 @@ from ds_bench.cluster import join, process
 from ds_bench.comm import pairs, report
 from ds_bench.comm.bandwidth import sizes
 from ds_bench.comm.measure import sample
-from ds_bench.comm.spec import (
-    MAX_BYTES,
-    CommSpec,
-    add_arguments,  # noqa: F401  (the CLI router's entry)
-    from_args,
-)
+from ds_bench.comm.spec import MAX_BYTES, CommSpec, from_args
 from ds_bench.comm.topology import link_groups, make_groups
 from ds_bench.record import store as results
 from ds_bench.record.schema import CommRecord

@@ -10,7 +10,7 @@ before ``schema_version`` 1 is):
 - ``comm``: ``CommRecord``, one per ``ds-bench comm``, a ``CommRow`` per collective, size and group;
 - ``doctor``: ``DoctorRecord``, ``ds-bench doctor --json``;
 - ``capacity_probe`` and ``capacity``: ``ds-bench capacity`` (``ds_bench.record.capacity_schema``).
-``ds-bench schema`` (``ds_bench.record.export``) prints the JSON Schema of them all (``json_schema``),
+``ds-bench schema`` (``ds_bench.commands.schema``) prints the JSON Schema of them all (``json_schema``),
 which ``docs/record.schema.json`` is.
 """
 

@@ -1,4 +1,5 @@
-"""``ds-bench run``: one benchmark run as every rank executes it: prepare -> join -> measure -> record.
+"""``ds-bench run``'s flow (the command: ``ds_bench.commands.run``): one benchmark run as every rank
+executes it: prepare -> join -> measure -> record.
 
 Bad input is caught by ``prepare`` before the process group is joined (exit 2, no record). After
 that, a failure is a measured outcome: each failing rank records why (``ds_bench.run.record``) and
@@ -7,7 +8,6 @@ the run exits non-zero (1, or 128 + signal; ``ds_bench.cluster.faults``).
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import time
@@ -16,7 +16,6 @@ import torch
 
 from ds_bench.cluster import faults, join, process
 from ds_bench.config.run_config import RunConfig
-from ds_bench.config.run_flags import add_run_arguments, run_config
 from ds_bench.errors import UserError
 from ds_bench.logs import quiet_deepspeed
 from ds_bench.record import store as results
@@ -25,14 +24,6 @@ from ds_bench.run.measure import measure
 from ds_bench.run.prepare import prepare
 from ds_bench.run import startup
 from ds_bench.run.record import Started, record_failure, run_record
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_run_arguments(p)
-
-
-def main(args: argparse.Namespace) -> int:
-    return run_benchmark(run_config(args))
 
 
 def run_benchmark(cfg: RunConfig) -> int:

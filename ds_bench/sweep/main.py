@@ -13,7 +13,6 @@ from ds_bench.errors import UserError
 from ds_bench.jobs import spawn
 from ds_bench.report.sweep_report import report_sweep
 from ds_bench.sweep import ledger
-from ds_bench.sweep.spec import add_arguments  # noqa: F401  (the CLI router's entry)
 
 log = logging.getLogger("ds_bench")
 
