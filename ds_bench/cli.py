@@ -2,10 +2,11 @@
 (also ``python -m ds_bench``).
 
 A router only: each command is a module of ``ds_bench.commands`` giving ``add_arguments(parser)`` and
-``main(args) -> int``; this module builds the parser from ``COMMANDS``, calls one ``main``, turns
-``UserError`` into a one-line message and exit code 2. Nothing imports it. The deepspeed launcher
-appends ``--local_rank=N`` to the module's arguments; it is accepted and ignored (LOCAL_RANK is read
-from the environment).
+``main(args) -> int``. This module builds the parser with every command's help line but only the chosen
+command's flags (so ``ds-bench --help``, ``ds-bench run --help`` and a mistyped flag import one light
+module and no torch), calls that command's ``main``, and turns ``UserError`` into a one-line message and
+exit code 2. Nothing imports it. The deepspeed launcher appends ``--local_rank=N`` to the module's
+arguments; it is accepted and ignored (LOCAL_RANK is read from the environment).
 """
 
 from __future__ import annotations
@@ -53,29 +54,32 @@ NO_EXPECT = ("launch", "schema")
 """Commands that measure nothing themselves: no ``--expect`` (the command ``launch`` runs may take one)."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] = ()) -> argparse.ArgumentParser:
+    """The parser of ``argv``: every command's subparser, with flags only for the command ``argv`` names
+    (its first word that is a command; the top level's only other tokens are options)."""
+    chosen = next((word for word in argv if word in COMMANDS), None)
     parser = Parser(prog="ds-bench", description=__doc__.splitlines()[0])
     add_local_rank(parser)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for name, (module, help_line) in COMMANDS.items():
         command = sub.add_parser(name, help=help_line)
-        importlib.import_module(module).add_arguments(command)
-        if name not in NO_EXPECT:
-            expect_gate.add_argument(command)
+        if name == chosen:
+            importlib.import_module(module).add_arguments(command)
+            if name not in NO_EXPECT:
+                expect_gate.add_argument(command)
     return parser
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     """The command's arguments, with what follows ``--`` as ``run_args``."""
     head, tail = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    parser = build_parser()
-    args = parser.parse_args(head)
+    args = build_parser(head).parse_args(head)
     args.run_args = tail
     if tail and args.command not in TAKES_TAIL:
         raise UserError(f"ds-bench {args.command}: arguments after '--' are not used here: {' '.join(tail)}")
     if tail and args.command == "launch":  # the command every rank will run must itself parse
         try:
-            parser.parse_args(tail)
+            build_parser(tail).parse_args(tail)
         except UserError as e:
             raise UserError(f"the ds-bench command after '--' ({' '.join(tail)}): {e}") from None
     return args

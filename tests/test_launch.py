@@ -87,7 +87,7 @@ def test_netns_demo_dry_run_prints_and_creates_nothing():
 def launch_args(*argv):
     from ds_bench.cli import build_parser
 
-    args = build_parser().parse_args(["launch", *argv])
+    args = build_parser(["launch"]).parse_args(["launch", *argv])
     args.run_args = RUN
     return args
 
