@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ds_bench.engines import choose
-from ds_bench.engines.plan import plan, torch_optimizer
+from ds_bench.engines.torch_settings import plan, torch_optimizer
 from ds_bench.engines.torch_engine import shard_units
 from ds_bench.errors import UserError
 from ds_bench.jobs.points import Point, families, invalid_reason, parse_key

@@ -64,7 +64,7 @@ PIPELINE_CONFLICTS = {
 
 
 def check_pipeline_flags(cfg) -> None:
-    """``--pipeline-stages``/``--partition`` against the other flags (the world size is checked in ``run.prepare``)."""
+    """``--pipeline-stages``/``--partition`` against the other flags (the world size is checked in ``run.resolve``)."""
     stages = cfg.pipeline_stages
     if stages is None:
         _require(cfg.partition is None, "--partition needs --pipeline-stages (it splits layers over pipeline stages)")
@@ -87,7 +87,7 @@ TENSOR_PARALLEL_CONFLICTS = {
 
 
 def check_tensor_parallel_flags(cfg) -> None:
-    """``--tensor-parallel`` against the other flags (the world size and the model in ``run.prepare``)."""
+    """``--tensor-parallel`` against the other flags (the world size and the model in ``run.resolve``)."""
     size = cfg.tensor_parallel
     if size is None:
         return

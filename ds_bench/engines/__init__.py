@@ -23,7 +23,7 @@ from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_checks import ENGINES, check_engine
 from ds_bench.engines.pipeline import PipelinePlan
 from ds_bench.engines.pipeline import check_config as check_pipeline_config
-from ds_bench.engines.plan import TorchPlan, plan
+from ds_bench.engines.torch_settings import TorchPlan, plan
 from ds_bench.engines.tensor_parallel import TensorParallelPlan, deepspeed_config
 from ds_bench.engines.torch_engine import DTYPES, TorchEngine, wrap_ddp, wrap_fsdp
 from ds_bench.engines.zero_init import full_numel, is_partitioned, partitioned_build

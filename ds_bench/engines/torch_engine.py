@@ -6,7 +6,7 @@ gradient-accumulation boundary, as ``DeepSpeedEngine.step`` does), ``device``, a
 ``save_checkpoint`` / ``load_checkpoint`` with DeepSpeed's signatures, written with torch's
 distributed checkpoint (``torch.distributed.checkpoint``: one ``__{rank}_0.distcp`` file per rank
 plus ``.metadata``) and a ``latest`` file naming the newest tag, as DeepSpeed writes one.
-What the config maps to is decided by ``ds_bench.engines.plan``.
+What the config maps to is decided by ``ds_bench.engines.torch_settings``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pickle
 import torch
 import torch.distributed as dist
 
-from ds_bench.engines.plan import TorchPlan
+from ds_bench.engines.torch_settings import TorchPlan
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

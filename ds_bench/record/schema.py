@@ -132,7 +132,7 @@ class ScalingRecord(Stamped):
 
 
 class CommRow(Block):
-    """One collective at one size over one group of ranks (``ds_bench.comm.report.rows``)."""
+    """One collective at one size over one group of ranks (``ds_bench.comm.figures.rows``)."""
 
     scope: str = "world"
     """``world`` (all ranks), ``intra``/``inter`` host groups, or ``pair`` (one link)."""
@@ -189,7 +189,7 @@ class DoctorRecord(Record):
 
 
 class RooflineRow(Block):
-    """One measured rate of one rank's device (``ds_bench.measure.roofline``)."""
+    """One measured rate of one rank's device (``ds_bench.measure.ceilings``)."""
 
     rank: int
     host: str

@@ -1,5 +1,5 @@
 """``ds-bench roofline``: achieved dense matmul TFLOP/s per dtype and copy bandwidth on every device of the
-job, as one ``kind: roofline`` record (``ds_bench.measure.roofline`` says how each figure is taken).
+job, as one ``kind: roofline`` record (``ds_bench.measure.ceilings`` says how each figure is taken).
 
 Run it under the launcher the benchmarks use (or alone, one process): every rank measures its own device
 at the same time as the others, rank 0 prints the table and appends the record. Runs whose results file
@@ -19,7 +19,7 @@ from ds_bench.config import argcheck
 from ds_bench.config.parsers import parse_list, parse_size
 from ds_bench.config.run_checks import check_timeout
 from ds_bench.errors import UserError
-from ds_bench.measure import roofline
+from ds_bench.measure import ceilings
 from ds_bench.record import store as results
 from ds_bench.record.schema import RooflineRecord, RooflineRow
 
@@ -30,7 +30,7 @@ DEFAULT_COPY = {"cuda": "1GiB", "cpu": "64MiB"}
 def main(args: argparse.Namespace) -> int:
     device_type = "cuda" if torch.cuda.is_available() else "cpu"
     dtypes = parse_list("--dtypes", args.dtypes or ("bf16,fp32,fp16" if device_type == "cuda" else "bf16,fp32"),
-                        tuple(roofline.DTYPES))
+                        tuple(ceilings.DTYPES))
     sizes = parse_list("--sizes", args.sizes or DEFAULT_SIZES[device_type], kind=int)
     try:
         copy_bytes = parse_size(args.copy_bytes or DEFAULT_COPY[device_type])
@@ -73,11 +73,11 @@ def run_gemms(size: str | None, tokens: int | None) -> tuple:
 
 def measure(state: process.DistState, dtypes: tuple, sizes: tuple, copy_bytes: int, min_time_s: float,
             repeats: int, gemms: tuple = ()) -> list[RooflineRow]:
-    """This rank's figures (``measure.roofline.measure_rank``)."""
+    """This rank's figures (``measure.ceilings.measure_rank``)."""
     from deepspeed.accelerator import get_accelerator
 
     where = {"rank": state.rank, "host": socket.gethostname(), "device": results.hardware(state.device)["device"]}
-    return [RooflineRow(**row) for row in roofline.measure_rank(where, state.device, dtypes, sizes, copy_bytes,
+    return [RooflineRow(**row) for row in ceilings.measure_rank(where, state.device, dtypes, sizes, copy_bytes,
                                                                   min_time_s, repeats, get_accelerator().synchronize,
                                                                   torch.distributed.barrier, gemms)]
 

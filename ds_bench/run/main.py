@@ -2,7 +2,7 @@
 executes it: prepare -> join -> measure -> record.
 
 Bad input is caught by ``prepare`` before the process group is joined (exit 2, no record). After
-that, a failure is a measured outcome: each failing rank records why (``ds_bench.run.record``) and
+that, a failure is a measured outcome: each failing rank records why (``ds_bench.run.run_record``) and
 the run exits non-zero (1, or 128 + signal; ``ds_bench.cluster.faults``).
 """
 
@@ -20,10 +20,11 @@ from ds_bench.errors import UserError
 from ds_bench.logs import quiet_deepspeed
 from ds_bench.record import store as results
 from ds_bench.report import summary
-from ds_bench.run.measure import measure
-from ds_bench.run.prepare import prepare
+from ds_bench.run.training import measure
+from ds_bench.run.resolve import prepare
 from ds_bench.run import startup
-from ds_bench.run.record import Started, record_failure, run_record
+from ds_bench.run.run_record import record_failure, run_record
+from ds_bench.run.state import Started
 
 
 def run_benchmark(cfg: RunConfig) -> int:

@@ -8,35 +8,19 @@ here, so bad input exits 2 at once, never joins and never leaves a record.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 from ds_bench import engines
 from ds_bench.cluster import join
-from ds_bench.cluster.rendezvous import Rendezvous
 from ds_bench.config import preflight
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_config import RunConfig
 from ds_bench.engines import pipeline, tensor_parallel
 from ds_bench.machine import environ, jit_ops
 from ds_bench.measure import checkpoint
+from ds_bench.run.state import Prepared
 from ds_bench.workloads import build_workload
-from ds_bench.workloads.base import Workload
 
 log = logging.getLogger("ds_bench")
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A run whose input has been checked: what it joins with and what it builds after."""
-
-    workload: Workload
-    ds_cfg: dict
-    """The resolved DeepSpeed config (``ds_bench.config.deepspeed.prepare``)."""
-    engine: engines.EngineChoice
-    rdzv: Rendezvous
-    ckpt: checkpoint.Checkpointer
-    optimizer_op: str | None
-    """The JIT optimizer op DeepSpeed will load (DDP/FSDP: none, they use torch.optim)."""
 
 
 def prepare(cfg: RunConfig) -> Prepared:
