@@ -1,7 +1,8 @@
 """The package's structure, read from its source (ast): folders by stage of the data flow, each
 importing only folders before it; the command folders (run, sweep, ...) never import each other, nor do
 the thin command modules of ``commands/``; ``cli`` imported by nothing but ``__main__``; no import
-circle between modules.
+circle between modules; no module named like a folder (``commands/`` aside: its modules are named by
+their command).
 
 Run ``python -m tests.test_architecture`` for the figures the README's Layout section quotes
 (modules per folder, import arrows, circles).
@@ -169,6 +170,22 @@ def test_the_checker_sees_upward_imports_command_to_command_and_circles(tmp_path
     assert any("commands.bench imports ds_bench.commands.sweep: command modules never" in v for v in found)
     assert not any(v.startswith("ds_bench.commands.sweep") for v in found)
     assert cycles(graph) == [["ds_bench.config.a", "ds_bench.machine.b"]]
+
+
+def name_clashes(root: Path = PACKAGE) -> list[str]:
+    """Modules named like a folder of the package (``run/measure.py`` beside ``measure/``): one name, two
+    things. A command module (``commands/run.py``) is named by its command, which its folder implements."""
+    folders = {p.name for p in root.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    return sorted(name for name, path in modules(root).items()
+                  if path.stem in folders and folder(name) != "commands")
+
+
+def test_no_module_is_named_like_a_folder(tmp_path):
+    assert name_clashes() == []
+    for name in ("__init__.py", "measure/__init__.py", "run/__init__.py", "run/measure.py", "commands/run.py"):
+        (tmp_path / "ds_bench" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "ds_bench" / name).write_text("")
+    assert name_clashes(tmp_path / "ds_bench") == ["ds_bench.run.measure"]
 
 
 @pytest.mark.parametrize("module", sorted(modules()))
