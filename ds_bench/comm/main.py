@@ -41,13 +41,13 @@ def main(args) -> int:
     state = _join(spec)
     hosts = process.gather(os.uname().nodename)
     collectives = [c for c in spec.collectives if not (c == "send_recv" and state.world_size == 1)]
-    plan = sizes(spec.min_bytes, spec.max_bytes or MAX_BYTES[state.device.type], spec.step_factor)
+    message_sizes = sizes(spec.min_bytes, spec.max_bytes or MAX_BYTES[state.device.type], spec.step_factor)
     rows, error = [], None
     try:
-        rows = _world_rows(spec, state, collectives, plan)
-        rows += _link_rows(spec, state, hosts, collectives, plan[-LARGE_SIZES:])
+        rows = _world_rows(spec, state, collectives, message_sizes)
+        rows += _link_rows(spec, state, hosts, collectives, message_sizes[-LARGE_SIZES:])
         if spec.pairs:
-            rows += pairs.rows(process.gather(pairs.rank_samples(hosts, state.rank, plan[-LARGE_SIZES:],
+            rows += pairs.rows(process.gather(pairs.rank_samples(hosts, state.rank, message_sizes[-LARGE_SIZES:],
                                                                  getattr(torch, spec.dtype), state.device, spec.warmup,
                                                                  spec.iters)))
     except RuntimeError as e:  # a collective that failed or timed out: a result, not a traceback
@@ -59,21 +59,21 @@ def main(args) -> int:
     return 1 if verdict[0] or error else 0
 
 
-def _samples(spec: CommSpec, state: process.DistState, collectives: list[str], plan: list[int], rank: int,
+def _samples(spec: CommSpec, state: process.DistState, collectives: list[str], message_sizes: list[int], rank: int,
              n: int, group=None) -> list[dict]:
     return [dataclasses.asdict(sample(collective, size, getattr(torch, spec.dtype), state.device, rank, n, spec.warmup,
-                                      spec.iters, group)) for collective in collectives for size in plan]
+                                      spec.iters, group)) for collective in collectives for size in message_sizes]
 
 
-def _world_rows(spec, state, collectives, plan) -> list[dict]:
+def _world_rows(spec, state, collectives, message_sizes) -> list[dict]:
     """Every collective at every size over all ranks; one gather per collective, after its sizes."""
     per_rank: list[list[dict]] = [[] for _ in range(state.world_size)]
     for collective in collectives:
-        for rank, samples in enumerate(process.gather(_samples(spec, state, [collective], plan, state.rank,
+        for rank, samples in enumerate(process.gather(_samples(spec, state, [collective], message_sizes, state.rank,
                                                                 state.world_size))):
             per_rank[rank] += samples
         if state.rank == 0:
-            log.info("%s: %d sizes done", collective, len(plan))
+            log.info("%s: %d sizes done", collective, len(message_sizes))
     return [{"scope": "world", "group": "all ranks", **row} for row in figures.rows(per_rank, state.world_size)]
 
 

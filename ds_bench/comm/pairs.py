@@ -62,10 +62,10 @@ def rank_samples(hosts: list[str], rank: int, sizes: list[int], dtype: torch.dty
     for round_ in pair_rounds(list(lead)):
         link, peer = _my_pair(round_, lead, rank)
         for size in sizes:
-            prepared = _prepare(size, dtype, device, rank, peer, warmup, link) if peer is not None else None
+            ready = _link_exchange(size, dtype, device, rank, peer, warmup, link) if peer is not None else None
             dist.barrier()
-            if prepared is not None:
-                run, sample = prepared
+            if ready is not None:
+                run, sample = ready
                 mine.append((link, dataclasses.asdict(dataclasses.replace(sample, seconds=clock(run, iters, device)))))
     return mine
 
@@ -77,7 +77,7 @@ def _my_pair(round_: list[tuple[str, str]], lead: dict[str, int], rank: int) -> 
     return None, None
 
 
-def _prepare(size_bytes: int, dtype: torch.dtype, device: torch.device, rank: int, peer: int, warmup: int,
+def _link_exchange(size_bytes: int, dtype: torch.dtype, device: torch.device, rank: int, peer: int, warmup: int,
              link: str) -> tuple[Callable[[], None], RankSample]:
     """The exchange with ``peer``, run once and checked, then warmed up; the sample's time is unset."""
     count = element_count("send_recv", size_bytes, 2, torch.empty(0, dtype=dtype).element_size())

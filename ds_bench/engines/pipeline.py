@@ -51,7 +51,7 @@ class PipelinePlan:
                 "schedule_bubble": self.bubble()}
 
 
-def plan(stages: int | None, partition: str | None, world_size: int, n_blocks: int | None) -> PipelinePlan | None:
+def resolve(stages: int | None, partition: str | None, world_size: int, n_blocks: int | None) -> PipelinePlan | None:
     """The layout of ``--pipeline-stages`` on ``world_size`` ranks; None without it."""
     if stages is None:
         return None
@@ -66,7 +66,7 @@ def plan(stages: int | None, partition: str | None, world_size: int, n_blocks: i
 
 
 def check_config(pipe: PipelinePlan, ds_cfg: dict, where: str) -> PipelinePlan:
-    """The resolved config against the pipeline engine; the plan with its micro-batch count."""
+    """The resolved config against the pipeline engine; the ``PipelinePlan`` with its micro-batch count."""
     stage = ds_config.zero_stage(ds_cfg)
     if stage >= 2:
         raise UserError(f"--pipeline-stages with {where}: zero_optimization.stage {stage}; DeepSpeed's pipeline "

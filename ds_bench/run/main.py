@@ -1,7 +1,7 @@
 """``ds-bench run``'s flow (the command: ``ds_bench.commands.run``): one benchmark run as every rank
-executes it: prepare -> join -> measure -> record.
+executes it: resolve -> join -> measure -> record.
 
-Bad input is caught by ``prepare`` before the process group is joined (exit 2, no record). After
+Bad input is caught by ``resolve`` before the process group is joined (exit 2, no record). After
 that, a failure is a measured outcome: each failing rank records why (``ds_bench.run.run_record``) and
 the run exits non-zero (1, or 128 + signal; ``ds_bench.cluster.faults``).
 """
@@ -21,7 +21,7 @@ from ds_bench.logs import quiet_deepspeed
 from ds_bench.record import store as results
 from ds_bench.report import summary
 from ds_bench.run.training import measure
-from ds_bench.run.resolve import prepare
+from ds_bench.run.resolve import resolve
 from ds_bench.run import startup
 from ds_bench.run.run_record import record_failure, run_record
 from ds_bench.run.state import Started
@@ -29,7 +29,7 @@ from ds_bench.run.state import Started
 
 def run_benchmark(cfg: RunConfig) -> int:
     marks = startup.begin()
-    ready = prepare(cfg)
+    ready = resolve(cfg)
     marks["prepare_s"] = time.time() - marks["entered_at"]
     faults.install_signal_handlers()  # after the checks: a rejected run leaves the caller's handlers alone
     state = join.join(ready.rdzv, cfg.dist_timeout_s, cfg.connect_timeout_s, optimizer_op=ready.optimizer_op,

@@ -17,19 +17,19 @@ from ds_bench.config.run_config import RunConfig
 from ds_bench.engines import pipeline, tensor_parallel
 from ds_bench.machine import environ, jit_ops
 from ds_bench.measure import checkpoint
-from ds_bench.run.state import Prepared
+from ds_bench.run.state import Resolved
 from ds_bench.workloads import build_workload
 
 log = logging.getLogger("ds_bench")
 
 
-def prepare(cfg: RunConfig) -> Prepared:
+def resolve(cfg: RunConfig) -> Resolved:
     """Every check of ``cfg`` against this machine and these ranks, before joining."""
     rdzv = join.prepare(cfg.iface, cfg.dist_timeout_s)
     workload = build_workload(cfg)
     lr = cfg.lr or workload.default_lr
-    pipe = pipeline.plan(cfg.pipeline_stages, cfg.partition, rdzv.info.world_size, workload.pipeline_blocks)
-    tp = tensor_parallel.plan(cfg.tensor_parallel, rdzv.info.world_size, workload.tensor_parallel_divisors)
+    pipe = pipeline.resolve(cfg.pipeline_stages, cfg.partition, rdzv.info.world_size, workload.pipeline_blocks)
+    tp = tensor_parallel.resolve(cfg.tensor_parallel, rdzv.info.world_size, workload.tensor_parallel_divisors)
     warning = tensor_parallel.across_nodes_warning(tp, rdzv.info.local_world_size)
     if warning:
         log.warning(warning)
@@ -42,6 +42,6 @@ def prepare(cfg: RunConfig) -> Prepared:
     micro_batch, accumulation = ds_cfg["train_micro_batch_size_per_gpu"], ds_cfg["gradient_accumulation_steps"]
     preflight.check(cfg, workload, data_world, micro_batch)  # results, data (sharded over data-parallel ranks)
     choice = engines.choose(cfg.engine, ds_cfg, lr, cfg.ds_config, pipeline=pipe, tensor_parallel=tp)
-    ckpt = checkpoint.plan(cfg, rdzv.info.world_size, micro_batch, accumulation)  # --checkpoint, --resume
+    ckpt = checkpoint.resolve(cfg, rdzv.info.world_size, micro_batch, accumulation)  # --checkpoint, --resume
     optimizer_op = jit_ops.optimizer_op(ds_cfg) if choice.name == "deepspeed" else None
-    return Prepared(workload, ds_cfg, choice, rdzv, ckpt, optimizer_op)
+    return Resolved(workload, ds_cfg, choice, rdzv, ckpt, optimizer_op)

@@ -1,4 +1,4 @@
-"""The run's state, stage by stage, as ``ds_bench.run.main`` carries it: ``Prepared`` (input checked
+"""The run's state, stage by stage, as ``ds_bench.run.main`` carries it: ``Resolved`` (input checked
 and resolved before joining, ``ds_bench.run.resolve``), ``Started`` (joined the process group: what the
 run's records are made of, ``ds_bench.run.run_record``), ``Built`` (the engine that trains, and what was
 read off the model before it was wrapped: ``ds_bench.run.training`` hands it to ``ds_bench.run.figures``).
@@ -18,7 +18,7 @@ from ds_bench.workloads.base import Workload
 
 
 @dataclass(frozen=True)
-class Prepared:
+class Resolved:
     """A run whose input has been checked: what it joins with and what it builds after."""
 
     workload: Workload
