@@ -1,11 +1,12 @@
-"""Command line: ``ds-bench run | sweep | bench | comm | scaling | capacity | roofline | doctor | launch | report | compare``
+"""Command line: ``ds-bench run | sweep | bench | comm | scaling | capacity | roofline | doctor | launch | report | compare | schema``
 (also ``python -m ds_bench``).
 
-A router only: each command's module gives ``add_arguments(parser)`` and ``main(args) -> int``;
-this module builds the parser from ``COMMANDS``, calls one ``main``, turns ``UserError`` into a
-one-line message and exit code 2. Nothing imports it. The deepspeed launcher appends
-``--local_rank=N`` to the module's arguments; it is accepted and ignored (LOCAL_RANK is read from
-the environment).
+A router only: each command is a module of ``ds_bench.commands`` giving ``add_arguments(parser)`` and
+``main(args) -> int``. This module builds the parser with every command's help line but only the chosen
+command's flags (so ``ds-bench --help``, ``ds-bench run --help`` and a mistyped flag import one light
+module and no torch), calls that command's ``main``, and turns ``UserError`` into a one-line message and
+exit code 2. Nothing imports it. The deepspeed launcher appends ``--local_rank=N`` to the module's
+arguments; it is accepted and ignored (LOCAL_RANK is read from the environment).
 """
 
 from __future__ import annotations
@@ -22,23 +23,26 @@ from ds_bench.errors import UserError
 from ds_bench.jobs import expect_gate
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("ds_bench.run.main", "one benchmark run (what every rank executes)"),
-    "sweep": ("ds_bench.sweep.main", "find the fastest configuration that fits: stages x offload x precision x "
-                                     "micro-batch, ranked, with a recommendation"),
-    "bench": ("ds_bench.sweep.main", "this machine's preset sweep (ds-bench sweep with no --workload; what make "
-                                     "bench runs)"),
-    "comm": ("ds_bench.comm.main", "collective bandwidth (nccl-tests busbw) and correctness on the launched ranks"),
-    "scaling": ("ds_bench.scaling.main", "one config at 1, 2, 4, ... ranks (or nodes): per-device throughput and "
-                                         "weak-scaling efficiency, table and plot"),
-    "capacity": ("ds_bench.capacity.main", "the largest model of a family that trains on these ranks, per layout "
-                                           "(ZeRO stage, offload, pipeline stages)"),
-    "roofline": ("ds_bench.roofline.main", "measured ceiling of every device of the job: dense matmul TFLOP/s per "
-                                           "dtype and copy GB/s (runs then report mfu_vs_measured)"),
-    "doctor": ("ds_bench.comm.doctor", "per-rank network/device/version report and an all_reduce check"),
-    "launch": ("ds_bench.jobs.launch", "build (and run) an mpirun/deepspeed/torchrun/srun command"),
-    "report": ("ds_bench.report.main", "table (and plot) of a results file; --html: one page of any results files"),
-    "compare": ("ds_bench.report.compare", "did anything get slower between two results files (noise-aware verdict)"),
-    "schema": ("ds_bench.record.export", "print the JSON Schema of every record kind (docs/record.schema.json)"),
+    "run": ("ds_bench.commands.run", "one benchmark run (what every rank executes)"),
+    "sweep": ("ds_bench.commands.sweep", "find the fastest configuration that fits: stages x offload x precision x "
+                                         "micro-batch, ranked, with a recommendation"),
+    "bench": ("ds_bench.commands.bench", "this machine's preset sweep (ds-bench sweep with no --workload; what "
+                                         "make bench runs)"),
+    "comm": ("ds_bench.commands.comm", "collective bandwidth (nccl-tests busbw) and correctness on the launched "
+                                       "ranks"),
+    "scaling": ("ds_bench.commands.scaling", "one config at 1, 2, 4, ... ranks (or nodes): per-device throughput "
+                                             "and weak-scaling efficiency, table and plot"),
+    "capacity": ("ds_bench.commands.capacity", "the largest model of a family that trains on these ranks, per "
+                                               "layout (ZeRO stage, offload, pipeline stages)"),
+    "roofline": ("ds_bench.commands.roofline", "measured ceiling of every device of the job: dense matmul TFLOP/s "
+                                               "per dtype and copy GB/s (runs then report mfu_vs_measured)"),
+    "doctor": ("ds_bench.commands.doctor", "per-rank network/device/version report and an all_reduce check"),
+    "launch": ("ds_bench.commands.launch", "build (and run) an mpirun/deepspeed/torchrun/srun command"),
+    "report": ("ds_bench.commands.report", "table (and plot) of a results file; --html: one page of any results "
+                                           "files"),
+    "compare": ("ds_bench.commands.compare", "did anything get slower between two results files (noise-aware "
+                                             "verdict)"),
+    "schema": ("ds_bench.commands.schema", "print the JSON Schema of every record kind (docs/record.schema.json)"),
 }
 """Command name -> (module with ``add_arguments`` and ``main``, help line)."""
 TAKES_TAIL = ("sweep", "bench", "launch", "scaling", "capacity")
@@ -50,29 +54,32 @@ NO_EXPECT = ("launch", "schema")
 """Commands that measure nothing themselves: no ``--expect`` (the command ``launch`` runs may take one)."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] = ()) -> argparse.ArgumentParser:
+    """The parser of ``argv``: every command's subparser, with flags only for the command ``argv`` names
+    (its first word that is a command; the top level's only other tokens are options)."""
+    chosen = next((word for word in argv if word in COMMANDS), None)
     parser = Parser(prog="ds-bench", description=__doc__.splitlines()[0])
     add_local_rank(parser)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for name, (module, help_line) in COMMANDS.items():
         command = sub.add_parser(name, help=help_line)
-        importlib.import_module(module).add_arguments(command)
-        if name not in NO_EXPECT:
-            expect_gate.add_argument(command)
+        if name == chosen:
+            importlib.import_module(module).add_arguments(command)
+            if name not in NO_EXPECT:
+                expect_gate.add_argument(command)
     return parser
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     """The command's arguments, with what follows ``--`` as ``run_args``."""
     head, tail = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    parser = build_parser()
-    args = parser.parse_args(head)
+    args = build_parser(head).parse_args(head)
     args.run_args = tail
     if tail and args.command not in TAKES_TAIL:
         raise UserError(f"ds-bench {args.command}: arguments after '--' are not used here: {' '.join(tail)}")
     if tail and args.command == "launch":  # the command every rank will run must itself parse
         try:
-            parser.parse_args(tail)
+            build_parser(tail).parse_args(tail)
         except UserError as e:
             raise UserError(f"the ds-bench command after '--' ({' '.join(tail)}): {e}") from None
     return args

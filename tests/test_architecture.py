@@ -1,6 +1,8 @@
 """The package's structure, read from its source (ast): folders by stage of the data flow, each
-importing only folders before it; commands that never import each other; ``cli`` imported by
-nothing but ``__main__``; no import circle between modules.
+importing only folders before it; the command folders (run, sweep, ...) never import each other, nor do
+the thin command modules of ``commands/``; ``cli`` imported by nothing but ``__main__``; no import
+circle between modules; no module named like a folder (``commands/`` aside: its modules are named by
+their command).
 
 Run ``python -m tests.test_architecture`` for the figures docs/architecture.md quotes
 (modules per folder, import arrows, circles).
@@ -27,10 +29,12 @@ LAYERS = (
     ("jobs",),
     ("report",),
     ("run", "sweep", "scaling", "capacity", "comm", "roofline"),
+    ("commands",),
     ("cli", "__main__"),
 )
 """Folders (or root modules) in data-flow order: each may import its own folder and those before it."""
-COMMANDS = ("run", "sweep", "scaling", "capacity", "comm", "roofline")
+COMMAND_FOLDERS = ("run", "sweep", "scaling", "capacity", "comm", "roofline")
+"""The folders a command's implementation lives in: none imports another."""
 
 
 def modules(root: Path = PACKAGE) -> dict[str, Path]:
@@ -132,8 +136,10 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
             if b == "cli":
                 if a != "__main__":
                     out.append(f"{src} imports {dst}: nothing imports the CLI router")
-            elif a in COMMANDS and b in COMMANDS and a != b:
+            elif a in COMMAND_FOLDERS and b in COMMAND_FOLDERS and a != b:
                 out.append(f"{src} imports {dst}: commands never import each other (share through jobs/ or report/)")
+            elif a == b == "commands" and "ds_bench.commands" not in (src, dst):
+                out.append(f"{src} imports {dst}: command modules never import each other (share the layer below)")
             elif a != b and layer_of(dst) >= layer_of(src):
                 out.append(f"{src} imports {dst}: {b}/ comes after {a}/ in the data flow")
     return out
@@ -181,7 +187,9 @@ def test_the_checker_sees_upward_imports_command_to_command_and_circles(tmp_path
                        "config/__init__.py": "", "config/a.py": "from ds_bench.machine import b\n",
                        "machine/__init__.py": "", "machine/b.py": "from ds_bench.config import a\n",
                        "sweep/__init__.py": "", "sweep/main.py": "def f():\n    from ds_bench.scaling import main\n",
-                       "scaling/__init__.py": "", "scaling/main.py": "from ds_bench import cli\n"}.items():
+                       "scaling/__init__.py": "", "scaling/main.py": "from ds_bench import cli\n",
+                       "commands/__init__.py": "", "commands/bench.py": "from ds_bench.commands import sweep\n",
+                       "commands/sweep.py": "from ds_bench.sweep import main\n"}.items():
         (pkg / name).parent.mkdir(parents=True, exist_ok=True)
         (pkg / name).write_text(text)
     graph = import_graph(pkg)
@@ -189,11 +197,29 @@ def test_the_checker_sees_upward_imports_command_to_command_and_circles(tmp_path
     assert any("config.a imports ds_bench.machine.b" in v for v in found)
     assert any("sweep.main imports ds_bench.scaling.main: commands never" in v for v in found)
     assert any("scaling.main imports ds_bench.cli: nothing imports" in v for v in found)
+    assert any("commands.bench imports ds_bench.commands.sweep: command modules never" in v for v in found)
+    assert not any(v.startswith("ds_bench.commands.sweep") for v in found)
     assert cycles(graph) == [["ds_bench.config.a", "ds_bench.machine.b"]]
     graph["ds_bench.sweep.main"] |= {"ds_bench.report.x"}
     graph["ds_bench.report.x"] = {"ds_bench.measure.loop"}
     assert run_path_imports(graph) == ["ds_bench.sweep.main reaches the run path: ds_bench.measure.loop (a study "
                                        "starts ds-bench run as a job)"]
+
+
+def name_clashes(root: Path = PACKAGE) -> list[str]:
+    """Modules named like a folder of the package (``run/measure.py`` beside ``measure/``): one name, two
+    things. A command module (``commands/run.py``) is named by its command, which its folder implements."""
+    folders = {p.name for p in root.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    return sorted(name for name, path in modules(root).items()
+                  if path.stem in folders and folder(name) != "commands")
+
+
+def test_no_module_is_named_like_a_folder(tmp_path):
+    assert name_clashes() == []
+    for name in ("__init__.py", "measure/__init__.py", "run/__init__.py", "run/measure.py", "commands/run.py"):
+        (tmp_path / "ds_bench" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "ds_bench" / name).write_text("")
+    assert name_clashes(tmp_path / "ds_bench") == ["ds_bench.run.measure"]
 
 
 @pytest.mark.parametrize("module", sorted(modules()))

@@ -20,7 +20,7 @@ import pytest
 
 from ds_bench.errors import UserError
 from ds_bench.measure import checkpoint
-from ds_bench.measure.checkpoint import figures, mismatch, plan, save_steps, skip, timed
+from ds_bench.measure.checkpoint import figures, mismatch, resolve, save_steps, skip, timed
 from ds_bench.measure.checkpoint_disk import (
     MARKER,
     bytes_per_rank,
@@ -162,7 +162,7 @@ def test_the_save_schedule():
     assert save_steps(0, 6, 2) == [2, 4, 6]
     assert save_steps(4, 4, 3) == [6]  # global steps: a resumed run from 4 running 5..8
     assert save_steps(3, 3, None) == [6]
-    assert save_steps(0, 5, 10) == []  # plan() turns this into an error
+    assert save_steps(0, 5, 10) == []  # resolve() turns this into an error
 
 
 def test_bytes_are_attributed_to_the_rank_that_wrote_them():
@@ -223,10 +223,10 @@ def test_only_complete_checkpoints_are_resumed_from(tmp_path):
     assert newest_complete(str(tmp_path))["step"] == 10
     cfg = SimpleNamespace(workload="mnist", seed=0, steps=4, checkpoint=str(tmp_path), checkpoint_every=3,
                           resume=str(tmp_path))
-    ck = plan(cfg, world_size=1, micro_batch=32, grad_accum=1)
+    ck = resolve(cfg, world_size=1, micro_batch=32, grad_accum=1)
     assert (ck.start, ck.schedule, ck.created) == (10, [12], [])
     with pytest.raises(UserError, match=r"--resume .*: global_step10 was saved with --seed 0, this run has 5"):
-        plan(SimpleNamespace(**{**vars(cfg), "seed": 5}), world_size=1, micro_batch=32, grad_accum=1)
+        resolve(SimpleNamespace(**{**vars(cfg), "seed": 5}), world_size=1, micro_batch=32, grad_accum=1)
 
 
 def test_a_failed_save_is_discarded_and_latest_points_back(tmp_path):

@@ -215,7 +215,7 @@ def test_loss_parity_across_zero_stages(deepspeed_runs):
 @pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=pytest.mark.full)])
 def test_ddp_and_fsdp_records(request, deepspeed_runs, precision):
     """The baselines run through the same sweep, loop and record as ZeRO; the record says which
-    engine ran and how the config was mapped (ds_bench.engines.plan)."""
+    engine ran and how the config was mapped (ds_bench.engines.torch_settings)."""
     recs, _ = request.getfixturevalue("baseline_runs" if precision == "fp32" else "baseline_bf16_runs")
     ddp = find(recs, 0, precision, engine="ddp")
     check_record(ddp, "torchrun", 0, precision)

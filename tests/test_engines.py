@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ds_bench.engines import choose
-from ds_bench.engines.plan import plan, torch_optimizer
+from ds_bench.engines.torch_settings import torch_optimizer, torch_settings
 from ds_bench.engines.torch_engine import shard_units
 from ds_bench.errors import UserError
 from ds_bench.config.layout import Layout, parse_key
@@ -36,16 +36,16 @@ def cfg(stage=0, precision="fp32", **extra):
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_ddp_runs_every_stage_as_replicated_data_parallelism(stage):
-    p = plan("ddp", cfg(stage), 1e-3, WHERE)
+    p = torch_settings("ddp", cfg(stage), 1e-3, WHERE)
     assert (p.zero_stage, p.reshard_after_forward, p.cpu_offload) == (0, None, False)
     assert (p.optimizer, p.optimizer_params) == ("AdamW", {"lr": 1e-3, "betas": [0.9, 0.999]})  # torch_adam dropped
     assert (p.scheduler, p.scheduler_params, p.gradient_clipping) == ("WarmupLR", {"warmup_num_steps": 5}, 1.0)
 
 
 def test_fsdp_maps_stage_3_to_reshard_after_forward_and_stage_2_to_keeping_parameters_gathered():
-    assert plan("fsdp", cfg(3), 1e-3, WHERE).reshard_after_forward is True
-    assert plan("fsdp", cfg(2), 1e-3, WHERE).reshard_after_forward is False
-    assert plan("fsdp", cfg(3), 1e-3, WHERE).zero_stage == 3
+    assert torch_settings("fsdp", cfg(3), 1e-3, WHERE).reshard_after_forward is True
+    assert torch_settings("fsdp", cfg(2), 1e-3, WHERE).reshard_after_forward is False
+    assert torch_settings("fsdp", cfg(3), 1e-3, WHERE).zero_stage == 3
 
 
 @pytest.mark.parametrize("stage", [0, 1])
@@ -57,24 +57,24 @@ def test_fsdp_refuses_stages_it_has_no_equivalent_of(stage):
 
 def test_offloads():
     param = {"stage": 3, "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}}
-    assert plan("fsdp", cfg(zero_optimization=param), 1e-3, WHERE).cpu_offload is True
+    assert torch_settings("fsdp", cfg(zero_optimization=param), 1e-3, WHERE).cpu_offload is True
     assert "FSDP2's CPUOffloadPolicy moves parameters" in legality.violation(
         Layout(2, "optimizer", "fp32", 8, engine="fsdp"), Where(2))
     assert "DDP keeps parameters" in legality.violation(Layout(0, "optimizer", "fp32", 8, engine="ddp"), Where(2))
 
 
 def test_precision_maps_to_autocast_for_ddp_and_a_mixed_precision_policy_for_fsdp():
-    ddp, fsdp = plan("ddp", cfg(0, "bf16"), 1e-3, WHERE), plan("fsdp", cfg(3, "bf16"), 1e-3, WHERE)
+    ddp, fsdp = torch_settings("ddp", cfg(0, "bf16"), 1e-3, WHERE), torch_settings("fsdp", cfg(3, "bf16"), 1e-3, WHERE)
     assert (ddp.precision, ddp.reduce_precision) == ("bf16", "fp32")  # autocast: fp32 weights, fp32 all-reduce
     assert (fsdp.precision, fsdp.reduce_precision) == ("bf16", "bf16")  # DeepSpeed reduces bf16 runs in bf16 too
-    fp32_reduce = plan("fsdp", cfg(3, "bf16", communication_data_type="fp32"), 1e-3, WHERE)
+    fp32_reduce = torch_settings("fsdp", cfg(3, "bf16", communication_data_type="fp32"), 1e-3, WHERE)
     assert fp32_reduce.reduce_precision == "fp32"
-    fp16 = plan("ddp", cfg(0, "fp16", fp16={"enabled": True, "initial_scale_power": 12, "loss_scale_window": 50}),
+    fp16 = torch_settings("ddp", cfg(0, "fp16", fp16={"enabled": True, "initial_scale_power": 12, "loss_scale_window": 50}),
                 1e-3, WHERE)
     assert fp16.loss_scale == {"init_scale": 4096.0, "growth_interval": 50}
-    static = plan("ddp", cfg(0, "fp16", fp16={"enabled": True, "loss_scale": 128}), 1e-3, WHERE)
+    static = torch_settings("ddp", cfg(0, "fp16", fp16={"enabled": True, "loss_scale": 128}), 1e-3, WHERE)
     assert static.loss_scale["init_scale"] == 128.0 and static.loss_scale["growth_interval"] > 1e9
-    assert plan("ddp", cfg(0), 1e-3, WHERE).loss_scale is None
+    assert torch_settings("ddp", cfg(0), 1e-3, WHERE).loss_scale is None
 
 
 def test_optimizer_sections_as_torch_builds_them():

@@ -187,7 +187,8 @@ import os, signal, socket, sys
 import torch
 from ds_bench import engines
 from ds_bench.cluster import faults
-from ds_bench.run import record as run
+from ds_bench.run import run_record as run
+from ds_bench.run.state import Started
 from ds_bench.config.run_config import RunConfig
 from ds_bench.cluster.process import DistState
 
@@ -205,7 +206,7 @@ ds_cfg = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
 peers = [{"rank": 0, "host": socket.gethostname(), "pid": os.getpid()},
          {"rank": 1, "host": socket.gethostname(), "pid": 999999}]
 try:
-    run.record_failure(run.Started(cfg, ds_cfg, engines.choose("deepspeed", ds_cfg, 1e-3, "x"), state, None, "rid", peers),
+    run.record_failure(Started(cfg, ds_cfg, engines.choose("deepspeed", ds_cfg, 1e-3, "x"), state, None, "rid", peers),
                         error=RuntimeError("Connection closed by peer"))
 except faults.Terminated as t:
     print("terminated", t.exit_code)

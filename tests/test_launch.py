@@ -87,7 +87,7 @@ def test_netns_demo_dry_run_prints_and_creates_nothing():
 def launch_args(*argv):
     from ds_bench.cli import build_parser
 
-    args = build_parser().parse_args(["launch", *argv])
+    args = build_parser(["launch"]).parse_args(["launch", *argv])
     args.run_args = RUN
     return args
 
@@ -106,8 +106,9 @@ def test_deepspeed_skips_the_ssh_check_when_every_host_is_this_machine():
 
 
 def test_a_failing_launcher_is_one_line_and_its_exit_code(monkeypatch, capsys):
+    from ds_bench.commands import launch as command
     from ds_bench.jobs import launch
 
     monkeypatch.setattr(launch, "run_child", lambda argv: 250)
-    assert launch.main(launch_args("deepspeed", "--hostfile", "hostfiles/localhost_2")) == 250
+    assert command.main(launch_args("deepspeed", "--hostfile", "hostfiles/localhost_2")) == 250
     assert capsys.readouterr().err.strip() == "ds-bench launch: deepspeed exited with code 250"

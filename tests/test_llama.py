@@ -131,11 +131,11 @@ DIVISORS = {"attention heads": 32, "KV heads": 8, "hidden size": 4096, "MLP widt
 
 
 def test_a_tensor_parallel_layout_splits_the_world_into_replicas():
-    tp = tensor_parallel.plan(2, 8, DIVISORS)
+    tp = tensor_parallel.resolve(2, 8, DIVISORS)
     assert (tp.size, tp.data_parallel_size) == (2, 4)
     assert [tp.data_rank(r) for r in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]  # a TP group: consecutive ranks
     assert tp.describe() == {"tensor_parallel": 2, "data_parallel_size": 4}
-    assert tensor_parallel.plan(None, 8, DIVISORS) is None
+    assert tensor_parallel.resolve(None, 8, DIVISORS) is None
 
 
 @pytest.mark.parametrize("size, world, divisors, message", [
@@ -144,7 +144,7 @@ def test_a_tensor_parallel_layout_splits_the_world_into_replicas():
 ])
 def test_a_layout_autotp_cannot_shard_is_refused_by_name(size, world, divisors, message):
     with pytest.raises(UserError, match=message):
-        tensor_parallel.plan(size, world, divisors)
+        tensor_parallel.resolve(size, world, divisors)
 
 
 def test_only_a_workload_autotp_can_shard_takes_tensor_parallelism():

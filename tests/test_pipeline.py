@@ -76,8 +76,8 @@ def test_pipeline_blocks_are_initialised_as_hf_initialises_them():
 # ---- layout checks ----------------------------------------------------------------------------
 
 def test_plan_layout_and_bubble():
-    assert pipeline.plan(None, None, 4, 12) is None
-    plan = pipeline.plan(2, None, 4, 12)
+    assert pipeline.resolve(None, None, 4, 12) is None
+    plan = pipeline.resolve(2, None, 4, 12)
     assert (plan.stages, plan.data_parallel_size, plan.partition) == (2, 2, "parameters")
     cfg = {"gradient_accumulation_steps": 6, "zero_optimization": {"stage": 1}}
     plan = pipeline.check_config(plan, cfg, "c.json")
@@ -93,12 +93,12 @@ def test_plan_layout_and_bubble():
 def test_plan_refuses(stages, world, blocks, pattern):
     """What needs the model; the layouts a pipeline refuses are the legality table's (tests/test_legality.py)."""
     with pytest.raises(UserError, match=pattern):
-        pipeline.plan(stages, None, world, blocks)
+        pipeline.resolve(stages, None, world, blocks)
 
 
 def test_fewer_micro_batches_than_stages_warns(caplog):
     with caplog.at_level(logging.WARNING, logger="ds_bench"):
-        plan = pipeline.check_config(pipeline.plan(4, None, 4, 8), {"gradient_accumulation_steps": 2}, "c.json")
+        plan = pipeline.check_config(pipeline.resolve(4, None, 4, 8), {"gradient_accumulation_steps": 2}, "c.json")
     assert plan.micro_batches == 2
     assert "fewer micro-batches than stages, the pipeline bubble (60% of the step idle) dominates" in caplog.text
 

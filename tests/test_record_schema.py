@@ -166,7 +166,7 @@ def test_the_comm_verdict_reads_an_old_comm_record():
 
 
 def test_an_old_failed_run_record_is_classified_by_its_failure():
-    """The shape ``run.record.failure_record`` wrote before ``kind`` and ``schema_version``."""
+    """The shape ``run.run_record.failure_record`` wrote before ``kind`` and ``schema_version``."""
     base = {k: v for k, v in old_lines("runs")[0].items() if k not in ("metrics", "status", "error")}
     oom = {**base, "status": "failed", "error": "rank 1: out of memory at step 2", "metrics": {},
            "failure": {"kind": "oom", "steps_done": 2, "rank": 1, "host": "vm", "signal": None, "stalled_s": None,

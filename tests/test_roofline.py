@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ds_bench import cli
-from ds_bench.measure import roofline
+from ds_bench.measure import ceilings
 from ds_bench.record import store
 from ds_bench.record.schema import RooflineRecord, RooflineRow
 from ds_bench.run.figures import vs_measured
@@ -19,11 +19,11 @@ def test_iterations_double_until_a_sample_is_long_enough():
     def op():
         clock["t"] += 0.001  # each operation "takes" 1 ms of the fake clock
 
-    roofline.time.perf_counter, real = (lambda: clock["t"]), roofline.time.perf_counter
+    ceilings.time.perf_counter, real = (lambda: clock["t"]), ceilings.time.perf_counter
     try:
-        fig = roofline.sampled(op, work=2.0, sync=lambda: None, min_time_s=0.04, repeats=4)
+        fig = ceilings.sampled(op, work=2.0, sync=lambda: None, min_time_s=0.04, repeats=4)
     finally:
-        roofline.time.perf_counter = real
+        ceilings.time.perf_counter = real
     assert fig.iters == 16 and fig.repeats == 4  # 1, 2, 4, 8 ms too short for 10 ms a sample
     assert fig.median == pytest.approx(2000.0) and fig.low == pytest.approx(fig.high)  # 2 units per ms
 
@@ -37,8 +37,8 @@ def row(**kw) -> dict:
 def test_the_ceiling_is_the_best_matmul_of_that_host_device_and_dtype():
     rows = [row(), row(size=512, median=0.2), row(dtype="bf16", median=5.0), row(host="other", median=9.0),
             row(test="copy", median=30.0)]
-    assert roofline.ceiling(rows, "h", "x86_64", "fp32") == 0.2
-    assert roofline.ceiling(rows, "h", "x86_64", "fp16") is None
+    assert ceilings.ceiling(rows, "h", "x86_64", "fp32") == 0.2
+    assert ceilings.ceiling(rows, "h", "x86_64", "fp16") is None
 
 
 def test_a_run_takes_the_newest_record_of_its_host(tmp_path, monkeypatch):
@@ -80,7 +80,7 @@ def test_a_gpt2_blocks_products_are_its_forward_and_backward_gemms():
 
 
 def test_a_gemm_row_names_its_product_and_rates_its_flops():
-    rows = roofline.measure_rank({"rank": 0, "host": "h", "device": "cpu"}, torch.device("cpu"), ("fp32",), (), 4096,
+    rows = ceilings.measure_rank({"rank": 0, "host": "h", "device": "cpu"}, torch.device("cpu"), ("fp32",), (), 4096,
                                  0.0, 2, lambda: None, lambda: None, gemms=(("mlp_fc", 8, 4, 16),))
     gemm = next(r for r in rows if r["test"] == "gemm")
     assert (gemm["name"], gemm["shape"], gemm["size"]) == ("mlp_fc", [8, 4, 16], 8) and gemm["median"] > 0

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 
 from ds_bench.capacity.driver import LayoutSearch
-from ds_bench.capacity.spec import CapacitySpec, add_arguments, from_args
+from ds_bench.capacity.spec import CapacitySpec, from_args
 from ds_bench.config.layout import Layout
 from ds_bench.config.legality import Where
 from ds_bench.jobs import ledger, predict, spawn
@@ -26,9 +26,6 @@ from ds_bench.jobs.points import skip_reason
 from ds_bench.record import store
 from ds_bench.record.schema import CapacityProbeRecord, CapacityRecord
 from ds_bench.report import capacity_table
-
-__all__ = ["add_arguments", "main"]
-
 
 def main(args: argparse.Namespace) -> int:
     import torch
@@ -42,7 +39,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"capacity {spec.capacity_id()}: {spec.family}, {len(spec.members)} member(s), {world} rank(s), "
           f"{capacity / 2**30:.2f} GiB per rank, results {spec.results}", flush=True)
     if args.dry_run:
-        print(plan_text(spec, world))
+        print(dry_run_text(spec, world))
         return 0
     done = load_probes(spec.results, spec.capacity_id())
     spawn.sigterm_as_interrupt()
@@ -77,7 +74,7 @@ def load_probes(path: str, capacity_id: str) -> dict[tuple[str, int], CapacityPr
     return ledger.load(path, CapacityProbeRecord, lambda r: r.capacity == capacity_id, lambda r: (r.layout, r.index))
 
 
-def plan_text(spec: CapacitySpec, world: int) -> str:
+def dry_run_text(spec: CapacitySpec, world: int) -> str:
     lines = ["layouts:"]
     for layout in spec.layouts:
         why = skip_reason(layout, Where(world, spec.device_type))

@@ -17,11 +17,13 @@ import sys
 import warnings
 from dataclasses import dataclass
 from datetime import timedelta
-
-import torch
+from typing import TYPE_CHECKING
 
 from ds_bench.cluster.rendezvous import Rendezvous, wait_reachable
 from ds_bench.machine import environ
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("ds_bench")
 
@@ -47,6 +49,7 @@ def init_distributed(rdzv: Rendezvous, timeout_s: float, connect_timeout_s: floa
     """Export the rendezvous, check the master is reachable, join the process group (every wait
     bounded by ``timeout_s``) and pick this rank's device."""
     import deepspeed
+    import torch
     from deepspeed.accelerator import get_accelerator
 
     info = rdzv.info
@@ -81,6 +84,8 @@ def init_distributed(rdzv: Rendezvous, timeout_s: float, connect_timeout_s: floa
 def _release_shm_buffer(master_addr: str, master_port: int, rank: int) -> None:
     """Unlink this rank's DeepSpeed shm buffer once every rank has mapped every buffer (the barrier),
     so nothing stays in /dev/shm after the run, however it ends (``ds_bench.machine.shm`` says why)."""
+    import torch
+
     from ds_bench.machine.shm import release_own_buffer
 
     torch.distributed.barrier()
@@ -89,6 +94,8 @@ def _release_shm_buffer(master_addr: str, master_port: int, rank: int) -> None:
 
 def gather(obj):
     """Every rank's ``obj``, in rank order, on every rank (bounded by the process group's timeout)."""
+    import torch
+
     out: list = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(out, obj)
     return out
@@ -99,6 +106,8 @@ def _limit_cpu_threads(device_type: str, local_world_size: int | None) -> None:
     e.g. a Slurm cpuset) get C // N intra-op threads each. OMP_NUM_THREADS, when set (torchrun sets
     1), wins; the count used is recorded in ``hardware.torch_threads``."""
     if device_type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        import torch
+
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // max(1, local_world_size or 1)))
 
 
@@ -130,6 +139,8 @@ def exit_process(code: int) -> None:
 
 
 def _destroy_process_group() -> None:
+    import torch
+
     try:
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()

@@ -8,7 +8,7 @@ with several hosts, a checked 64 MiB all_reduce inside each host and one across 
 per host) give each link class its own busbw.
 The bandwidth figure is the NCCL-tests convention (busbw = 2(n-1)/n x bytes / time, see
 NVIDIA/nccl-tests doc/PERFORMANCE.md). Each rank also measures its device's ceiling, briefly
-(``ds_bench.measure.roofline``: one matmul size per dtype and a copy; ``ds-bench roofline`` for the full
+(``ds_bench.measure.ceilings``: one matmul size per dtype and a copy; ``ds-bench roofline`` for the full
 record runs read). Exit 0 when all is well, 1 with the reasons when not.
 """
 
@@ -26,7 +26,6 @@ from ds_bench.cluster import join, process
 from ds_bench.cluster.netif import read_interfaces
 from ds_bench.config import argcheck
 from ds_bench.config.run_checks import check_timeout
-from ds_bench.config.run_flags import add_local_rank
 from ds_bench.machine import shm
 from ds_bench.record import store as results
 from ds_bench.record.schema import DoctorRecord
@@ -66,17 +65,17 @@ def version_problems(facts: list[dict]) -> list[str]:
 def checked_allreduce(state: process.DistState, size_bytes: int,
                       groups: list[tuple[tuple[int, ...], object | None]]) -> list[dict]:
     """One checked, timed float32 all_reduce of ``size_bytes`` in each (ranks, process group) of
-    ``groups`` (None: the world), through ``comm.measure.sample`` (known-result check, warm-up,
-    barrier, device-synchronized clock); returns one ``comm.report`` row per group, time averaged
+    ``groups`` (None: the world), through ``comm.timing.sample`` (known-result check, warm-up,
+    barrier, device-synchronized clock); returns one ``comm.figures`` row per group, time averaged
     over its ranks, with busbw and the ranks' wrong results."""
-    from ds_bench.comm import report as comm_report
-    from ds_bench.comm.measure import sample
+    from ds_bench.comm import figures
+    from ds_bench.comm.timing import sample
 
     mine = [dataclasses.asdict(sample("all_reduce", size_bytes, torch.float32, state.device, ranks.index(state.rank),
                                       len(ranks), 1, ALLREDUCE_ITERS, handle))
             if state.rank in ranks else None for ranks, handle in groups]
     everyone = process.gather(mine)
-    return [comm_report.rows([[everyone[r][i]] for r in ranks], len(ranks))[0] for i, (ranks, _) in enumerate(groups)]
+    return [figures.rows([[everyone[r][i]] for r in ranks], len(ranks))[0] for i, (ranks, _) in enumerate(groups)]
 
 
 def allreduce_check(state: process.DistState) -> tuple[list[str], dict]:
@@ -89,14 +88,14 @@ def allreduce_check(state: process.DistState) -> tuple[list[str], dict]:
 
 
 def ceiling_check(state: process.DistState) -> list[dict]:
-    """Every rank's short roofline (all ranks at once), gathered: rows of ``measure.roofline.measure_rank``."""
+    """Every rank's short roofline (all ranks at once), gathered: rows of ``measure.ceilings.measure_rank``."""
     from deepspeed.accelerator import get_accelerator
 
-    from ds_bench.measure import roofline
+    from ds_bench.measure import ceilings
 
     dtypes, sizes, copy_bytes = ROOFLINE["cuda" if state.device.type == "cuda" else "cpu"]
     where = {"rank": state.rank, "host": socket.gethostname(), "device": results.hardware(state.device)["device"]}
-    mine = roofline.measure_rank(where, state.device, dtypes, sizes, copy_bytes, ROOFLINE_TIME_S, ROOFLINE_REPEATS,
+    mine = ceilings.measure_rank(where, state.device, dtypes, sizes, copy_bytes, ROOFLINE_TIME_S, ROOFLINE_REPEATS,
                                  get_accelerator().synchronize, torch.distributed.barrier)
     return [row for rows in process.gather(mine) for row in rows]
 
@@ -158,16 +157,6 @@ def leftover_notes(facts: list[dict]) -> list[str]:
     return [f"NOTE: {host}: {count} leftover DeepSpeed shm buffer(s) hold {size / 2**30:.2f} GiB of RAM in "
             f"{shm.SHM_DIR} (stock DeepSpeed never unlinks them); `python -m ds_bench.machine.jit_ops` removes them"
             for host, (count, size) in seen.items()]
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--iface", default=None, help="network interface for the rendezvous")
-    p.add_argument("--dist-timeout", dest="dist_timeout_s", type=float, default=60.0)
-    p.add_argument("--connect-timeout", dest="connect_timeout_s", type=float, default=30.0)
-    p.add_argument("--json", default=None, help="append the full report as a JSON line here")
-    p.add_argument("--no-roofline", dest="roofline", action="store_false",
-                   help="skip the short matmul/copy ceiling check on every rank")
-    add_local_rank(p)
 
 
 def main(args: argparse.Namespace) -> int:

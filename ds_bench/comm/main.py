@@ -19,16 +19,10 @@ import os
 import torch
 
 from ds_bench.cluster import join, process
-from ds_bench.comm import pairs, report
+from ds_bench.comm import figures, pairs
 from ds_bench.comm.bandwidth import sizes
-from ds_bench.comm.measure import sample
-from ds_bench.comm.spec import (
-    DTYPES,
-    MAX_BYTES,
-    CommSpec,
-    add_arguments,  # noqa: F401  (the CLI router's entry)
-    from_args,
-)
+from ds_bench.comm.timing import sample
+from ds_bench.comm.spec import MAX_BYTES, CommSpec, from_args
 from ds_bench.comm.topology import link_groups, make_groups
 from ds_bench.record import store as results
 from ds_bench.record.schema import CommRecord
@@ -47,14 +41,14 @@ def main(args) -> int:
     state = _join(spec)
     hosts = process.gather(os.uname().nodename)
     collectives = [c for c in spec.collectives if not (c == "send_recv" and state.world_size == 1)]
-    plan = sizes(spec.min_bytes, spec.max_bytes or MAX_BYTES[state.device.type], spec.step_factor)
+    message_sizes = sizes(spec.min_bytes, spec.max_bytes or MAX_BYTES[state.device.type], spec.step_factor)
     rows, error = [], None
     try:
-        rows = _world_rows(spec, state, collectives, plan)
-        rows += _link_rows(spec, state, hosts, collectives, plan[-LARGE_SIZES:])
+        rows = _world_rows(spec, state, collectives, message_sizes)
+        rows += _link_rows(spec, state, hosts, collectives, message_sizes[-LARGE_SIZES:])
         if spec.pairs:
-            rows += pairs.rows(process.gather(pairs.rank_samples(hosts, state.rank, plan[-LARGE_SIZES:],
-                                                                 DTYPES[spec.dtype], state.device, spec.warmup,
+            rows += pairs.rows(process.gather(pairs.rank_samples(hosts, state.rank, message_sizes[-LARGE_SIZES:],
+                                                                 getattr(torch, spec.dtype), state.device, spec.warmup,
                                                                  spec.iters)))
     except RuntimeError as e:  # a collective that failed or timed out: a result, not a traceback
         error = f"{type(e).__name__}: {e}"
@@ -65,22 +59,22 @@ def main(args) -> int:
     return 1 if verdict[0] or error else 0
 
 
-def _samples(spec: CommSpec, state: process.DistState, collectives: list[str], plan: list[int], rank: int,
+def _samples(spec: CommSpec, state: process.DistState, collectives: list[str], message_sizes: list[int], rank: int,
              n: int, group=None) -> list[dict]:
-    return [dataclasses.asdict(sample(collective, size, DTYPES[spec.dtype], state.device, rank, n, spec.warmup,
-                                      spec.iters, group)) for collective in collectives for size in plan]
+    return [dataclasses.asdict(sample(collective, size, getattr(torch, spec.dtype), state.device, rank, n, spec.warmup,
+                                      spec.iters, group)) for collective in collectives for size in message_sizes]
 
 
-def _world_rows(spec, state, collectives, plan) -> list[dict]:
+def _world_rows(spec, state, collectives, message_sizes) -> list[dict]:
     """Every collective at every size over all ranks; one gather per collective, after its sizes."""
     per_rank: list[list[dict]] = [[] for _ in range(state.world_size)]
     for collective in collectives:
-        for rank, samples in enumerate(process.gather(_samples(spec, state, [collective], plan, state.rank,
+        for rank, samples in enumerate(process.gather(_samples(spec, state, [collective], message_sizes, state.rank,
                                                                 state.world_size))):
             per_rank[rank] += samples
         if state.rank == 0:
-            log.info("%s: %d sizes done", collective, len(plan))
-    return [{"scope": "world", "group": "all ranks", **row} for row in report.rows(per_rank, state.world_size)]
+            log.info("%s: %d sizes done", collective, len(message_sizes))
+    return [{"scope": "world", "group": "all ranks", **row} for row in figures.rows(per_rank, state.world_size)]
 
 
 def _link_rows(spec, state, hosts, collectives, large) -> list[dict]:
@@ -96,7 +90,7 @@ def _link_rows(spec, state, hosts, collectives, large) -> list[dict]:
     out = []
     for i, (group, _) in enumerate(groups):
         per_rank = [everyone[r][i] for r in group.ranks]
-        out += [{"scope": group.scope, "group": group.label, **row} for row in report.rows(per_rank, len(group.ranks))]
+        out += [{"scope": group.scope, "group": group.label, **row} for row in figures.rows(per_rank, len(group.ranks))]
     return out
 
 
@@ -107,7 +101,7 @@ def _join(spec: CommSpec) -> process.DistState:
 def _record(spec: CommSpec, state: process.DistState, rows: list[dict], hosts: list[str],
             error: str | None) -> list[str]:
     """Rank 0: print the table, append the record, write the plot; returns the problems."""
-    problems = ([error] if error else []) + report.wrong_results(rows) + report.gate(rows, spec.expect_busbw)
+    problems = ([error] if error else []) + figures.wrong_results(rows) + figures.gate(rows, spec.expect_busbw)
     record = CommRecord(**results.base_record(results.new_run_id(), spec.to_dict()), kind="comm",
                         status="failed" if problems else "ok", problems=problems, world_size=state.world_size,
                         hosts=hosts, launcher=state.launcher, backend=state.backend,
@@ -120,9 +114,9 @@ def _record(spec: CommSpec, state: process.DistState, rows: list[dict], hosts: l
         print(f"NOTE: {ONE_RANK_NOTE}", flush=True)
     results.append_record(spec.results, record)
     if rows:
-        print(report.table(rows), flush=True)
+        print(figures.table(rows), flush=True)
         title = f"{state.world_size} ranks, {state.backend}, {record.hardware['device']}, {spec.dtype}"
-        print(f"plot:    {report.write_plot(rows, spec.plot, title)}", flush=True)
+        print(f"plot:    {figures.write_plot(rows, spec.plot, title)}", flush=True)
     for line in link_lines:
         print(line, flush=True)
     print(f"results: {spec.results} (run {record.run_id})", flush=True)

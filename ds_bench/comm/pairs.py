@@ -24,11 +24,9 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from ds_bench.comm import patterns, report
+from ds_bench.comm import figures, patterns
 from ds_bench.comm.bandwidth import element_count
-from ds_bench.comm.measure import RankSample, clock, exchange
-
-DEFAULT_SLOW_LINK_PCT = 25.0
+from ds_bench.comm.timing import RankSample, clock, exchange
 
 
 def leaders(hosts: list[str]) -> dict[str, int]:
@@ -64,10 +62,10 @@ def rank_samples(hosts: list[str], rank: int, sizes: list[int], dtype: torch.dty
     for round_ in pair_rounds(list(lead)):
         link, peer = _my_pair(round_, lead, rank)
         for size in sizes:
-            prepared = _prepare(size, dtype, device, rank, peer, warmup, link) if peer is not None else None
+            ready = _link_exchange(size, dtype, device, rank, peer, warmup, link) if peer is not None else None
             dist.barrier()
-            if prepared is not None:
-                run, sample = prepared
+            if ready is not None:
+                run, sample = ready
                 mine.append((link, dataclasses.asdict(dataclasses.replace(sample, seconds=clock(run, iters, device)))))
     return mine
 
@@ -79,7 +77,7 @@ def _my_pair(round_: list[tuple[str, str]], lead: dict[str, int], rank: int) -> 
     return None, None
 
 
-def _prepare(size_bytes: int, dtype: torch.dtype, device: torch.device, rank: int, peer: int, warmup: int,
+def _link_exchange(size_bytes: int, dtype: torch.dtype, device: torch.device, rank: int, peer: int, warmup: int,
              link: str) -> tuple[Callable[[], None], RankSample]:
     """The exchange with ``peer``, run once and checked, then warmed up; the sample's time is unset."""
     count = element_count("send_recv", size_bytes, 2, torch.empty(0, dtype=dtype).element_size())
@@ -107,13 +105,13 @@ def rows(everyone: list[list[tuple[str, dict]]]) -> list[dict]:
             mine.setdefault(link, []).append(sample)
         for link, ordered in mine.items():
             by_link.setdefault(link, []).append(ordered)
-    return [{"scope": "pair", "group": link, **row} for link, ends in by_link.items() for row in report.rows(ends, 2)]
+    return [{"scope": "pair", "group": link, **row} for link, ends in by_link.items() for row in figures.rows(ends, 2)]
 
 
 def slow_links(pair_rows: list[dict], threshold_pct: float) -> list[dict]:
     """Links whose largest-size busbw is more than ``threshold_pct``% below the best link's, slowest
     first (pure)."""
-    top = report.largest(pair_rows, by="group")
+    top = figures.largest(pair_rows, by="group")
     if len(top) < 2:
         return []
     best = max(row["busbw_GBps"] for row in top.values())
@@ -127,7 +125,7 @@ def suspect_hosts(pair_rows: list[dict], slow: list[dict]) -> list[str]:
     """Hosts with two or more links, every one of them slow (pure)."""
     slow_set = {s["link"] for s in slow}
     links_of: dict[str, list[str]] = {}
-    for link in report.largest(pair_rows, by="group"):
+    for link in figures.largest(pair_rows, by="group"):
         for host in link.split("<->"):
             links_of.setdefault(host, []).append(link)
     return [h for h, links in links_of.items() if len(links) >= 2 and all(x in slow_set for x in links)]
@@ -135,13 +133,13 @@ def suspect_hosts(pair_rows: list[dict], slow: list[dict]) -> list[str]:
 
 def describe(pair_rows: list[dict], slow: list[dict], suspects: list[str], threshold_pct: float) -> list[str]:
     """The lines printed after the table: the slowest links, which are slow, the suspect hosts."""
-    top = sorted(report.largest(pair_rows, by="group").items(), key=lambda item: item[1]["busbw_GBps"])
+    top = sorted(figures.largest(pair_rows, by="group").items(), key=lambda item: item[1]["busbw_GBps"])
     if not top:
         return ["pairs: one host, no host pairs to measure"]
     best_link, best = top[-1][0], top[-1][1]["busbw_GBps"]
     slow_set = {s["link"] for s in slow}
     lines = [f"pairs: {len(top)} links; best {best_link} {best:.3g} GB/s busbw at "
-             f"{report.human_bytes(top[-1][1]['size_bytes'])}"]
+             f"{figures.human_bytes(top[-1][1]['size_bytes'])}"]
     for link, row in top[:3]:
         mark = f"SLOW (more than {threshold_pct:g}% below the best)" if link in slow_set else "ok"
         lines.append(f"  {link}: {row['busbw_GBps']:.3g} GB/s ({(row['busbw_GBps'] / best - 1) * 100:+.0f}% vs best) "

@@ -8,18 +8,19 @@ import math
 import os
 from dataclasses import asdict, dataclass
 
-import torch
-
 from ds_bench.comm.bandwidth import COLLECTIVES
-from ds_bench.comm.pairs import DEFAULT_SLOW_LINK_PCT
 from ds_bench.config import argcheck
 from ds_bench.config.parsers import parse_size
 from ds_bench.errors import UserError
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-          "float64": torch.float64}
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+"""``--dtype`` choices, each the name of its torch dtype (``getattr(torch, name)``); no torch here, so the
+command's flags are built without importing it."""
 MAX_BYTES = {"cpu": 256 * 2**20, "cuda": 4 * 2**30}
 """Default largest message: 256 MiB on CPU ranks, 4 GiB on GPUs (nccl-tests users go to 8 GiB)."""
+DEFAULT_SLOW_LINK_PCT = 25.0
+"""``--slow-link-threshold``'s default: a link more than this many percent below the best is slow
+(``ds_bench.comm.pairs``)."""
 
 
 @dataclass(frozen=True)

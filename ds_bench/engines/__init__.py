@@ -24,7 +24,7 @@ from ds_bench.config.layout import ENGINES
 from ds_bench.config.run_checks import check_engine
 from ds_bench.engines.pipeline import PipelinePlan
 from ds_bench.engines.pipeline import check_config as check_pipeline_config
-from ds_bench.engines.plan import TorchPlan, plan
+from ds_bench.engines.torch_settings import TorchSettings, torch_settings
 from ds_bench.engines.tensor_parallel import TensorParallelPlan, deepspeed_config
 from ds_bench.engines.torch_engine import DTYPES, TorchEngine, wrap_ddp, wrap_fsdp
 from ds_bench.engines.zero_init import full_numel, is_partitioned, partitioned_build
@@ -43,7 +43,7 @@ class EngineChoice:
     """The dtype the model is cast to before wrapping: DeepSpeed trains in the compute dtype (fp32
     master weights in its optimizer); DDP and FSDP keep fp32 weights and cast per op/unit."""
     input_dtype: torch.dtype
-    torch_plan: TorchPlan | None = None
+    torch_settings: TorchSettings | None = None
     pipeline: PipelinePlan | None = None
     """The pipeline layout (``--pipeline-stages``); None: data parallelism only."""
     tensor_parallel: TensorParallelPlan | None = None
@@ -51,14 +51,14 @@ class EngineChoice:
 
     def describe(self) -> dict:
         """The record's ``engine_plan``: how the config was mapped (None for DeepSpeed: it reads it itself)."""
-        return self.torch_plan.describe() if self.torch_plan else None
+        return self.torch_settings.describe() if self.torch_settings else None
 
     def optimizer_record(self, ds_cfg: dict, device_type: str) -> dict:
         """The record's ``optimizer``: where it came from and the class that trains."""
-        if self.torch_plan is None:
+        if self.torch_settings is None:
             return optim.describe(ds_cfg, device_type)
         source = "ds_config" if "optimizer" in ds_cfg else optim.DEFAULT_SOURCE
-        return {"source": source, "type": f"torch.optim.{self.torch_plan.optimizer}"}
+        return {"source": source, "type": f"torch.optim.{self.torch_settings.optimizer}"}
 
 
 def choose(name: str, ds_cfg: dict, default_lr: float, where: str, pipeline: PipelinePlan | None = None,
@@ -70,8 +70,8 @@ def choose(name: str, ds_cfg: dict, default_lr: float, where: str, pipeline: Pip
     if name == "deepspeed":
         return EngineChoice(name, ds_config.zero_stage(ds_cfg), compute, compute, pipeline=pipeline,
                             tensor_parallel=tensor_parallel)
-    torch_plan = plan(name, ds_cfg, default_lr, where)
-    return EngineChoice(name, torch_plan.zero_stage, torch.float32, torch.float32, torch_plan)
+    settings = torch_settings(name, ds_cfg, default_lr, where)
+    return EngineChoice(name, settings.zero_stage, torch.float32, torch.float32, settings)
 
 
 def build(choice: EngineChoice, model: torch.nn.Module, ds_cfg: dict, device: torch.device, lr: float):
@@ -81,5 +81,5 @@ def build(choice: EngineChoice, model: torch.nn.Module, ds_cfg: dict, device: to
         from ds_bench.engines.deepspeed_engine import initialize
 
         return initialize(model, deepspeed_config(choice.tensor_parallel, ds_cfg), lr)
-    wrapped = wrap_ddp(model, device) if choice.name == "ddp" else wrap_fsdp(model, choice.torch_plan, device)
-    return TorchEngine(wrapped, choice.torch_plan, device)
+    wrapped = wrap_ddp(model, device) if choice.name == "ddp" else wrap_fsdp(model, choice.torch_settings, device)
+    return TorchEngine(wrapped, choice.torch_settings, device)

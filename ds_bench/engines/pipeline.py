@@ -51,7 +51,7 @@ class PipelinePlan:
                 "schedule_bubble": self.bubble()}
 
 
-def plan(stages: int | None, partition: str | None, world_size: int, n_blocks: int | None) -> PipelinePlan | None:
+def resolve(stages: int | None, partition: str | None, world_size: int, n_blocks: int | None) -> PipelinePlan | None:
     """The layout of ``--pipeline-stages`` on ``world_size`` ranks; None without it."""
     if stages is None:
         return None
@@ -63,7 +63,7 @@ def plan(stages: int | None, partition: str | None, world_size: int, n_blocks: i
 
 
 def check_config(pipe: PipelinePlan, ds_cfg: dict, where: str) -> PipelinePlan:
-    """The plan with its micro-batch count (the ZeRO stage and offload it refuses: ``config.legality``)."""
+    """The ``PipelinePlan`` with its micro-batch count (the ZeRO stage and offload it refuses: ``config.legality``)."""
     micro_batches = ds_cfg["gradient_accumulation_steps"]
     if micro_batches < pipe.stages:
         log.warning("--pipeline-stages %d with %d micro-batch(es) per step (gradient_accumulation_steps): fewer "

@@ -44,7 +44,7 @@ class TensorParallelPlan:
         return {"tensor_parallel": self.size, "data_parallel_size": self.data_parallel_size}
 
 
-def plan(size: int | None, world_size: int, divisors: dict[str, int]) -> TensorParallelPlan | None:
+def resolve(size: int | None, world_size: int, divisors: dict[str, int]) -> TensorParallelPlan | None:
     """The layout of ``--tensor-parallel`` on ``world_size`` ranks of a model AutoTP can shard
     (``Workload.check_tensor_parallel_flag``), whose widths are ``divisors`` (pure); None without it."""
     if size is None:

@@ -6,7 +6,7 @@ gradient-accumulation boundary, as ``DeepSpeedEngine.step`` does), ``device``, a
 ``save_checkpoint`` / ``load_checkpoint`` with DeepSpeed's signatures, written with torch's
 distributed checkpoint (``torch.distributed.checkpoint``: one ``__{rank}_0.distcp`` file per rank
 plus ``.metadata``) and a ``latest`` file naming the newest tag, as DeepSpeed writes one.
-What the config maps to is decided by ``ds_bench.engines.plan``.
+What the config maps to is decided by ``ds_bench.engines.torch_settings``.
 """
 
 from __future__ import annotations
@@ -18,42 +18,42 @@ import pickle
 import torch
 import torch.distributed as dist
 
-from ds_bench.engines.plan import TorchPlan
+from ds_bench.engines.torch_settings import TorchSettings
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class TorchEngine:
-    def __init__(self, module: torch.nn.Module, plan: TorchPlan, device: torch.device):
+    def __init__(self, module: torch.nn.Module, settings: TorchSettings, device: torch.device):
         from ds_bench.config.deepspeed.optim import scheduler_classes
 
-        self.module, self.plan, self.device = module, plan, device
-        self.optimizer = getattr(torch.optim, plan.optimizer)(module.parameters(), **plan.optimizer_params)
-        self.lr_scheduler = (scheduler_classes()[plan.scheduler](self.optimizer, **plan.scheduler_params)
-                             if plan.scheduler else None)
-        self.scaler = _grad_scaler(plan, device)
+        self.module, self.settings, self.device = module, settings, device
+        self.optimizer = getattr(torch.optim, settings.optimizer)(module.parameters(), **settings.optimizer_params)
+        self.lr_scheduler = (scheduler_classes()[settings.scheduler](self.optimizer, **settings.scheduler_params)
+                             if settings.scheduler else None)
+        self.scaler = _grad_scaler(settings, device)
         self.micro_steps = 0
         self.global_steps = 0
 
     def __call__(self, *args, **kwargs):
-        if self.plan.engine == "ddp":  # DDP decides in forward whether this backward all-reduces (its no_sync)
+        if self.settings.engine == "ddp":  # DDP decides in forward whether this backward all-reduces (its no_sync)
             self.module.require_backward_grad_sync = self.is_gradient_accumulation_boundary()
         with self._autocast():
             return self.module(*args, **kwargs)
 
     def _autocast(self):
-        if self.plan.engine != "ddp" or self.plan.precision == "fp32":
+        if self.settings.engine != "ddp" or self.settings.precision == "fp32":
             return contextlib.nullcontext()  # FSDP casts through its MixedPrecisionPolicy
-        return torch.autocast(self.device.type, dtype=DTYPES[self.plan.precision])
+        return torch.autocast(self.device.type, dtype=DTYPES[self.settings.precision])
 
     def is_gradient_accumulation_boundary(self) -> bool:
-        return (self.micro_steps + 1) % self.plan.grad_accum == 0
+        return (self.micro_steps + 1) % self.settings.grad_accum == 0
 
     def backward(self, loss: torch.Tensor) -> None:
-        if self.plan.engine == "fsdp":
+        if self.settings.engine == "fsdp":
             self.module.set_requires_gradient_sync(self.is_gradient_accumulation_boundary())
-        if self.plan.grad_accum > 1:
-            loss = loss / self.plan.grad_accum  # DeepSpeed's scale_wrt_gas
+        if self.settings.grad_accum > 1:
+            loss = loss / self.settings.grad_accum  # DeepSpeed's scale_wrt_gas
         (self.scaler.scale(loss) if self.scaler else loss).backward()
 
     def step(self) -> None:
@@ -63,8 +63,8 @@ class TorchEngine:
             return
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
-        if self.plan.gradient_clipping > 0:
-            torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.plan.gradient_clipping)
+        if self.settings.gradient_clipping > 0:
+            torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.settings.gradient_clipping)
         if self.scaler:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -119,14 +119,14 @@ class TorchEngine:
         return {"model": model_state, "optimizer": optim_state, "extra": pickle.dumps(extra)}
 
 
-def _grad_scaler(plan: TorchPlan, device: torch.device):
-    if plan.precision != "fp16":
+def _grad_scaler(settings: TorchSettings, device: torch.device):
+    if settings.precision != "fp16":
         return None
-    if plan.engine == "fsdp":
+    if settings.engine == "fsdp":
         from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
-        return ShardedGradScaler(device.type, **plan.loss_scale)
-    return torch.amp.GradScaler(device.type, **plan.loss_scale)
+        return ShardedGradScaler(device.type, **settings.loss_scale)
+    return torch.amp.GradScaler(device.type, **settings.loss_scale)
 
 
 def wrap_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
@@ -136,16 +136,16 @@ def wrap_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
-def wrap_fsdp(model: torch.nn.Module, plan: TorchPlan, device: torch.device) -> torch.nn.Module:
+def wrap_fsdp(model: torch.nn.Module, settings: TorchSettings, device: torch.device) -> torch.nn.Module:
     """``fully_shard`` each unit HuggingFace marks as not to be split (``_no_split_modules``: GPT-2's
     blocks, ResNet's conv layers), then the root, which keeps the rest (embeddings, head)."""
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-    mixed = MixedPrecisionPolicy(param_dtype=DTYPES[plan.precision] if plan.precision != "fp32" else None,
-                                 reduce_dtype=DTYPES[plan.reduce_precision] if plan.precision != "fp32" else None)
-    options = {"reshard_after_forward": plan.reshard_after_forward, "mp_policy": mixed,
-               "offload_policy": CPUOffloadPolicy() if plan.cpu_offload else OffloadPolicy()}
-    if not plan.cpu_offload:
+    mixed = MixedPrecisionPolicy(param_dtype=DTYPES[settings.precision] if settings.precision != "fp32" else None,
+                                 reduce_dtype=DTYPES[settings.reduce_precision] if settings.precision != "fp32" else None)
+    options = {"reshard_after_forward": settings.reshard_after_forward, "mp_policy": mixed,
+               "offload_policy": CPUOffloadPolicy() if settings.cpu_offload else OffloadPolicy()}
+    if not settings.cpu_offload:
         model = model.to(device)
     for unit in shard_units(model):
         fully_shard(unit, **options)

@@ -1,7 +1,7 @@
 """Building a model partitioned (DeepSpeed ZeRO-3 ``deepspeed.zero.Init``): each parameter is split across
 the ranks as it is created, so no rank ever holds the whole model.
 
-``partitioned_build`` is the context the model is built in (``ds_bench.run.measure.build``): ``zero.Init``
+``partitioned_build`` is the context the model is built in (``ds_bench.run.training.build``): ``zero.Init``
 under DeepSpeed ZeRO-3 when the workload allows it (``Workload.partitioned_build``: its FLOPs need no
 forward pass and its weight init gathers what it writes), a no-op otherwise. ``building_partitioned``
 tells a workload's ``build_model`` it runs inside one; ``gathered`` gathers parameters around code that

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import shlex
 import socket
 import subprocess
 import sys
@@ -171,17 +170,6 @@ def _need(slots: dict[str, list[int]], spec: LaunchSpec) -> dict[str, list[int]]
     if not slots:
         raise UserError(f"ds-bench launch {spec.launcher}: --hostfile is required")
     return slots
-
-
-def main(args: argparse.Namespace) -> int:
-    argv = build(LaunchSpec.from_args(args))
-    print(shlex.join(argv), flush=True)
-    if args.dry_run:
-        return 0
-    code = run_child(argv)
-    if code != 0:
-        print(f"ds-bench launch: {argv[0]} exited with code {code}", file=sys.stderr, flush=True)
-    return code
 
 
 def run_child(argv: list[str]) -> int:

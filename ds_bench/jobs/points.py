@@ -3,7 +3,7 @@ it skips and why (``skip_reason``), and ``--micro-batch auto``'s search.
 
 Engines (``ds_bench.engines``): DeepSpeed points span every stage and offload; DDP is one family
 per precision and accumulation (stage 0, no offload: it replicates); FSDP takes the sweep's stages
-2 and 3 (3 when it has neither) and offload none or all (``ds_bench.engines.plan``). A DeepSpeed
+2 and 3 (3 when it has neither) and offload none or all (``ds_bench.engines.torch_settings``). A DeepSpeed
 point's key has no engine word, so ledgers written before the engine axis still match.
 """
 

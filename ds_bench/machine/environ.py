@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-import torch
-
 from ds_bench.machine.toolchain import this_environment_toolchain
 
 
 def select_accelerator() -> None:
     """Name the CPU accelerator explicitly when there is no CUDA, instead of DeepSpeed guessing noisily."""
+    import torch
+
     if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
         os.environ["DS_ACCELERATOR"] = "cpu"
 

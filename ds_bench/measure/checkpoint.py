@@ -135,7 +135,7 @@ class Binding:
 
 @dataclass
 class Checkpointer:
-    """One run's checkpointing: planned before the process group is joined (``plan``), bound to the
+    """One run's checkpointing: resolved before the process group is joined (``resolve``), bound to the
     engine by ``attach``. Without --checkpoint or --resume every method does nothing."""
 
     dir: str | None = None
@@ -231,7 +231,7 @@ class Checkpointer:
         return timed(op, self.io.sync, self.io.barrier)
 
 
-def plan(cfg, world_size: int, micro_batch: int, grad_accum: int) -> Checkpointer:
+def resolve(cfg, world_size: int, micro_batch: int, grad_accum: int) -> Checkpointer:
     """Check --checkpoint, --checkpoint-every and --resume before the process group is joined (a
     ``UserError`` naming the flag) and say what the run will do."""
     expected = {"workload": cfg.workload, "seed": cfg.seed, "world_size": world_size, "micro_batch": micro_batch,

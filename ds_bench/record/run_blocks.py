@@ -76,7 +76,7 @@ class PipelineStage(Block):
 
 
 class ModelBuild(Block):
-    """How the model and engine were built on rank 0 (``ds_bench.run.measure.build``). Memory is this rank's
+    """How the model and engine were built on rank 0 (``ds_bench.run.training.build``). Memory is this rank's
     (GPU: allocated; CPU: RSS once the C heap returned its free pages, ``ds_bench.machine.memory.held_bytes``)
     minus what it held before the model (its own ``baseline_mem_bytes``)."""
 

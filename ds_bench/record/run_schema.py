@@ -1,8 +1,8 @@
-"""The ``run`` record (``ds-bench run``, ``ds_bench.run.record``): one per run from rank 0 when it
+"""The ``run`` record (``ds-bench run``, ``ds_bench.run.run_record``): one per run from rank 0 when it
 ended ok, one per failing rank when it failed; its ``metrics`` block and its ``failure``.
 
 Records written before ``kind`` was (no ``kind`` key) are run records. Definitions of the metrics:
-``ds_bench.measure.metrics`` (reductions over ranks) and ``ds_bench.run.measure`` (throughput, FLOPs).
+``ds_bench.measure.metrics`` (reductions over ranks) and ``ds_bench.run.training`` (throughput, FLOPs).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class RunMetrics(Block):
 
 
 class Failure(Block):
-    """Why a rank's run ended early (``ds_bench.run.record.failure_record``)."""
+    """Why a rank's run ended early (``ds_bench.run.run_record.failure_record``)."""
 
     kind: str
     """``oom``, ``stalled``, ``terminated`` or ``error``."""
@@ -123,7 +123,7 @@ class RunRecord(Stamped):
     engine: str = "deepspeed"
     """``deepspeed``, ``ddp`` or ``fsdp`` (records from before engines were choosable: deepspeed)."""
     engine_plan: dict[str, Any] | None = None
-    """DDP/FSDP: how the DeepSpeed config was mapped (``ds_bench.engines.plan``); None for DeepSpeed."""
+    """DDP/FSDP: how the DeepSpeed config was mapped (``ds_bench.engines.torch_settings``); None for DeepSpeed."""
     ds_config: dict[str, Any] | None = None
     """The resolved DeepSpeed config, as ``deepspeed.initialize`` got it."""
     zero_stage: int | None = None

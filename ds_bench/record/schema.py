@@ -10,7 +10,7 @@ before ``schema_version`` 1 is):
 - ``comm``: ``CommRecord``, one per ``ds-bench comm``, a ``CommRow`` per collective, size and group;
 - ``doctor``: ``DoctorRecord``, ``ds-bench doctor --json``;
 - ``capacity_probe`` and ``capacity``: ``ds-bench capacity`` (``ds_bench.record.capacity_schema``).
-``ds-bench schema`` (``ds_bench.record.export``) prints the JSON Schema of them all (``json_schema``),
+``ds-bench schema`` (``ds_bench.commands.schema``) prints the JSON Schema of them all (``json_schema``),
 which ``docs/record.schema.json`` is.
 """
 
@@ -132,7 +132,7 @@ class ScalingRecord(Stamped):
 
 
 class CommRow(Block):
-    """One collective at one size over one group of ranks (``ds_bench.comm.report.rows``)."""
+    """One collective at one size over one group of ranks (``ds_bench.comm.figures.rows``)."""
 
     scope: str = "world"
     """``world`` (all ranks), ``intra``/``inter`` host groups, or ``pair`` (one link)."""
@@ -189,7 +189,7 @@ class DoctorRecord(Record):
 
 
 class RooflineRow(Block):
-    """One measured rate of one rank's device (``ds_bench.measure.roofline``)."""
+    """One measured rate of one rank's device (``ds_bench.measure.ceilings``)."""
 
     rank: int
     host: str

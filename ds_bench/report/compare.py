@@ -17,20 +17,7 @@ from ds_bench.config import argcheck
 from ds_bench.errors import UserError
 from ds_bench.record import store
 from ds_bench.report.compare_match import Sample, samples
-from ds_bench.report.compare_verdict import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, Verdict, judge
-
-__all__ = ["add_arguments", "main"]
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("base", help="results file of the reference (JSON lines of any ds-bench command)")
-    p.add_argument("new", help="results file to judge against it")
-    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD_PCT, metavar="PCT",
-                   help=f"a change within this many percent is not called (default {DEFAULT_THRESHOLD_PCT:g})")
-    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
-                   help=f"significance level of the Mann-Whitney U test (default {DEFAULT_ALPHA:g})")
-    p.add_argument("--html", default=None, metavar="PATH", help="also write the comparison as a self-contained page")
-
+from ds_bench.report.compare_verdict import Verdict, judge
 
 def main(args: argparse.Namespace) -> int:
     if not 0 <= args.threshold < 100:

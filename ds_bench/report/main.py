@@ -32,15 +32,6 @@ def show(results_path: str, tag: str | None, plot_path: str | None) -> int:
     return 0
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("results", nargs="*", default=["results/results.jsonl"],
-                   help="results files (JSON lines of any ds-bench command); several only with --html")
-    p.add_argument("--tag", default=None, help="only records with this tag")
-    p.add_argument("--plot", default=None, help="write a PNG plot here")
-    p.add_argument("--html", default=None, metavar="PATH",
-                   help="write one self-contained HTML page of every results file given (works offline)")
-
-
 def main(args: argparse.Namespace) -> int:
     if args.html:
         if args.tag or args.plot:

@@ -1,5 +1,5 @@
 """``ds-bench roofline``: achieved dense matmul TFLOP/s per dtype and copy bandwidth on every device of the
-job, as one ``kind: roofline`` record (``ds_bench.measure.roofline`` says how each figure is taken).
+job, as one ``kind: roofline`` record (``ds_bench.measure.ceilings`` says how each figure is taken).
 
 Run it under the launcher the benchmarks use (or alone, one process): every rank measures its own device
 at the same time as the others, rank 0 prints the table and appends the record. Runs whose results file
@@ -18,9 +18,8 @@ from ds_bench.cluster import join, process
 from ds_bench.config import argcheck
 from ds_bench.config.parsers import parse_list, parse_size
 from ds_bench.config.run_checks import check_timeout
-from ds_bench.config.run_flags import add_local_rank
 from ds_bench.errors import UserError
-from ds_bench.measure import roofline
+from ds_bench.measure import ceilings
 from ds_bench.record import store as results
 from ds_bench.record.schema import RooflineRecord, RooflineRow
 
@@ -28,29 +27,10 @@ DEFAULT_SIZES = {"cuda": "4096,8192", "cpu": "512,1024"}
 DEFAULT_COPY = {"cuda": "1GiB", "cpu": "64MiB"}
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dtypes", default=None, help="fp32,bf16,fp16 (default: bf16 and fp32; fp16 too on GPUs)")
-    p.add_argument("--sizes", default=None, help="square matmul sides, e.g. 4096,8192 (default: 4096,8192 on "
-                                                 "GPUs, 512,1024 on CPUs)")
-    p.add_argument("--gpt2", default=None, metavar="SIZE",
-                   help="also time the matrix products of one GPT-2 SIZE block and its LM head (forward and backward) "
-                        "at --tokens: a run's own GEMM shapes (e.g. small, gpt3-1.3b)")
-    p.add_argument("--tokens", type=int, default=None, help="with --gpt2: micro-batch x sequence length (default 4096)")
-    p.add_argument("--copy-bytes", default=None, help="bytes copied per copy operation (default 1GiB GPU, 64MiB CPU)")
-    p.add_argument("--min-time", dest="min_time_s", type=float, default=1.0,
-                   help="seconds of timed work per figure (default 1)")
-    p.add_argument("--repeats", type=int, default=5, help="samples per figure (default 5): median, min, max")
-    p.add_argument("--results", default="results/roofline.jsonl", help="JSON-lines file the record is appended to")
-    p.add_argument("--iface", default=None, help="network interface for the rendezvous")
-    p.add_argument("--dist-timeout", dest="dist_timeout_s", type=float, default=60.0)
-    p.add_argument("--connect-timeout", dest="connect_timeout_s", type=float, default=30.0)
-    add_local_rank(p)
-
-
 def main(args: argparse.Namespace) -> int:
     device_type = "cuda" if torch.cuda.is_available() else "cpu"
     dtypes = parse_list("--dtypes", args.dtypes or ("bf16,fp32,fp16" if device_type == "cuda" else "bf16,fp32"),
-                        tuple(roofline.DTYPES))
+                        tuple(ceilings.DTYPES))
     sizes = parse_list("--sizes", args.sizes or DEFAULT_SIZES[device_type], kind=int)
     try:
         copy_bytes = parse_size(args.copy_bytes or DEFAULT_COPY[device_type])
@@ -93,11 +73,11 @@ def run_gemms(size: str | None, tokens: int | None) -> tuple:
 
 def measure(state: process.DistState, dtypes: tuple, sizes: tuple, copy_bytes: int, min_time_s: float,
             repeats: int, gemms: tuple = ()) -> list[RooflineRow]:
-    """This rank's figures (``measure.roofline.measure_rank``)."""
+    """This rank's figures (``measure.ceilings.measure_rank``)."""
     from deepspeed.accelerator import get_accelerator
 
     where = {"rank": state.rank, "host": socket.gethostname(), "device": results.hardware(state.device)["device"]}
-    return [RooflineRow(**row) for row in roofline.measure_rank(where, state.device, dtypes, sizes, copy_bytes,
+    return [RooflineRow(**row) for row in ceilings.measure_rank(where, state.device, dtypes, sizes, copy_bytes,
                                                                   min_time_s, repeats, get_accelerator().synchronize,
                                                                   torch.distributed.barrier, gemms)]
 

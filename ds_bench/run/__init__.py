@@ -1,1 +1,1 @@
-"""``ds-bench run``: one benchmark run as every rank executes it (prepare -> measure -> record)."""
+"""``ds-bench run``: one benchmark run as every rank executes it (resolve -> join -> measure -> record)."""

@@ -1,46 +1,24 @@
 """Rank 0's figures of a finished run: the ranks' reports reduced (``ds_bench.measure.metrics``), throughput,
 model FLOPs and MFU against the device's peak and the measured ceiling (``ds-bench roofline``), slow ranks,
 the comm-bound verdict (``ds_bench.report.comm_bound``), and the record's extra blocks (start-up, build,
-compile, pipeline stages). ``Built`` is what ``ds_bench.run.measure`` hands over from the build.
+compile, pipeline stages), from the ``Built`` model ``ds_bench.run.training`` hands over (``ds_bench.run.state``).
 """
 
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass
 
 from ds_bench.cluster import process
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_config import RunConfig
-from ds_bench.measure import compile_stats, peaks, roofline, slow_ranks, stage_timers, tp_comm
+from ds_bench.measure import ceilings, compile_stats, peaks, slow_ranks, stage_timers, tp_comm
 from ds_bench.measure.loop import timing
 from ds_bench.measure.metrics import summarize
 from ds_bench.record import store as results
 from ds_bench.record.schema import RooflineRecord
 from ds_bench.report import comm_bound as verdict
 from ds_bench.run import startup
-from ds_bench.run.record import Started
-
-
-@dataclass(frozen=True)
-class Built:
-    """The engine that trains, and what was read off the whole model before it was wrapped."""
-
-    engine: object
-    params: int
-    largest_layer_params: int
-    flops_per_sample: float | None
-    """Model FLOPs (``ds_bench.workloads.flops``), counted before ZeRO-3 partitions the weights."""
-    hardware_flops_per_sample: float | None
-    stages: list[dict] | None = None
-    """Pipeline runs: each stage's layout (``stage_layout``) and build seconds, from its first data-parallel rank;
-    ``run_metrics`` adds its timers, bubble and peak memory (``ds_bench.measure.stage_timers``)."""
-    build: dict | None = None
-    """The record's ``build`` (``ds_bench.record.run_schema.ModelBuild``): partitioned or not, times, memory."""
-    settings: dict | None = None
-    """Speed settings the built model runs with, record fields (``Workload.model_settings``)."""
-    compile_backend: str | None = None
-    """``--compile``: the backend the engine's model is compiled with (None: eager)."""
+from ds_bench.run.state import Built, Started
 
 
 def run_metrics(run: Started, workload, built: Built, reports: list, loop_started_at: float) -> tuple[dict, dict]:
@@ -104,7 +82,7 @@ def vs_measured(tflops: float | None, device: str, precision: str, path: str) ->
     """``mfu_vs_measured`` against the newest ``ds-bench roofline`` record of this host in ``path``."""
     host = socket.gethostname()
     newest = [r for r in results.read_records(path, RooflineRecord, missing_ok=True) if r.host == host][-1:]
-    best = roofline.ceiling([row.model_dump() for row in newest[0].results], host, device, precision) if newest else None
+    best = ceilings.ceiling([row.model_dump() for row in newest[0].results], host, device, precision) if newest else None
     if best is None:
         return {"measured_note": f"no roofline record of {device} {precision} on {host} in {path}: run ds-bench roofline"}
     return {"measured_tflops": best, "mfu_vs_measured": tflops / best if tflops is not None else None,

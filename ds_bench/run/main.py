@@ -1,13 +1,13 @@
-"""``ds-bench run``: one benchmark run as every rank executes it: prepare -> join -> measure -> record.
+"""``ds-bench run``'s flow (the command: ``ds_bench.commands.run``): one benchmark run as every rank
+executes it: resolve -> join -> measure -> record.
 
-Bad input is caught by ``prepare`` before the process group is joined (exit 2, no record). After
-that, a failure is a measured outcome: each failing rank records why (``ds_bench.run.record``) and
+Bad input is caught by ``resolve`` before the process group is joined (exit 2, no record). After
+that, a failure is a measured outcome: each failing rank records why (``ds_bench.run.run_record``) and
 the run exits non-zero (1, or 128 + signal; ``ds_bench.cluster.faults``).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import time
@@ -16,28 +16,20 @@ import torch
 
 from ds_bench.cluster import faults, join, process
 from ds_bench.config.run_config import RunConfig
-from ds_bench.config.run_flags import add_run_arguments, run_config
 from ds_bench.errors import UserError
 from ds_bench.logs import quiet_deepspeed
 from ds_bench.record import store as results
 from ds_bench.report import summary
-from ds_bench.run.measure import measure
-from ds_bench.run.prepare import prepare
+from ds_bench.run.training import measure
+from ds_bench.run.resolve import resolve
 from ds_bench.run import startup
-from ds_bench.run.record import Started, record_failure, run_record
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_run_arguments(p)
-
-
-def main(args: argparse.Namespace) -> int:
-    return run_benchmark(run_config(args))
+from ds_bench.run.run_record import record_failure, run_record
+from ds_bench.run.state import Started
 
 
 def run_benchmark(cfg: RunConfig) -> int:
     marks = startup.begin()
-    ready = prepare(cfg)
+    ready = resolve(cfg)
     marks["prepare_s"] = time.time() - marks["entered_at"]
     faults.install_signal_handlers()  # after the checks: a rejected run leaves the caller's handlers alone
     state = join.join(ready.rdzv, cfg.dist_timeout_s, cfg.connect_timeout_s, optimizer_op=ready.optimizer_op,

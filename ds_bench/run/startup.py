@@ -2,7 +2,7 @@
 
 ``begin`` is called as ``run`` starts; the phases after it are filled in as the run reaches them
 (``prepare_s`` by ``run.main``, ``ops_s`` and ``process_group_s`` by ``cluster.join``, ``data_s`` and
-``window_open_at`` by ``run.measure``); ``breakdown`` turns them into the record's ``startup`` block:
+``window_open_at`` by ``run.training``); ``breakdown`` turns them into the record's ``startup`` block:
 
   imports_s        process start (the kernel's, ``psutil``) -> ``ds-bench run`` entered: interpreter,
                    torch and ds_bench imports, argument parsing
@@ -10,7 +10,7 @@
   ops_s            DeepSpeed JIT op loads (a build, the first time in an environment)
   process_group_s  rendezvous and process-group init
   libraries_s      the libraries every run imports anyway, loaded before the memory baseline
-                   (``run.measure.PRELOADED``: torch._dynamo, DeepSpeed's optimizers; the workload's)
+                   (``run.training.PRELOADED``: torch._dynamo, DeepSpeed's optimizers; the workload's)
   model_build_s    the workload's model (``build.model_s``; ZeRO-3: partitioned)
   engine_s         ``deepspeed.initialize`` or the DDP/FSDP wrap (``build.engine_s``)
   data_s           the first batch (files read, tokenized, cached)

@@ -35,11 +35,7 @@ from ds_bench.record import store as results
 from ds_bench.record.schema import ScalingRecord, ScalingRow
 from ds_bench.report import scaling_table as report
 from ds_bench.scaling import efficiency, points
-from ds_bench.scaling.spec import (
-    ScalingSpec,
-    add_arguments,  # noqa: F401  (the CLI router's entry)
-    from_args,
-)
+from ds_bench.scaling.spec import ScalingSpec, from_args
 
 
 def main(args: argparse.Namespace) -> int:

@@ -78,7 +78,7 @@ def parse_counts(flag: str, text: str) -> tuple[int, ...]:
     return tuple(values)
 
 
-def plan(args: argparse.Namespace, device_type: str, devices: int) -> tuple[Placement, ...]:
+def placements(args: argparse.Namespace, device_type: str, devices: int) -> tuple[Placement, ...]:
     """The points from ``--ranks`` or ``--hostfile`` + ``--nodes``, checked against what exists."""
     if args.nodes is not None and not args.hostfile:
         raise UserError("--nodes needs --hostfile: the hosts whose first k each point runs on")
@@ -91,7 +91,7 @@ def plan(args: argparse.Namespace, device_type: str, devices: int) -> tuple[Plac
         if args.launcher == "torchrun":
             raise UserError("--launcher torchrun with --hostfile: torchrun needs one command per node; "
                             "use deepspeed or mpirun")
-        return _node_plan(args.hostfile, parse_counts("--nodes", args.nodes))
+        return _node_placements(args.hostfile, parse_counts("--nodes", args.nodes))
     if args.ranks is None:
         raise UserError("--ranks is required: world sizes on this node, e.g. --ranks 1,2,4 (or --hostfile with --nodes)")
     ranks = parse_counts("--ranks", args.ranks)
@@ -100,7 +100,7 @@ def plan(args: argparse.Namespace, device_type: str, devices: int) -> tuple[Plac
     return rank_points(ranks)
 
 
-def _node_plan(path: str, nodes: tuple[int, ...]) -> tuple[Placement, ...]:
+def _node_placements(path: str, nodes: tuple[int, ...]) -> tuple[Placement, ...]:
     from ds_bench.cluster.hostfile import load_hostfile
 
     hosts = tuple(load_hostfile(path).items())
@@ -118,7 +118,7 @@ def from_args(args: argparse.Namespace, device_type: str, devices: int) -> Scali
         raise UserError("--launcher srun: scaling starts each point on a part of the allocation, which is not built "
                         "yet; use deepspeed or mpirun with --hostfile and --nodes")
     job = job_options(args, local_mpirun=True)
-    points = plan(args, device_type, devices)
+    points = placements(args, device_type, devices)
     if args.workload not in REGISTRY:
         raise UserError(f"--workload {args.workload!r} is unknown; known: {', '.join(sorted(REGISTRY))}")
     path = config_path(args.ds_config)

@@ -1,4 +1,4 @@
-"""``ds-bench sweep``: plan the points, run each as a fresh job, record, then rank and recommend.
+"""``ds-bench sweep``: walk the grid of points, run each as a fresh job, record, then rank and recommend.
 
 Per family (stage, offload, precision, accumulation), micro-batches ascending, or for ``auto``
 doubling from 1 then bisecting on the first out-of-memory (``points.next_auto_micro_batch``). Each
@@ -40,7 +40,7 @@ class Sweep:
         self.progress = Progress()
         self.attempts = 0
 
-    # --- the plan -------------------------------------------------------------------------------
+    # --- the grid -------------------------------------------------------------------------------
     def run(self) -> None:
         s = self.spec
         fams = families(s.stages, s.offloads, s.precisions, s.grad_accums, s.engines, s.degrees, s.attns, s.compiles)

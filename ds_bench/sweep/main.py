@@ -12,7 +12,6 @@ import logging
 from ds_bench.errors import UserError
 from ds_bench.jobs import spawn
 from ds_bench.report.sweep_report import report_sweep
-from ds_bench.sweep.spec import add_arguments  # noqa: F401  (the CLI router's entry)
 
 log = logging.getLogger("ds_bench")
 
@@ -31,7 +30,7 @@ def main(args: argparse.Namespace) -> int:
     _check_baseline(spec)
     sweep = driver.Sweep(spec, base)
     if args.dry_run:
-        print(plan_text(sweep))
+        print(dry_run_text(sweep))
         return 0
     done_before = len(sweep.done)
     print(f"sweep {sweep.sweep_id}: {spec.workload}, {sweep.world} rank(s), results {spec.results}"
@@ -61,7 +60,7 @@ def _check_baseline(spec) -> None:
         raise UserError(f"--baseline {spec.baseline!r}: not a point of this sweep; points: {', '.join(keys)}")
 
 
-def plan_text(sweep) -> str:
+def dry_run_text(sweep) -> str:
     from ds_bench.config.legality import Where
     from ds_bench.jobs.points import families, skip_reason
 

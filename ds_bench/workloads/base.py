@@ -29,7 +29,7 @@ class Workload(ABC):
     custom_shapes: bool = False
     """Whether ``--layers/--hidden/--heads`` can shape the model (GPT-2)."""
     preload: tuple[str, ...] = ()
-    """Modules ``build_model`` imports, imported before the memory baseline (``ds_bench.run.measure``) so a
+    """Modules ``build_model`` imports, imported before the memory baseline (``ds_bench.run.training``) so a
     build's time and memory are the model's, not its library's (transformers' GPT-2: ~38 MiB RSS, ~1 s)."""
     attention: bool = False
     """Whether the model has attention whose implementation ``--attn`` chooses (GPT-2)."""

@@ -8,7 +8,6 @@ here, so bad input exits 2 at once, never joins and never leaves a record.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 from ds_bench import engines
 from ds_bench.cluster import join
@@ -19,34 +18,20 @@ from ds_bench.config.run_config import RunConfig
 from ds_bench.engines import pipeline, tensor_parallel
 from ds_bench.machine import environ, jit_ops
 from ds_bench.measure import checkpoint
+from ds_bench.run.state import Resolved
 from ds_bench.workloads import build_workload
-from ds_bench.workloads.base import Workload
 
 log = logging.getLogger("ds_bench")
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """A run whose input has been checked: what it joins with and what it builds after."""
-
-    workload: Workload
-    ds_cfg: dict
-    """The resolved DeepSpeed config (``ds_bench.config.deepspeed.prepare``)."""
-    engine: engines.EngineChoice
-    rdzv: Rendezvous
-    ckpt: checkpoint.Checkpointer
-    optimizer_op: str | None
-    """The JIT optimizer op DeepSpeed will load (DDP/FSDP: none, they use torch.optim)."""
-
-
-def prepare(cfg: RunConfig) -> Prepared:
+def resolve(cfg: RunConfig) -> Resolved:
     """Every check of ``cfg`` against this machine and these ranks, before joining."""
     rdzv = join.prepare(cfg.iface, cfg.dist_timeout_s)
     legality.refuse_run(cfg, rdzv.info.world_size, environ.device_type())
     workload = build_workload(cfg)
     lr = cfg.lr or workload.default_lr
-    pipe = pipeline.plan(cfg.pipeline_stages, cfg.partition, rdzv.info.world_size, workload.pipeline_blocks)
-    tp = tensor_parallel.plan(cfg.tensor_parallel, rdzv.info.world_size, workload.tensor_parallel_divisors)
+    pipe = pipeline.resolve(cfg.pipeline_stages, cfg.partition, rdzv.info.world_size, workload.pipeline_blocks)
+    tp = tensor_parallel.resolve(cfg.tensor_parallel, rdzv.info.world_size, workload.tensor_parallel_divisors)
     warning = tensor_parallel.across_nodes_warning(tp, rdzv.info.local_world_size)
     if warning:
         log.warning(warning)
@@ -59,6 +44,6 @@ def prepare(cfg: RunConfig) -> Prepared:
     micro_batch, accumulation = ds_cfg["train_micro_batch_size_per_gpu"], ds_cfg["gradient_accumulation_steps"]
     preflight.check(cfg, workload, data_world, micro_batch)  # results, data (sharded over data-parallel ranks)
     choice = engines.choose(cfg.engine, ds_cfg, lr, cfg.ds_config, pipeline=pipe, tensor_parallel=tp)
-    ckpt = checkpoint.plan(cfg, rdzv.info.world_size, micro_batch, accumulation)  # --checkpoint, --resume
+    ckpt = checkpoint.resolve(cfg, rdzv.info.world_size, micro_batch, accumulation)  # --checkpoint, --resume
     optimizer_op = jit_ops.optimizer_op(ds_cfg) if choice.name == "deepspeed" else None
-    return Prepared(workload, ds_cfg, choice, rdzv, ckpt, optimizer_op)
+    return Resolved(workload, ds_cfg, choice, rdzv, ckpt, optimizer_op)

@@ -11,42 +11,17 @@ from __future__ import annotations
 import logging
 import signal
 import socket
-from dataclasses import dataclass, field
 
-from ds_bench import engines
-from ds_bench.cluster import faults, process
+from ds_bench.cluster import faults
 from ds_bench.config.deepspeed import prepare as ds_config
-from ds_bench.config.run_config import RunConfig
 from ds_bench.errors import UserError
 from ds_bench.machine import memory
-from ds_bench.measure import checkpoint
-from ds_bench.measure.loop import LoopTimes
 from ds_bench.measure.metrics import RankReport, summarize
 from ds_bench.record import store as results
 from ds_bench.record.schema import Failure, RunMetrics, RunRecord
+from ds_bench.run.state import Started
 
 log = logging.getLogger("ds_bench")
-
-
-@dataclass
-class Started:
-    """A run that has joined the process group: what its records are made of."""
-
-    cfg: RunConfig
-    ds_cfg: dict
-    engine: engines.EngineChoice
-    state: process.DistState
-    size: str | None
-    run_id: str
-    peers: list[dict]
-    """rank, host and pid of every rank, to name a peer that died."""
-    times: LoopTimes = field(default_factory=LoopTimes)
-    baseline_bytes: int = 0
-    """Memory this rank held before the model was built (runtime, libraries, process group)."""
-    ckpt: checkpoint.Checkpointer = field(default_factory=checkpoint.Checkpointer)
-    """--checkpoint / --resume (``ds_bench.measure.checkpoint``); does nothing without them."""
-    startup: dict = field(default_factory=dict)
-    """Wall-clock marks and durations of this rank's start (``ds_bench.run.startup``)."""
 
 
 def rank_report(run: Started, compiled: dict | None = None) -> RankReport:

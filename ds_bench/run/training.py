@@ -23,8 +23,9 @@ from ds_bench.engines.pipeline import clip_on_the_whole_model
 from ds_bench.machine import memory
 from ds_bench.measure import checkpoint, compile_stats, stage_timers, tp_comm
 from ds_bench.measure.loop import DeviceClock, run_loop
-from ds_bench.run.figures import Built, run_metrics
-from ds_bench.run.record import Started, rank_report, record_failure
+from ds_bench.run.figures import run_metrics
+from ds_bench.run.run_record import rank_report, record_failure
+from ds_bench.run.state import Built, Started
 
 log = logging.getLogger("ds_bench")
 

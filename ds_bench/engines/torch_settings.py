@@ -1,4 +1,4 @@
-"""How one DeepSpeed JSON config maps onto PyTorch DDP and FSDP2 (pure: a config in, a plan out).
+"""How one DeepSpeed JSON config maps onto PyTorch DDP and FSDP2 (pure: a config in, ``TorchSettings`` out).
 
 One config file describes the run for every engine (the "Engines" table of docs/engines-and-layouts.md is
 this module in prose):
@@ -32,7 +32,7 @@ from ds_bench.errors import UserError
 
 
 @dataclass(frozen=True)
-class TorchPlan:
+class TorchSettings:
     """What a DDP or FSDP run does with a resolved DeepSpeed config."""
 
     engine: str
@@ -60,15 +60,15 @@ class TorchPlan:
         return asdict(self)
 
 
-def plan(engine: str, ds_cfg: dict, default_lr: float, where: str) -> TorchPlan:
-    """The DDP/FSDP plan for a resolved config; ``UserError`` (naming ``where`` and the key) when the
+def torch_settings(engine: str, ds_cfg: dict, default_lr: float, where: str) -> TorchSettings:
+    """The DDP/FSDP settings of a resolved config; ``UserError`` (naming ``where`` and the key) when the
     config asks for something the engine has no equivalent of."""
     if engine not in ("ddp", "fsdp"):
         raise ValueError(f"no torch plan for engine {engine!r}")
     precision = precision_of(ds_cfg)
     optimizer, optimizer_params = torch_optimizer(ds_cfg, default_lr, f"--engine {engine}: {where}")
     scheduler = ds_cfg.get("scheduler") or {}
-    return TorchPlan(
+    return TorchSettings(
         engine=engine, precision=precision, reduce_precision=_reduce_precision(engine, ds_cfg, precision),
         zero_stage=_stage(engine, ds_cfg, where), grad_accum=int(ds_cfg.get("gradient_accumulation_steps", 1)),
         gradient_clipping=float(ds_cfg.get("gradient_clipping") or 0.0),

@@ -1,0 +1,27 @@
+"""``ds-bench compare BASE NEW``: did anything get slower between two results files, with a noise-aware
+verdict (``ds_bench.report.compare``; the test in ``ds_bench.report.compare_verdict``); exit 1 when slower::
+
+    ds-bench compare results/before.jsonl results/after.jsonl --threshold 5
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ds_bench.report.compare_verdict import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("base", help="results file of the reference (JSON lines of any ds-bench command)")
+    p.add_argument("new", help="results file to judge against it")
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD_PCT, metavar="PCT",
+                   help=f"a change within this many percent is not called (default {DEFAULT_THRESHOLD_PCT:g})")
+    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
+                   help=f"significance level of the Mann-Whitney U test (default {DEFAULT_ALPHA:g})")
+    p.add_argument("--html", default=None, metavar="PATH", help="also write the comparison as a self-contained page")
+
+
+def main(args: argparse.Namespace) -> int:
+    from ds_bench.report.compare import main as compare_files
+
+    return compare_files(args)

@@ -1,0 +1,36 @@
+"""``ds-bench roofline``: the measured ceiling of every device of the job, dense matmul TFLOP/s per dtype
+and copy GB/s, as one ``kind: roofline`` record (``ds_bench.roofline.main``)::
+
+    torchrun --nproc_per_node 8 -m ds_bench roofline --gpt2 gpt3-1.3b --results results/roofline.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ds_bench.config.run_flags import add_local_rank
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dtypes", default=None, help="fp32,bf16,fp16 (default: bf16 and fp32; fp16 too on GPUs)")
+    p.add_argument("--sizes", default=None, help="square matmul sides, e.g. 4096,8192 (default: 4096,8192 on "
+                                                 "GPUs, 512,1024 on CPUs)")
+    p.add_argument("--gpt2", default=None, metavar="SIZE",
+                   help="also time the matrix products of one GPT-2 SIZE block and its LM head (forward and backward) "
+                        "at --tokens: a run's own GEMM shapes (e.g. small, gpt3-1.3b)")
+    p.add_argument("--tokens", type=int, default=None, help="with --gpt2: micro-batch x sequence length (default 4096)")
+    p.add_argument("--copy-bytes", default=None, help="bytes copied per copy operation (default 1GiB GPU, 64MiB CPU)")
+    p.add_argument("--min-time", dest="min_time_s", type=float, default=1.0,
+                   help="seconds of timed work per figure (default 1)")
+    p.add_argument("--repeats", type=int, default=5, help="samples per figure (default 5): median, min, max")
+    p.add_argument("--results", default="results/roofline.jsonl", help="JSON-lines file the record is appended to")
+    p.add_argument("--iface", default=None, help="network interface for the rendezvous")
+    p.add_argument("--dist-timeout", dest="dist_timeout_s", type=float, default=60.0)
+    p.add_argument("--connect-timeout", dest="connect_timeout_s", type=float, default=30.0)
+    add_local_rank(p)
+
+
+def main(args: argparse.Namespace) -> int:
+    from ds_bench.roofline.main import main as measure_ceilings
+
+    return measure_ceilings(args)
