@@ -77,7 +77,7 @@ def test_the_table_names_the_largest_size_and_why_the_next_did_not_run():
                     "tflops_per_device": 1.5},
         "next": {"member": "gpt3-760m", "why": "oom"}, "capacity_bytes": 4 * 2**30})
     text = capacity_table.table([record])
-    for part in ("pp1 dp2 z3 off=none fp32 mbs=1", "gpt3-350m", "354.8M", "gpt3-760m", "oom", "1.500", "1,365",
+    for part in ("dp2 z3 off=none fp32 mbs=1", "gpt3-350m", "354.8M", "gpt3-760m", "oom", "1.500", "1,365",
                  "3.00 / 4.00", "1.10"):
         assert part in text, (part, text)
 

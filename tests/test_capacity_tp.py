@@ -42,7 +42,7 @@ def test_the_table_labels_a_tensor_parallel_layout():
     record = CapacityRecord(kind="capacity", capacity="x", point=point, data_parallel_size=1, status="ok")
     assert layout_text(record) == "tp2 dp1 z1 off=none fp32 mbs=1"
     assert layout_text(record.model_copy(update={"point": {**point, "tensor_parallel": 1},
-                                                 "data_parallel_size": 2})).startswith("pp1 dp2 z1")
+                                                 "data_parallel_size": 2})).startswith("dp2 z1")
 
 
 def test_the_plan_lists_tensor_parallel_layouts_and_refuses_one_with_a_pipeline(tmp_path):

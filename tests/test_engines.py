@@ -8,13 +8,13 @@ import re
 import pytest
 import torch
 
-from ds_bench.engines import choose
-from ds_bench.engines.torch_settings import torch_optimizer, torch_settings
-from ds_bench.engines.torch_engine import shard_units
-from ds_bench.errors import UserError
-from ds_bench.config.layout import Layout, parse_key
 from ds_bench.config import legality
+from ds_bench.config.layout import Layout, parse_key
 from ds_bench.config.legality import Where
+from ds_bench.engines import choose
+from ds_bench.engines.torch_engine import shard_units
+from ds_bench.engines.torch_settings import torch_optimizer, torch_settings
+from ds_bench.errors import UserError
 from ds_bench.jobs.points import families, skip_reason
 
 WHERE = "ds_configs/x.json"

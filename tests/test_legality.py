@@ -1,7 +1,7 @@
 """The legality table (``ds_bench.config.legality``), walked rule by rule: ``ds-bench run`` refuses each
 rule's example with exit 2 and the rule's sentence, before joining, and ``ds-bench sweep`` skips the same
-layout with the same sentence; a rule that only a run can break (a run option with a layout) is checked
-on the run alone.
+layout with the same sentence (a rule on a run option, e.g. ``--breakdown`` with a pipeline: the sweep's
+jobs get that option after ``--``).
 
 Both commands run in-process through the CLI router, on a world of 2 ranks (rank 0 of 2 from the
 environment; a run that passed its checks would reach ``init_distributed``, which raises here).
@@ -56,7 +56,7 @@ def run_line(rule, tmp_path, capsys) -> str:
     layout = rule.example
     config = tmp_path / "c.json"
     config.write_text(json.dumps(derive(BASE, layout)))
-    options = [f.replace("{tmp}", str(tmp_path)) for o in sorted(rule.example_options) for f in RUN_FLAGS[o]]
+    options = option_flags(rule, tmp_path)
     code = cli.main(["run", *workload(layout), "--ds-config", str(config), "--steps", "3", "--warmup", "1",
                      "--results", str(tmp_path / "r.jsonl"), "--engine", layout.engine, *layout.run_flags(), *options])
     err = capsys.readouterr().err
@@ -66,10 +66,15 @@ def run_line(rule, tmp_path, capsys) -> str:
     return errors[0].removeprefix("ds-bench: error: ")
 
 
-def sweep_reason(layout: Layout, tmp_path, capsys) -> str:
-    """What ``ds-bench sweep --dry-run`` says of the layout as a ``--point`` of a 2-rank sweep."""
+def option_flags(rule, tmp_path) -> list[str]:
+    return [f.replace("{tmp}", str(tmp_path)) for o in sorted(rule.example_options) for f in RUN_FLAGS[o]]
+
+
+def sweep_reason(layout: Layout, tmp_path, capsys, tail: list[str]) -> str:
+    """What ``ds-bench sweep --dry-run`` says of the layout as a ``--point`` of a 2-rank sweep whose jobs all
+    get ``tail`` (run options after ``--``)."""
     code = cli.main(["sweep", *workload(layout), "--ds-config", "ds_configs/zero1.json", "--nproc", str(WORLD),
-                     "--results", str(tmp_path / "s.jsonl"), "--point", layout.key, "--dry-run"])
+                     "--results", str(tmp_path / "s.jsonl"), "--point", layout.key, "--dry-run", "--", *tail])
     out = capsys.readouterr().out
     assert code == 0, out
     [line] = [line for line in out.splitlines() if line.strip().startswith(f"point {layout.key}")]
@@ -84,8 +89,7 @@ def test_run_and_sweep_say_the_same_sentence(rule, tmp_path, capsys, two_ranks):
     assert legality.first_broken(rule.example, where) is rule, "the example must break its own rule first"
     said = rule.says(rule.example, where)
     assert run_line(rule, tmp_path, capsys) == said
-    if not rule.example_options:
-        assert sweep_reason(rule.example, tmp_path, capsys) == said
+    assert sweep_reason(rule.example, tmp_path, capsys, option_flags(rule, tmp_path)) == said
 
 
 def test_every_rule_is_data_with_a_source_and_a_sentence():

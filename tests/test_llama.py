@@ -113,7 +113,7 @@ def test_local_pretrained_weights_and_their_tokenizer_are_what_the_run_reads(tmp
     w = workload(model_path=str(tmp_path / "m"), seq_len=32, data=str(shakespeare))
     assert (w.size, w.default_lr, w.partitioned_build) == (None, 5e-5, False)
     assert w.shape == llama_shapes.SHAPES["tiny"]
-    w.prepare_data(1, 2)
+    w.load_data(1, 2)
     model = w.build_model()
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), saved.state_dict().values()))
     assert w.model_settings(model)["tokenizer"] == str(tmp_path / "m")

@@ -106,7 +106,7 @@ def test_idx_images_and_labels_that_do_not_pair(tmp_path):
     folder = idx_folder(tmp_path, images="t10k-images-idx3-ubyte.gz")  # 10k images, 60k labels
     with pytest.raises(UserError, match=r"images \(10000, 28, 28\) in .*train-images.* and labels \(60000,\) "
                                         r"in .*train-labels.* do not pair up"):
-        workload("mnist", data=str(folder)).prepare_data(1, 32)
+        workload("mnist", data=str(folder)).load_data(1, 32)
 
 
 def test_too_few_idx_images_name_the_file_and_counts(tmp_path):
@@ -118,8 +118,8 @@ def test_too_few_idx_images_name_the_file_and_counts(tmp_path):
     w = workload("resnet", size="resnet18", data=str(folder))
     with pytest.raises(UserError, match=r"5 images in .*train-images-idx3-ubyte: too few for 2 rank\(s\) x "
                                         r"micro-batch 4, which need at least 8"):
-        w.prepare_data(2, 4)
-    w.prepare_data(1, 5)  # exactly enough
+        w.load_data(2, 4)
+    w.load_data(1, 5)  # exactly enough
 
 
 def test_image_folder_whose_first_image_does_not_decode(tmp_path):
@@ -128,7 +128,7 @@ def test_image_folder_whose_first_image_does_not_decode(tmp_path):
         (tmp_path / cls / "0.png").write_bytes(b"not a png at all")
     w = workload("resnet", size="resnet18", image_size=32, data=str(tmp_path))
     with pytest.raises(UserError, match=r"cannot decode image .*a/0\.png: cannot identify image file"):
-        w.prepare_data(1, 1)
+        w.load_data(1, 1)
 
 
 def test_empty_text_files(tmp_path):

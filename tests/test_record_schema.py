@@ -14,8 +14,8 @@ import jsonschema
 import pytest
 
 from ds_bench import cli
-from ds_bench.jobs import outcome, predict
 from ds_bench.config.layout import Layout
+from ds_bench.jobs import ledger, outcome, predict
 from ds_bench.record import store
 from ds_bench.record.schema import (
     SCHEMA_VERSION,
@@ -30,7 +30,6 @@ from ds_bench.record.schema import (
     parse_record,
 )
 from ds_bench.report import comm_bound
-from ds_bench.jobs import ledger
 from ds_bench.sweep.driver import load_ledger
 from tests.conftest import REPO, check_schema
 

@@ -13,8 +13,9 @@ from ds_bench.errors import UserError
 from ds_bench.jobs import spawn as jobs
 from ds_bench.record import store as results
 from ds_bench.record.schema import RunRecord
-from ds_bench.scaling import efficiency, points
+from ds_bench.scaling import efficiency
 from ds_bench.scaling import main as scaling_main
+from ds_bench.scaling import points
 from ds_bench.scaling.spec import parse_counts
 from tests.conftest import ds_bench, explain, records
 

@@ -23,12 +23,11 @@ import psutil
 import pytest
 
 from ds_bench.config import parsers
-from ds_bench.errors import UserError
-from ds_bench.jobs import outcome
 from ds_bench.config.deepspeed.derive import axes_of, derive
 from ds_bench.config.layout import Layout, parse_key
 from ds_bench.config.legality import Where
-from ds_bench.jobs import ledger
+from ds_bench.errors import UserError
+from ds_bench.jobs import ledger, outcome
 from ds_bench.jobs.points import grid, next_auto_micro_batch, skip_reason
 from ds_bench.record.schema import RunRecord
 from ds_bench.sweep import driver, spec

@@ -9,8 +9,8 @@ import statistics
 
 import pytest
 
-from ds_bench.jobs.outcome import was_busy
 from ds_bench.config.layout import Layout
+from ds_bench.jobs.outcome import was_busy
 from ds_bench.record.schema import Record, SweepPointRecord
 from ds_bench.report.ranking import GIB, rank, recommendation_line, summarize_points
 from ds_bench.report.sweep_plots import pareto_front, write_plots

@@ -6,7 +6,8 @@ member) calibrates the memory prediction (``jobs.predict``: DeepSpeed's estimato
 states, the measured baseline, and activations scaled from the probe by layers x width, an
 approximation); members predicted above twice the memory are then not run (one calibration run
 over-predicts by up to 1.8x, ``jobs.predict``), and the rest is bisected (``capacity.search``).
-Pipeline layouts are not predicted (their model states split by stage are not modelled): only run.
+A layout with a degree the memory model does not split by (a pipeline) is not predicted (``predict.models``):
+only run.
 The results file is the state (``jobs.ledger``): a probe recorded for the same search, layout and member
 is not run again; ``timeout`` and ``crashed`` probes are.
 """
@@ -23,11 +24,11 @@ from tqdm import tqdm
 from ds_bench.capacity import search
 from ds_bench.capacity.family import Member
 from ds_bench.capacity.spec import CapacitySpec
+from ds_bench.config.deepspeed.derive import write_derived
 from ds_bench.config.deepspeed.prepare import portable, write_config
+from ds_bench.config.layout import Layout
 from ds_bench.jobs import ledger, predict
 from ds_bench.jobs.runner import new_tag, run_argv, run_attempt, slug
-from ds_bench.config.deepspeed.derive import write_derived
-from ds_bench.config.layout import Layout
 from ds_bench.record import store
 from ds_bench.record.schema import (
     Busy,

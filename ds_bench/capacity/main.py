@@ -20,12 +20,13 @@ import argparse
 from ds_bench.capacity.driver import LayoutSearch
 from ds_bench.capacity.spec import CapacitySpec, from_args
 from ds_bench.config.layout import Layout
-from ds_bench.config.legality import Where
 from ds_bench.jobs import ledger, predict, spawn
-from ds_bench.jobs.points import skip_reason
+from ds_bench.jobs.points import skip_reason, study_where
+from ds_bench.jobs.runner import INTERRUPTED, until_interrupted
 from ds_bench.record import store
 from ds_bench.record.schema import CapacityProbeRecord, CapacityRecord
 from ds_bench.report import capacity_table
+
 
 def main(args: argparse.Namespace) -> int:
     import torch
@@ -42,16 +43,12 @@ def main(args: argparse.Namespace) -> int:
         print(dry_run_text(spec, world))
         return 0
     done = load_probes(spec.results, spec.capacity_id())
-    spawn.sigterm_as_interrupt()
-    summaries = []
-    try:
-        for layout in spec.layouts:
-            summaries.append(_search(spec, layout, world, per_node, capacity, done))
-    except KeyboardInterrupt:
-        kept = len(load_probes(spec.results, spec.capacity_id()))
-        print(f"\ncapacity search interrupted: {kept} probe(s) recorded in {spec.results}; re-run the same "
-              "command to go on from there", flush=True)
-        return 130
+    finished, summaries = until_interrupted(
+        lambda: [_search(spec, layout, world, per_node, capacity, done) for layout in spec.layouts],
+        lambda: (f"capacity search interrupted: {len(load_probes(spec.results, spec.capacity_id()))} probe(s) "
+                 f"recorded in {spec.results}; re-run the same command to go on from there"))
+    if not finished:
+        return INTERRUPTED
     for record in summaries:
         store.append_record(spec.results, record)
     print("\n" + capacity_table.table(summaries))
@@ -61,7 +58,7 @@ def main(args: argparse.Namespace) -> int:
 
 def _search(spec: CapacitySpec, layout: Layout, world: int, per_node: int, capacity: int,
             done: dict) -> CapacityRecord:
-    why = skip_reason(layout, Where(world, spec.device_type))
+    why = skip_reason(layout, study_where(spec, world))
     search = LayoutSearch(spec, layout, world, per_node, capacity, done)
     if why is not None:
         print(f"{layout.key}: skipped: {why}", flush=True)
@@ -75,9 +72,9 @@ def load_probes(path: str, capacity_id: str) -> dict[tuple[str, int], CapacityPr
 
 
 def dry_run_text(spec: CapacitySpec, world: int) -> str:
-    lines = ["layouts:"]
+    lines, where = ["layouts:"], study_where(spec, world)
     for layout in spec.layouts:
-        why = skip_reason(layout, Where(world, spec.device_type))
+        why = skip_reason(layout, where)
         lines.append(f"  {layout.key}" + (f"  skipped: {why}" if why else ""))
     lines.append("family, smallest first:")
     lines += [f"  {m.name:<18} {m.params / 1e6:10.1f}M parameters  ({' '.join(m.run_args)})" for m in spec.members]

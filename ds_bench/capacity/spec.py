@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 from ds_bench.capacity.family import FAMILIES, SCALES, Member, named_family, scaled_family
 from ds_bench.config import argcheck
+from ds_bench.config.layout import DEGREES, OFFLOADS, PRECISIONS, Layout
 from ds_bench.config.parsers import config_path, memory_cap, parse_list
 from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
 from ds_bench.jobs.flags import add_degree_arguments, add_job_arguments, degrees_of, job_options
 from ds_bench.jobs.points import families
-from ds_bench.config.layout import DEGREES, OFFLOADS, PRECISIONS, Layout
 
 OWNED = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
          "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit", "size": "--size", "seq_len": "--seq-len",
@@ -38,8 +38,8 @@ class CapacitySpec:
     base: dict
     """The base config with ``--set`` applied (each layout's config is derived from it)."""
     layouts: tuple[Layout, ...]
-    """Each a sweep point without its search axis: stage, offload, precision, micro-batch, accumulation,
-    pipeline stages."""
+    """Each a ``Layout`` whose model is what the search varies: stage, offload, precision, micro-batch,
+    accumulation, parallel degrees."""
     members: tuple[Member, ...]
     family: str
     """``gpt3`` or ``scale layers from 2 x 64 x 2``: what the table says it searched."""

@@ -1,7 +1,7 @@
 """One way to join the ranks, for every command that meets them (``run``, ``doctor``, ``comm``).
 
 Two halves, so a command can check its own input between them and bad input never joins:
-``prepare`` (this process only: the JIT toolchain, the accelerator, where and how the ranks meet)
+``find_rendezvous`` (this process only: the JIT toolchain, the accelerator, where and how the ranks meet)
 and ``join`` (the JIT ops loaded, built once if needed, so a first-run compile never eats into the
 rendezvous timeouts; an optional memory cap; then the process group).
 """
@@ -15,7 +15,7 @@ from ds_bench.cluster import process, rendezvous
 from ds_bench.machine import environ, jit_ops, memory
 
 
-def prepare(iface: str | None, dist_timeout_s: float) -> rendezvous.Rendezvous:
+def find_rendezvous(iface: str | None, dist_timeout_s: float) -> rendezvous.Rendezvous:
     """Pin the toolchain, name the accelerator and resolve the rendezvous (no network wait)."""
     environ.pin_jit_toolchain()
     environ.select_accelerator()

@@ -168,7 +168,7 @@ def main(args: argparse.Namespace) -> int:
 
 def run_doctor(iface: str | None, dist_timeout_s: float, connect_timeout_s: float, json_path: str | None,
                with_ceiling: bool = True) -> int:
-    state = join.join(join.prepare(iface, dist_timeout_s), dist_timeout_s, connect_timeout_s)
+    state = join.join(join.find_rendezvous(iface, dist_timeout_s), dist_timeout_s, connect_timeout_s)
     facts = process.gather(rank_facts(state))
     try:
         problems, timing = allreduce_check(state)

@@ -1,4 +1,4 @@
-"""``ds-bench comm``: prepare (flags, rendezvous, process group), execute (every collective at every
+"""``ds-bench comm``: set up (flags, rendezvous, process group), execute (every collective at every
 size, checked and timed), record (rank 0: one ``kind: comm`` record, the table, the plot, the gate).
 
 Run it under the launcher the training uses, e.g.::
@@ -21,8 +21,8 @@ import torch
 from ds_bench.cluster import join, process
 from ds_bench.comm import figures, pairs
 from ds_bench.comm.bandwidth import sizes
-from ds_bench.comm.timing import sample
 from ds_bench.comm.spec import MAX_BYTES, CommSpec, from_args
+from ds_bench.comm.timing import sample
 from ds_bench.comm.topology import link_groups, make_groups
 from ds_bench.record import store as results
 from ds_bench.record.schema import CommRecord
@@ -95,7 +95,7 @@ def _link_rows(spec, state, hosts, collectives, large) -> list[dict]:
 
 
 def _join(spec: CommSpec) -> process.DistState:
-    return join.join(join.prepare(spec.iface, spec.dist_timeout_s), spec.dist_timeout_s, spec.connect_timeout_s)
+    return join.join(join.find_rendezvous(spec.iface, spec.dist_timeout_s), spec.dist_timeout_s, spec.connect_timeout_s)
 
 
 def _record(spec: CommSpec, state: process.DistState, rows: list[dict], hosts: list[str],

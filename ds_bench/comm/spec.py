@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from ds_bench.comm.bandwidth import COLLECTIVES
 from ds_bench.config import argcheck
 from ds_bench.config.parsers import parse_size
+from ds_bench.config.run_flags import add_local_rank, add_rendezvous_arguments
 from ds_bench.errors import UserError
 
 DTYPES = ("float32", "float16", "bfloat16", "float64")
@@ -65,10 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"with --pairs: a link more than PCT%% below the best link is slow (default {DEFAULT_SLOW_LINK_PCT:g})")
     p.add_argument("--results", default="results/comm.jsonl", help="JSON-lines record file (appended)")
     p.add_argument("--plot", default=None, help="busbw vs size PNG (default: beside --results)")
-    p.add_argument("--iface", default=None, help="network interface for the rendezvous")
-    p.add_argument("--dist-timeout", dest="dist_timeout_s", type=float, default=300.0)
-    p.add_argument("--connect-timeout", dest="connect_timeout_s", type=float, default=30.0)
-    p.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)
+    add_rendezvous_arguments(p, dist_timeout_s=300.0)
+    add_local_rank(p)
 
 
 def from_args(args: argparse.Namespace) -> CommSpec:

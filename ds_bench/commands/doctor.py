@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import argparse
 
-from ds_bench.config.run_flags import add_local_rank
+from ds_bench.config.run_flags import add_local_rank, add_rendezvous_arguments
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--iface", default=None, help="network interface for the rendezvous")
-    p.add_argument("--dist-timeout", dest="dist_timeout_s", type=float, default=60.0)
-    p.add_argument("--connect-timeout", dest="connect_timeout_s", type=float, default=30.0)
+    add_rendezvous_arguments(p, dist_timeout_s=60.0)
     p.add_argument("--json", default=None, help="append the full report as a JSON line here")
     p.add_argument("--no-roofline", dest="roofline", action="store_false",
                    help="skip the short matmul/copy ceiling check on every rank")

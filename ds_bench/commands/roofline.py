@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from ds_bench.config.run_flags import add_local_rank
+from ds_bench.config.run_flags import add_local_rank, add_rendezvous_arguments
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,9 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds of timed work per figure (default 1)")
     p.add_argument("--repeats", type=int, default=5, help="samples per figure (default 5): median, min, max")
     p.add_argument("--results", default="results/roofline.jsonl", help="JSON-lines file the record is appended to")
-    p.add_argument("--iface", default=None, help="network interface for the rendezvous")
-    p.add_argument("--dist-timeout", dest="dist_timeout_s", type=float, default=60.0)
-    p.add_argument("--connect-timeout", dest="connect_timeout_s", type=float, default=30.0)
+    add_rendezvous_arguments(p, dist_timeout_s=60.0)
     add_local_rank(p)
 
 

@@ -6,7 +6,8 @@ tensor-parallel ranks today) and the attention kernel and compile switch. ``ds-b
 produce one (``from_run``); a sweep point, a capacity layout and a scaling study's configuration are
 one. Its ``key`` (``[ddp|fsdp] [pp2] [tp2] z1 off=none bf16 mbs=4 [ga=2] [attn=X] [compile]``) names it
 in records, logs and tables and is what a resumed study matches finished work on; ``label`` adds the
-data-parallel degree once the world size is known (``pp2 dp1 z1 off=none bf16 mbs=4``).
+data-parallel degree once the world size is known (``pp2 dp1 z1 off=none bf16 mbs=4``). Both are written by
+``_label`` alone.
 
 Adding a parallel degree: a field here, a ``Degree`` row in ``DEGREES`` (its key word, its ``ds-bench
 run`` flag, whether it divides the data-parallel degree), its rules in ``ds_bench.config.legality``
@@ -85,11 +86,11 @@ class Layout:
     def key(self) -> str:
         return self._label(f" mbs={self.micro_batch}")
 
-    def label(self, world_size: int) -> str:
-        """The key with the data-parallel degree of ``world_size`` ranks: ``pp2 dp1 z1 off=none ...``."""
+    def label(self, data_parallel: int) -> str:
+        """The key with the data-parallel degree (``data_parallel(world_size)``): ``pp2 dp1 z1 off=none ...``."""
         words = self.key.split()
         at = next(i for i, w in enumerate(words) if w[:1] == "z" and w[1:].isdigit())
-        return " ".join([*words[:at], f"dp{self.data_parallel(world_size)}", *words[at:]])
+        return " ".join([*words[:at], f"dp{data_parallel}", *words[at:]])
 
     @property
     def family(self) -> tuple:
@@ -166,7 +167,7 @@ def parse_key(text: str, defaults: Layout) -> Layout:
 
 def from_run(cfg, ds_axes: dict) -> Layout:
     """The layout of one ``ds-bench run``: ``cfg`` a ``RunConfig``, ``ds_axes`` its DeepSpeed config's
-    stage, offload, precision, micro-batch and accumulation (``ds_bench.config.deepspeed.prepare.axes_of``)."""
+    stage, offload, precision, micro-batch and accumulation (``ds_bench.config.deepspeed.derive.axes_of``)."""
     degrees = {d.field: getattr(cfg, d.field) or 1 for d in DEGREES}
     return Layout(stage=ds_axes["stage"], offload=ds_axes["offload"], precision=ds_axes["precision"],
                   micro_batch=cfg.micro_batch or ds_axes["micro_batch"] or 0, grad_accum=ds_axes["grad_accum"],

@@ -164,20 +164,24 @@ def refuse_run(cfg, world_size: int, device_type: str) -> None:
     """``ds-bench run``'s check (before joining): ``cfg`` a ``RunConfig`` (or its parsed flags); its layout is
     its flags and its DeepSpeed config's own stage, offload and precision (``--set`` applied)."""
     from ds_bench.config.deepspeed import prepare as ds_config
+    from ds_bench.config.deepspeed import sections
     from ds_bench.config.deepspeed.derive import axes_of
     from ds_bench.config.layout import from_run
 
-    raw = ds_config.apply_overrides(ds_config.load_json(cfg.ds_config), tuple(cfg.overrides))
-    try:
-        axes = axes_of(raw)
-        stage = (raw.get("zero_optimization") or {}).get("stage", 0)
-    except (AttributeError, TypeError, ValueError):
+    path = cfg.ds_config
+    try:  # DeepSpeed's own reading of the sections: legacy spellings (cpu_offload, bfloat16) count
+        ds_cfg = sections.normalize_sections(sections.rename_aliases(
+            ds_config.apply_overrides(ds_config.load_json(path), tuple(cfg.overrides)), path), path)
+        axes = axes_of(ds_cfg)
+    except (UserError, AttributeError, TypeError, ValueError):
         return  # a malformed config: ds_config.prepare names what is wrong with it
-    if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
-        return
-    options = frozenset(name for name in RUN_OPTIONS if getattr(cfg, name))
     engaged = frozenset(d.field for d in DEGREES if getattr(cfg, d.field) is not None)
-    refuse(from_run(cfg, axes), Where(world_size, device_type, options, engaged))
+    refuse(from_run(cfg, axes), Where(world_size, device_type, run_options(cfg), engaged))
+
+
+def run_options(flags) -> frozenset[str]:
+    """The ``RUN_OPTIONS`` a run's flags (a ``RunConfig``, or a study's parsed ``--`` tail) set."""
+    return frozenset(name for name in RUN_OPTIONS if getattr(flags, name, None))
 
 
 def refuse(layout: Layout, where: Where) -> None:

@@ -12,7 +12,7 @@ DeepSpeed config) are known. Checked:
   missing folders are not created here (``results.append_record`` creates them at the end). A
   real create is the only test that holds for root, who ignores permission bits, and on read-only
   mounts or pseudo file systems such as /proc.
-- The data (``Workload.prepare_data``): read, decoded or tokenized, and counted against
+- The data (``Workload.load_data``): read, decoded or tokenized, and counted against
   world size x micro-batch. The workload keeps what it loaded for ``batches``.
 """
 
@@ -27,7 +27,7 @@ from ds_bench.errors import UserError
 def check(cfg, workload, world_size: int, micro_batch: int) -> None:
     """Every pre-join check of one run: results path first (cheap), then the data."""
     check_results_path(cfg.results)
-    workload.prepare_data(world_size, micro_batch)
+    workload.load_data(world_size, micro_batch)
 
 
 def check_results_path(path: str) -> None:

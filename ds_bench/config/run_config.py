@@ -13,10 +13,20 @@ import os
 from dataclasses import dataclass
 
 from ds_bench.config import argcheck
-from ds_bench.config.run_checks import (_require, check_attention, check_compile, check_engine, check_pipeline_flags,
-                                        check_tensor_parallel_flags, check_timeout)
+from ds_bench.config.run_checks import (
+    _require,
+    check_attention,
+    check_compile,
+    check_engine,
+    check_pipeline_flags,
+    check_tensor_parallel_flags,
+    check_timeout,
+)
 from ds_bench.errors import UserError
 
+IFACE_HELP = ("network interface the ranks meet on (the rendezvous and gloo/NCCL; under mpirun Open MPI's own traffic "
+              "too); default: chosen by ds_bench, docs/multi-node.md")
+"""The help of every ``--iface`` (``ds-bench run``'s, and ``run_flags.add_iface_argument``'s)."""
 REQUIRED = dataclasses.MISSING
 """``option``'s default for a flag the user must give."""
 
@@ -97,7 +107,7 @@ class RunConfig:
     """Learning rate used where the config says "auto"; None: the workload's default."""
     tag: str | None = option(None, "--tag", help="label stored in the record")
     """Free label stored in the record; ``ds-bench sweep`` finds each point's run records by it."""
-    iface: str | None = option(None, "--iface", help="network interface for the rendezvous")
+    iface: str | None = option(None, "--iface", help=IFACE_HELP)
     """Network interface for the rendezvous (``--iface``); None: chosen automatically."""
     dist_timeout_s: float = option(300.0, "--dist-timeout", help="seconds before process-group init or a "
                                                                   "collective gives up (default 300)")

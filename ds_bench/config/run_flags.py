@@ -10,7 +10,7 @@ import argparse
 import dataclasses
 import typing
 
-from ds_bench.config.run_config import REQUIRED, RunConfig
+from ds_bench.config.run_config import IFACE_HELP, REQUIRED, RunConfig
 from ds_bench.errors import UserError
 
 RUN_PROG = "ds-bench run"
@@ -39,6 +39,22 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
             kwargs["default"] = f.default
         p.add_argument(f.metadata["flag"], dest=f.name, **kwargs)
     add_local_rank(p)
+
+
+def add_iface_argument(p: argparse.ArgumentParser) -> None:
+    """``--iface`` of every command but ``run`` (whose flags are ``RunConfig``'s fields): the studies pass it to
+    each job, ``launch`` to the launcher and the ranks, comm, doctor and roofline rendezvous on it."""
+    p.add_argument("--iface", default=None, help=IFACE_HELP)
+
+
+def add_rendezvous_arguments(p: argparse.ArgumentParser, dist_timeout_s: float) -> None:
+    """``--iface --dist-timeout --connect-timeout`` of the commands whose ranks meet themselves (comm, doctor,
+    roofline; ``run``'s are ``RunConfig``'s fields)."""
+    add_iface_argument(p)
+    p.add_argument("--dist-timeout", dest="dist_timeout_s", type=float, default=dist_timeout_s,
+                   help=f"seconds before process-group init or a collective gives up (default {dist_timeout_s:g})")
+    p.add_argument("--connect-timeout", dest="connect_timeout_s", type=float, default=30.0,
+                   help="seconds a rank tries to reach MASTER_ADDR:MASTER_PORT (default 30)")
 
 
 def add_local_rank(p: argparse.ArgumentParser) -> None:

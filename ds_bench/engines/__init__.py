@@ -24,9 +24,9 @@ from ds_bench.config.layout import ENGINES
 from ds_bench.config.run_checks import check_engine
 from ds_bench.engines.pipeline import PipelinePlan
 from ds_bench.engines.pipeline import check_config as check_pipeline_config
-from ds_bench.engines.torch_settings import TorchSettings, torch_settings
 from ds_bench.engines.tensor_parallel import TensorParallelPlan, deepspeed_config
 from ds_bench.engines.torch_engine import DTYPES, TorchEngine, wrap_ddp, wrap_fsdp
+from ds_bench.engines.torch_settings import TorchSettings, torch_settings
 from ds_bench.engines.zero_init import full_numel, is_partitioned, partitioned_build
 
 __all__ = ["ENGINES", "EngineChoice", "choose", "build", "partitioned_build", "is_partitioned", "full_numel"]

@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.errors import UserError
 
 log = logging.getLogger("ds_bench")

@@ -13,8 +13,8 @@ import argparse
 from ds_bench.config import argcheck
 from ds_bench.config.layout import DEGREES
 from ds_bench.config.parsers import parse_duration, parse_list
+from ds_bench.config.run_flags import add_iface_argument
 from ds_bench.jobs.launch import LAUNCHERS
-
 
 
 def add_job_arguments(p: argparse.ArgumentParser, *, results: str, master_port: int, nproc: bool = True) -> None:
@@ -27,8 +27,7 @@ def add_job_arguments(p: argparse.ArgumentParser, *, results: str, master_port: 
     p.add_argument("--hostfile", default=None, help="DeepSpeed hostfile ('host slots=N' lines) for a multi-node study")
     if nproc:
         p.add_argument("--nproc", type=int, default=None, help="ranks per node (default: all GPUs; on CPU 2)")
-    p.add_argument("--iface", default=None, help="network interface every job's ranks meet on (ds-bench run --iface; "
-                                                 "default: chosen by each run)")
+    add_iface_argument(p)
     p.add_argument("--master-port", type=int, default=master_port,
                    help=f"preferred rendezvous port; a free one from it is taken per job (default {master_port})")
     p.add_argument("--timeout", default="15m", help="wall-clock limit per job: 90s, 15m, 1h (default 15m)")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from ds_bench.cluster.hostfile import filter_slots, load_hostfile, world_info
 from ds_bench.config import argcheck
+from ds_bench.config.run_flags import add_iface_argument
 from ds_bench.errors import UserError
 
 LAUNCHERS = ("deepspeed", "torchrun", "mpirun", "srun")
@@ -107,7 +108,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-rank", type=int, default=0, help="torchrun: this node's index")
     p.add_argument("--master-addr", default=None, help="default: the first host")
     p.add_argument("--master-port", type=int, default=29500)
-    p.add_argument("--iface", default=None, help="interface for MPI traffic and the rendezvous")
+    add_iface_argument(p)
     p.add_argument("--mpi", default=None, help="srun --mpi plugin, e.g. pmix")
     p.add_argument("--dry-run", action="store_true", help="print the command, run nothing")
 

@@ -49,6 +49,15 @@ def grid(stages, offloads, precisions, micro_batches, grad_accums, engines=("dee
             for m in sorted(micro_batches)]
 
 
+def study_where(spec, world_size: int) -> Where:
+    """Where a study's points run: its ranks, its device, and the run options its ``--`` tail sets for every
+    job (a ``--breakdown`` there, say, refuses every pipeline point: ``config.legality``)."""
+    from ds_bench.config.run_flags import parse_run_tail
+
+    flags, _ = parse_run_tail(["--workload", spec.workload, "--ds-config", "-"], list(spec.run_args))
+    return Where(world_size, spec.device_type, legality.run_options(flags))
+
+
 def skip_reason(point: Layout, where: Where) -> str | None:
     """Why a study does not run ``point``: the legality table's sentence (``ds_bench.config.legality``),
     or a DDP point beyond the one a precision needs (DDP replicates: every stage runs as ZeRO-0 would)."""

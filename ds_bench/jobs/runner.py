@@ -7,7 +7,9 @@ study's launcher; a study decides what to run next and never imports the run pat
 - ``run_attempt`` launches it (``spawn``: a session of its own, the job's timeout, the whole group stopped
   on a timeout or Ctrl-C), reads back by tag what its ranks recorded (so what a rank recorded on the way
   out of a failure is found as surely as an ``ok``) and classifies the outcome (``outcome.classify``:
-  ok, oom, timeout, crashed).
+  ok, oom, timeout, crashed);
+- ``until_interrupted`` runs a study's loop so that Ctrl-C or SIGTERM (Slurm's time limit, ``scancel``) ends
+  it between records, says what is kept, and the command exits 130.
 
 A study's spec gives ``workload``, ``runs_path``, ``run_args``, ``timeout_s``, ``master_port`` and the job
 (``launcher``, ``nproc``, ``hostfile``, ``iface``: ``ds_bench.jobs.flags``); ``steps``, ``warmup`` and
@@ -19,12 +21,17 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass
+from typing import Callable, TypeVar
 
 from ds_bench.cluster.rendezvous import free_port
 from ds_bench.config.layout import Layout
 from ds_bench.jobs import outcome, spawn
 from ds_bench.record import store
 from ds_bench.record.schema import RunRecord
+
+T = TypeVar("T")
+INTERRUPTED = 130
+"""A study's exit status when interrupted (128 + SIGINT)."""
 
 
 @dataclass(frozen=True)
@@ -76,3 +83,14 @@ def run_attempt(spec, run_args: list[str], tag: str, log_path: str, job=None, en
     status, reason = outcome.classify(runs, end.exit_code, end.timed_out, spec.timeout_s)
     chosen = next((r for r in runs if r.status == "ok"), runs[0] if runs else None)
     return Attempt(status, reason, chosen, end, busy, log_path, tuple(runs))
+
+
+def until_interrupted(loop: Callable[[], T], kept: Callable[[], str]) -> tuple[bool, T | None]:
+    """``(True, loop())``, or ``(False, None)`` after Ctrl-C / SIGTERM, having printed ``kept()``: what the
+    interrupted study kept and how to go on (the running job is stopped whole by ``spawn.run_job``)."""
+    spawn.sigterm_as_interrupt()
+    try:
+        return True, loop()
+    except KeyboardInterrupt:
+        print(f"\n{kept()}", flush=True)
+        return False, None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
+from ds_bench.config.layout import Layout
 from ds_bench.record import store
 from ds_bench.record.schema import CapacityMember, CapacityRecord
 
@@ -25,13 +26,8 @@ def params_text(n: int | None) -> str:
 
 
 def layout_text(r: CapacityRecord) -> str:
-    """``pp2 dp1 z1 off=none``, ``tp2 dp1 z1 off=none`` (data-parallel degree = ranks / (pipeline stages x
-    tensor-parallel degree))."""
-    point = r.point
-    tp = point.get("tensor_parallel", 1)
-    split = f"tp{tp}" if tp > 1 else f"pp{r.pipeline_stages}"
-    return (f"{split} dp{r.data_parallel_size} z{point['stage']} off={point['offload']} "
-            f"{point['precision']} mbs={point['micro_batch']}")
+    """The layout's key with its data-parallel degree, ``pp2 dp1 z1 off=none fp32 mbs=1`` (``Layout.label``)."""
+    return Layout.from_dict(r.point).label(r.data_parallel_size)
 
 
 def row(r: CapacityRecord) -> list:

@@ -19,6 +19,7 @@ from ds_bench.record import store
 from ds_bench.report.compare_match import Sample, samples
 from ds_bench.report.compare_verdict import Verdict, judge
 
+
 def main(args: argparse.Namespace) -> int:
     if not 0 <= args.threshold < 100:
         raise UserError(f"--threshold {args.threshold:g}: expected a percentage from 0 to below 100")

@@ -18,8 +18,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from ds_bench.jobs.outcome import was_busy
 from ds_bench.config.layout import Layout
+from ds_bench.jobs.outcome import was_busy
 from ds_bench.record.schema import SweepPointRecord
 
 GIB = 2**30

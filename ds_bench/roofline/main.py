@@ -43,7 +43,7 @@ def main(args: argparse.Namespace) -> int:
     check_timeout("--dist-timeout", args.dist_timeout_s)
     check_timeout("--connect-timeout", args.connect_timeout_s)
     argcheck.output_folder("--results", args.results)
-    state = join.join(join.prepare(args.iface, args.dist_timeout_s), args.dist_timeout_s, args.connect_timeout_s)
+    state = join.join(join.find_rendezvous(args.iface, args.dist_timeout_s), args.dist_timeout_s, args.connect_timeout_s)
     mine = measure(state, dtypes, sizes, copy_bytes, args.min_time_s, args.repeats, gemm_shapes)
     rows = [row for rank_rows in process.gather(mine) for row in rank_rows]
     if state.rank == 0:

@@ -20,11 +20,11 @@ from ds_bench.errors import UserError
 from ds_bench.logs import quiet_deepspeed
 from ds_bench.record import store as results
 from ds_bench.report import summary
-from ds_bench.run.training import measure
-from ds_bench.run.resolve import resolve
 from ds_bench.run import startup
+from ds_bench.run.resolve import resolve
 from ds_bench.run.run_record import record_failure, run_record
 from ds_bench.run.state import Started
+from ds_bench.run.training import measure
 
 
 def run_benchmark(cfg: RunConfig) -> int:

@@ -11,7 +11,6 @@ import logging
 
 from ds_bench import engines
 from ds_bench.cluster import join
-from ds_bench.cluster.rendezvous import Rendezvous
 from ds_bench.config import legality, preflight
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_config import RunConfig
@@ -26,7 +25,7 @@ log = logging.getLogger("ds_bench")
 
 def resolve(cfg: RunConfig) -> Resolved:
     """Every check of ``cfg`` against this machine and these ranks, before joining."""
-    rdzv = join.prepare(cfg.iface, cfg.dist_timeout_s)
+    rdzv = join.find_rendezvous(cfg.iface, cfg.dist_timeout_s)
     legality.refuse_run(cfg, rdzv.info.world_size, environ.device_type())
     workload = build_workload(cfg)
     lr = cfg.lr or workload.default_lr

@@ -7,6 +7,6 @@ The data flow, one module per stage:
 - ``points``: the points to run and how each is launched (pure: world sizes, sub-hostfiles,
   threads per CPU rank, tags);
 - ``efficiency``: a point's row from its run record, and the weak-scaling efficiency (pure);
-- ``main``: prepare, execute (each point a fresh job through ``ds_bench.jobs.spawn``), record;
+- ``main``: check, execute (each point a fresh job through ``ds_bench.jobs.runner``), record;
 - ``report``: the table (with a units legend) and the plot.
 """

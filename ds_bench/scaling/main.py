@@ -1,5 +1,6 @@
-"""``ds-bench scaling``: prepare (flags, points, threads per CPU rank), execute (each point a fresh
-job through the studies' runner, ``ds_bench.jobs.runner``, as a sweep point), record (one ``kind: scaling`` line, table, plot).
+"""``ds-bench scaling``: check (flags, points, threads per CPU rank), execute (each point a fresh job
+through the studies' runner, ``ds_bench.jobs.runner``, as a sweep point), record (one ``kind: scaling``
+line, table, plot).
 
     ds-bench scaling --workload mnist --ds-config ds_configs/zero1.json --ranks 1,2,4 \\
         -- --steps 30 --warmup 5 --micro-batch 32 --set bf16.enabled=false
@@ -30,7 +31,7 @@ from tqdm import tqdm
 
 from ds_bench.cluster.rendezvous import free_port
 from ds_bench.jobs import spawn
-from ds_bench.jobs.runner import run_argv, run_attempt
+from ds_bench.jobs.runner import INTERRUPTED, run_argv, run_attempt, until_interrupted
 from ds_bench.record import store as results
 from ds_bench.record.schema import ScalingRecord, ScalingRow
 from ds_bench.report import scaling_table as report
@@ -59,13 +60,11 @@ def main(args: argparse.Namespace) -> int:
         return 0
     print(f"scaling {sid}: {spec.workload}, {', '.join(str(p.world_size) for p in spec.points)} rank(s), "
           f"micro-batch {spec.micro_batch} x {spec.grad_accum} per device, results {spec.results}", flush=True)
-    spawn.sigterm_as_interrupt()
-    try:
-        rows = execute(spec, sid, env)
-    except KeyboardInterrupt:
-        print(f"\nscaling interrupted: no scaling record written; finished points' run records are in "
-              f"{spec.runs_path} (tag scaling:{sid}:...)", flush=True)
-        return 130
+    finished, rows = until_interrupted(lambda: execute(spec, sid, env), lambda: (
+        f"scaling interrupted: no scaling record written; finished points' run records are in {spec.runs_path} "
+        f"(tag scaling:{sid}:...)"))
+    if not finished:
+        return INTERRUPTED
     return record(spec, sid, rows, notes, threads)
 
 

@@ -20,6 +20,7 @@ from ds_bench.errors import UserError
 from ds_bench.jobs.flags import add_job_arguments, job_options
 from ds_bench.scaling.points import Placement, node_points, rank_points
 
+
 @dataclass(frozen=True)
 class ScalingSpec:
     workload: str
@@ -88,9 +89,6 @@ def placements(args: argparse.Namespace, device_type: str, devices: int) -> tupl
         if args.ranks is not None:
             raise UserError("--ranks with --nodes: each node runs the ranks its hostfile line gives (slots=N); "
                             "give --ranks (one node) or --hostfile with --nodes")
-        if args.launcher == "torchrun":
-            raise UserError("--launcher torchrun with --hostfile: torchrun needs one command per node; "
-                            "use deepspeed or mpirun")
         return _node_placements(args.hostfile, parse_counts("--nodes", args.nodes))
     if args.ranks is None:
         raise UserError("--ranks is required: world sizes on this node, e.g. --ranks 1,2,4 (or --hostfile with --nodes)")
@@ -159,13 +157,13 @@ def _batch_per_device(path: str, run: argparse.Namespace, points: tuple[Placemen
 
     seen = {}
     for p in points:
+        legality.refuse_run(run, p.world_size, device_type)
         ctx = ds_config.RunContext(world_size=p.world_size, device_type=device_type, lr=1e-3, steps=run.steps,
                                    warmup=run.warmup, micro_batch=run.micro_batch)
         try:
             cfg = ds_config.prepare(path, tuple(run.overrides), ctx)
         except UserError as e:
             raise UserError(f"--ds-config at {p.world_size} rank(s): {e}") from None
-        legality.refuse_run(run, p.world_size, device_type)
         seen[p.world_size] = (cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"])
         precision = ds_config.precision_of(cfg)
     if len(set(seen.values())) > 1:

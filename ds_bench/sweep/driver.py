@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import os
 
-from ds_bench.errors import UserError
 from ds_bench.config.deepspeed.derive import write_derived
 from ds_bench.config.layout import Layout
-from ds_bench.config.legality import Where
+from ds_bench.errors import UserError
 from ds_bench.jobs import ledger, predict, spawn
-from ds_bench.jobs.points import families, next_auto_micro_batch, skip_reason
+from ds_bench.jobs.points import families, next_auto_micro_batch, skip_reason, study_where
 from ds_bench.jobs.runner import new_tag, run_argv, run_attempt, slug
 from ds_bench.record import store as results
 from ds_bench.record.schema import SweepPointRecord
@@ -33,6 +32,7 @@ class Sweep:
         self.spec, self.base = spec, base
         self.sweep_id = spec.sweep_id(base)
         self.world, self.per_node = spawn.world_of(spec)
+        self.where = study_where(spec, self.world)
         self.capacity = predict.device_capacity_bytes(spec.device_type, self.per_node, spec.cpu_mem_limit)
         self.done = load_ledger(spec.results, self.sweep_id)
         self.memory = MemoryModel(self.world, self.per_node, spec.device_type, self.capacity)
@@ -72,8 +72,8 @@ class Sweep:
         if reason is not None:
             if ledger.final(self.done, (point.key, 0)) is None:
                 self._append(point_record(sweep_id=self.sweep_id, spec=self.spec, point=point, repeat=0,
-                                                 status="skipped", reason=reason, world_size=self.world,
-                                                 predicted=predicted, capacity=self.capacity))
+                                          status="skipped", reason=reason, world_size=self.world,
+                                          predicted=predicted, capacity=self.capacity))
             self.progress.advance(self.spec.repeats)
             self.progress.say(point, "skipped", reason=reason)
             return "oom" if smallest_oom is not None or reason.startswith("predicted") else "invalid"
@@ -88,7 +88,7 @@ class Sweep:
         return {"ok": "fits"}.get(status, status)
 
     def _skip_reason(self, point: Layout, smallest_oom: int | None) -> str | None:
-        reason = skip_reason(point, Where(self.world, self.spec.device_type))
+        reason = skip_reason(point, self.where)
         if reason is None and smallest_oom is not None and point.micro_batch > smallest_oom:
             reason = f"micro-batch {smallest_oom} already ran out of memory"
         if reason is None:
@@ -118,8 +118,8 @@ class Sweep:
         log_path = os.path.join(s.output_path(".logs"), f"{slug(point.key)}-r{repeat}-{tag[-6:]}.log")
         done = run_attempt(s, run_args, tag, log_path)
         record = point_record(sweep_id=self.sweep_id, spec=s, point=point, repeat=repeat, status=done.status,
-                                     reason=done.reason, world_size=self.world, run=done.run, predicted=predicted,
-                                     capacity=self.capacity, log=log_path, job=done.job, busy=done.busy)
+                              reason=done.reason, world_size=self.world, run=done.run, predicted=predicted,
+                              capacity=self.capacity, log=log_path, job=done.job, busy=done.busy)
         self._append(record)
         if done.status == "ok":
             self.memory.learn_from([record])

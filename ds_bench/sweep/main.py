@@ -10,7 +10,7 @@ import argparse
 import logging
 
 from ds_bench.errors import UserError
-from ds_bench.jobs import spawn
+from ds_bench.jobs.runner import INTERRUPTED, until_interrupted
 from ds_bench.report.sweep_report import report_sweep
 
 log = logging.getLogger("ds_bench")
@@ -36,14 +36,11 @@ def main(args: argparse.Namespace) -> int:
     print(f"sweep {sweep.sweep_id}: {spec.workload}, {sweep.world} rank(s), results {spec.results}"
           + (f" ({done_before} attempt(s) recorded before: finished points are kept)" if done_before else ""),
           flush=True)
-    spawn.sigterm_as_interrupt()
-    try:
-        sweep.run()
-    except KeyboardInterrupt:
-        kept = len(driver.load_ledger(spec.results, sweep.sweep_id))
-        print(f"\nsweep interrupted: {kept} attempt(s) recorded in {spec.results}; "
-              "re-run the same command to go on from there", flush=True)
-        return 130
+    finished, _ = until_interrupted(sweep.run, lambda: (
+        f"sweep interrupted: {len(driver.load_ledger(spec.results, sweep.sweep_id))} attempt(s) recorded in "
+        f"{spec.results}; re-run the same command to go on from there"))
+    if not finished:
+        return INTERRUPTED
     return report_sweep(spec.results, sweep.sweep_id, spec.headroom_pct, spec.baseline)
 
 
@@ -61,13 +58,12 @@ def _check_baseline(spec) -> None:
 
 
 def dry_run_text(sweep) -> str:
-    from ds_bench.config.legality import Where
     from ds_bench.jobs.points import families, skip_reason
 
     s = sweep.spec
     lines = [f"families (micro-batch {'auto' if s.micro_batches is None else ','.join(map(str, s.micro_batches))}, "
              f"{s.repeats} repeat(s) each):"]
-    where = Where(sweep.world, s.device_type)
+    where = sweep.where
     for f in families(s.stages, s.offloads, s.precisions, s.grad_accums, s.engines, s.degrees, s.attns, s.compiles):
         why = skip_reason(f.with_micro_batch(1), where)
         lines.append(f"  {f.family_label()}" + (f"  skipped: {why}" if why else ""))

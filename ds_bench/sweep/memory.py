@@ -6,8 +6,8 @@ later point's peak from that; each split of the model (its parallel degrees) cal
 
 from __future__ import annotations
 
-from ds_bench.jobs import predict
 from ds_bench.config.layout import Layout
+from ds_bench.jobs import predict
 from ds_bench.record.schema import RunMetrics, RunRecord, SweepPointRecord
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ds_bench.config import argcheck
 from ds_bench.config.layout import ATTENTION, DEGREES, ENGINES, OFFLOADS, PRECISIONS, Layout, parse_key
-from ds_bench.config.parsers import CONFIG_DIR, config_path, memory_cap, parse_duration, parse_list
+from ds_bench.config.parsers import CONFIG_DIR, config_path, memory_cap, parse_list
 from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
 from ds_bench.jobs.flags import add_degree_arguments, add_job_arguments, degrees_of, job_options

@@ -1,7 +1,7 @@
 """The contract every workload meets, and the data helpers they share.
 
 A workload turns a ``RunConfig`` into a model, an endless stream of per-rank batches, a loss and
-(for FLOPs/MFU) a model-FLOPs count. Its constructor checks flags and paths; ``prepare_data`` reads
+(for FLOPs/MFU) a model-FLOPs count. Its constructor checks flags and paths; ``load_data`` reads
 and checks ``--data`` itself, before the process group is joined (``ds_bench.config.preflight``).
 ``ds_bench.workloads.REGISTRY`` maps names to the classes.
 """
@@ -114,7 +114,7 @@ class Workload(ABC):
         """``batches`` of data-parallel replica ``data_rank`` as ``(inputs, labels)``, as the pipeline engine reads them."""
         raise NotImplementedError(f"workload {self.name} has no pipeline model")
 
-    def prepare_data(self, world_size: int, micro_batch: int) -> None:
+    def load_data(self, world_size: int, micro_batch: int) -> None:
         """Read and check ``--data`` (files, decoding, tokenizing, sample count) and keep it for
         ``batches``; a ``UserError`` naming the data when it is bad or too small. Called on every
         rank before the process group is joined; loads once, so calling it again is cheap.

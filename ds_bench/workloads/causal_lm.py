@@ -4,7 +4,7 @@ Data: ``--data synthetic`` (uniform random tokens over the model's vocabulary, a
 ``SYNTHETIC_POOL`` batches per rank, cycled) or a text / JSON-lines file or folder (``ds_bench.data.text``:
 tokenized once with the real GPT-2 BPE of ``ds_bench.data.tokenizer``, or a ``--model`` folder's own
 tokenizer, cached, packed into full ``--seq-len`` sequences, sharded across ranks; read and counted
-by ``prepare_data`` before the process group is joined). The loss is HF's causal-LM loss on the
+by ``load_data`` before the process group is joined). The loss is HF's causal-LM loss on the
 batch's own tokens (labels = inputs, shifted inside the model).
 A subclass sets ``self.config`` (the HF config), ``self.seq_len`` and ``self.files`` in its constructor.
 """
@@ -38,7 +38,7 @@ class CausalLMWorkload(Workload):
     seq_len: int
     files: list[str] | None
     seqs: torch.Tensor | None = None
-    """[n, seq_len] packed tokens, set by ``prepare_data``."""
+    """[n, seq_len] packed tokens, set by ``load_data``."""
     n_tokens = 0
     tokenizer_source: str | None = None
     """What tokenized ``--data`` (the record's ``tokenizer``): the ``--model`` folder, or ``gpt2-bpe`` (the
@@ -48,7 +48,7 @@ class CausalLMWorkload(Workload):
     def tokens_per_sample(self) -> int:
         return self.seq_len
 
-    def prepare_data(self, world_size: int, micro_batch: int) -> None:
+    def load_data(self, world_size: int, micro_batch: int) -> None:
         """Load the tokenizer, tokenize (or read the cache), pack, and count sequences."""
         if self.files is None:
             return
@@ -64,7 +64,7 @@ class CausalLMWorkload(Workload):
     def batches(self, rank: int, world_size: int, micro_batch: int) -> Iterator[Batch]:
         if self.files is None:
             return cycle_pool(self._synthetic_pool(rank, micro_batch))
-        self.prepare_data(world_size, micro_batch)
+        self.load_data(world_size, micro_batch)
         return self._text_batches(rank, world_size, micro_batch)
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:

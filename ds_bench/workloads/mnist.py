@@ -49,13 +49,13 @@ class MnistWorkload(Workload):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.images: torch.Tensor | None = None  # uint8 [N, 1, 28, 28], set by prepare_data; normalized per batch
+        self.images: torch.Tensor | None = None  # uint8 [N, 1, 28, 28], set by load_data; normalized per batch
         self.labels: torch.Tensor | None = None
 
     def build_model(self) -> nn.Module:
         return MnistCNN()
 
-    def prepare_data(self, world_size: int, micro_batch: int) -> None:
+    def load_data(self, world_size: int, micro_batch: int) -> None:
         if self.cfg.data == "synthetic":
             return
         if self.images is None:
@@ -68,7 +68,7 @@ class MnistWorkload(Workload):
     def batches(self, rank: int, world_size: int, micro_batch: int) -> Iterator[Batch]:
         if self.cfg.data == "synthetic":
             return cycle_pool(self._synthetic_pool(rank, micro_batch))
-        self.prepare_data(world_size, micro_batch)
+        self.load_data(world_size, micro_batch)
         return self._real_batches(rank, world_size, micro_batch)
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:

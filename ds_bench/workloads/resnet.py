@@ -63,7 +63,7 @@ class ResNetWorkload(Workload):
         if data_classes and data_classes > self.num_classes:
             raise UserError(f"--num-classes {self.num_classes} is fewer than the {data_classes} classes "
                             f"in --data {cfg.data}")
-        self.source: tuple[int, images.Fetch] | None = None  # (samples, fetch), set by prepare_data
+        self.source: tuple[int, images.Fetch] | None = None  # (samples, fetch), set by load_data
 
     def build_model(self) -> nn.Module:
         from transformers import ResNetForImageClassification
@@ -71,7 +71,7 @@ class ResNetWorkload(Workload):
         model = ResNetForImageClassification(resnet_config(self.size, self.num_classes))
         return model.to(memory_format=torch.channels_last) if self.cfg.channels_last else model
 
-    def prepare_data(self, world_size: int, micro_batch: int) -> None:
+    def load_data(self, world_size: int, micro_batch: int) -> None:
         """idx: both files read and paired; image folder: loaded and its first image decoded."""
         if self.data_format is None:
             return
@@ -88,7 +88,7 @@ class ResNetWorkload(Workload):
     def batches(self, rank: int, world_size: int, micro_batch: int) -> Iterator[Batch]:
         if self.data_format is None:
             return cycle_pool(self._synthetic_pool(rank, micro_batch))
-        self.prepare_data(world_size, micro_batch)
+        self.load_data(world_size, micro_batch)
         n, fetch = self.source
         indices = shard_epochs(n, rank, world_size, micro_batch, self.cfg.seed)
         return images.batches(fetch, indices, self.image_size)
