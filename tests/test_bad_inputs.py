@@ -265,8 +265,6 @@ CASES["param offload stage 2"] = Case(run(cfg=cfg_with(zero_optimization__offloa
                                       r"offload=all with ZeRO stage 2: zero_optimization\.offload_param needs ZeRO stage 3")
 CASES["optimizer offload stage 0"] = Case(run(cfg=cfg_with(zero_optimization__stage=0, zero_optimization__offload_optimizer={"device": "cpu"})),
                                           r"offload=optimizer with ZeRO stage 0: offloading \(zero_optimization\.offload_\*\) needs")
-CASES["legacy cpu_offload stage 0"] = Case(run(cfg=cfg_with(zero_optimization__stage=0, zero_optimization__cpu_offload=True)),
-                                           r"offload=optimizer with ZeRO stage 0: offloading")
 CASES["nvme without path"] = Case(run(cfg=cfg_with(zero_optimization__offload_optimizer={"device": "nvme"})),
                                   r"zero_optimization\.offload_optimizer\.nvme_path is required")
 

@@ -117,3 +117,17 @@ def test_the_docs_list_every_rule():
     page = (REPO / "docs" / "engines-and-layouts.md").read_text()
     missing = [r.name for r in RULES if f"| {r.name} |" not in page]
     assert missing == [], f"docs/engines-and-layouts.md lacks rules {missing}: regenerate its legality table"
+
+
+def test_a_legacy_spelling_counts_as_deepspeed_reads_it(tmp_path):
+    """``zero_optimization.cpu_offload: true`` is DeepSpeed's old name of optimizer offload: refused at stage 0
+    as ``offload_optimizer`` is (a real process: DeepSpeed logs its deprecation warning on the way)."""
+    from tests.conftest import ds_bench
+
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({**BASE, "zero_optimization": {"stage": 0, "cpu_offload": True}}))
+    proc = ds_bench("run", "--workload", "mnist", "--ds-config", str(config), "--steps", "2", "--warmup", "1",
+                    "--results", str(tmp_path / "r.jsonl"))
+    said = legality.violation(Layout(0, "optimizer", "fp32", 1), Where(1))
+    assert proc.returncode == 2 and f"ds-bench: error: {said}" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and not (tmp_path / "r.jsonl").exists()
