@@ -98,6 +98,16 @@ def test_points_launch_as_sweep_points_do(tmp_path):
         "-m", "ds_bench", *run]
 
 
+@pytest.mark.parametrize("launcher, word", [("torchrun", "--nproc_per_node"), ("mpirun", "-np"), ("deepspeed", "--num_gpus")])
+def test_each_launcher_starts_this_nodes_points_without_a_hostfile(launcher, word, tmp_path, capsys):
+    """The studies' one ``--launcher`` list: on one node scaling takes each (mpirun from a hostfile it writes)."""
+    code = cli.main(["scaling", "--workload", "mnist", "--ds-config", "zero1.json", "--ranks", "1,2", "--launcher",
+                     launcher, "--results", str(tmp_path / "s.jsonl"), "--dry-run", "--", "--steps", "3", "--warmup", "1"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert [line.split(":")[0] for line in out.splitlines() if word in line] == ["n1", "n2"], out
+
+
 def test_dry_run_writes_the_sub_hostfiles_and_prints_each_command(tmp_path, capsys):
     (tmp_path / "hosts").write_text("localhost slots=2\n")
     code = cli.main(["scaling", "--workload", "mnist", "--ds-config", "zero1.json", "--hostfile", str(tmp_path / "hosts"),

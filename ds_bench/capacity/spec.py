@@ -22,7 +22,7 @@ from ds_bench.config.layout import DEGREES, OFFLOADS, PRECISIONS, Layout
 from ds_bench.config.parsers import config_path, memory_cap, parse_list
 from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
-from ds_bench.jobs.flags import add_degree_arguments, add_job_arguments, degrees_of, job_options
+from ds_bench.jobs.flags import StudySpec, add_degree_arguments, add_job_arguments, degrees_of, job_options
 from ds_bench.jobs.points import families
 
 OWNED = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
@@ -33,7 +33,7 @@ OWNED = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup
 
 
 @dataclass(frozen=True)
-class CapacitySpec:
+class CapacitySpec(StudySpec):
     ds_config: str
     base: dict
     """The base config with ``--set`` applied (each layout's config is derived from it)."""
@@ -46,25 +46,12 @@ class CapacitySpec:
     seq_len: int
     run_args: tuple[str, ...]
     nproc: int
-    results: str
-    launcher: str
-    hostfile: str | None
-    iface: str | None
-    master_port: int
-    timeout_s: float
     steps: int = 4
     warmup: int = 1
     cpu_mem_limit: int | None = None
     prune: bool = True
     device_type: str = "cpu"
     workload: str = "gpt2"
-
-    @property
-    def runs_path(self) -> str:
-        return os.path.splitext(self.results)[0] + ".runs.jsonl"
-
-    def output_path(self, suffix: str) -> str:
-        return os.path.splitext(self.results)[0] + suffix
 
     def capacity_id(self) -> str:
         """What makes two searches comparable: config, family, run arguments, ranks, steps, memory cap."""

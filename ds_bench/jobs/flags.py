@@ -9,12 +9,37 @@ parallel degree in ``DEGREES`` is a new axis flag of every study with no edit he
 from __future__ import annotations
 
 import argparse
+import os
+from dataclasses import dataclass
 
 from ds_bench.config import argcheck
 from ds_bench.config.layout import DEGREES
 from ds_bench.config.parsers import parse_duration, parse_list
 from ds_bench.config.run_flags import add_iface_argument
 from ds_bench.jobs.launch import LAUNCHERS
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """What every study's spec has (sweep, capacity and scaling derive theirs from it): the job flags, as
+    ``job_options`` checks them, and where the study writes beside its results file."""
+
+    results: str
+    """The study's records, JSON lines; also its state (``jobs.ledger``)."""
+    launcher: str
+    hostfile: str | None
+    iface: str | None
+    master_port: int
+    timeout_s: float
+    """Wall-clock limit of one job; also its ``ds-bench run --step-timeout``."""
+
+    @property
+    def runs_path(self) -> str:
+        """Every job's full run records (the study's records name them by tag and run id)."""
+        return self.output_path(".runs.jsonl")
+
+    def output_path(self, suffix: str) -> str:
+        return os.path.splitext(self.results)[0] + suffix
 
 
 def add_job_arguments(p: argparse.ArgumentParser, *, results: str, master_port: int, nproc: bool = True) -> None:
@@ -42,7 +67,8 @@ def job_options(args: argparse.Namespace, local_mpirun: bool = False) -> dict:
 
     argcheck.at_least("--nproc", getattr(args, "nproc", None), 1)
     argcheck.port("--master-port", args.master_port)
-    argcheck.job_launcher(args.launcher, args.hostfile or ("(each job's)" if local_mpirun else None))
+    if not (local_mpirun and args.launcher == "mpirun"):
+        argcheck.job_launcher(args.launcher, args.hostfile)
     check_results_path(args.results)
     return {"results": args.results, "launcher": args.launcher, "hostfile": args.hostfile, "iface": args.iface,
             "master_port": args.master_port, "timeout_s": parse_duration("--timeout", args.timeout)}

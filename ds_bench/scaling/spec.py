@@ -17,19 +17,16 @@ from dataclasses import asdict, dataclass
 
 from ds_bench.config import argcheck
 from ds_bench.errors import UserError
-from ds_bench.jobs.flags import add_job_arguments, job_options
+from ds_bench.jobs.flags import StudySpec, add_job_arguments, job_options
 from ds_bench.scaling.points import Placement, node_points, rank_points
 
 
 @dataclass(frozen=True)
-class ScalingSpec:
+class ScalingSpec(StudySpec):
     workload: str
     ds_config: str
     points: tuple[Placement, ...]
     """Ascending world sizes; the first is the efficiency baseline."""
-    launcher: str
-    hostfile: str | None
-    iface: str | None
     run_args: tuple[str, ...]
     """What came after ``--``: the same for every point."""
     micro_batch: int
@@ -38,23 +35,12 @@ class ScalingSpec:
     precision: str
     """fp32, bf16 or fp16, as the config (with ``--set``) resolves."""
     device_type: str
-    results: str
-    master_port: int
-    timeout_s: float
     plot: str | None = None
     dry_run: bool = False
 
     @property
-    def runs_path(self) -> str:
-        """Every point's full run records (the scaling record's rows name them by tag and run id)."""
-        return self.output_path(".runs.jsonl")
-
-    @property
     def plot_path(self) -> str:
         return self.plot or self.output_path(".png")
-
-    def output_path(self, suffix: str) -> str:
-        return os.path.splitext(self.results)[0] + suffix
 
     def to_dict(self) -> dict:
         return asdict(self)

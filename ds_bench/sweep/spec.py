@@ -20,11 +20,11 @@ from ds_bench.config.layout import ATTENTION, DEGREES, ENGINES, OFFLOADS, PRECIS
 from ds_bench.config.parsers import CONFIG_DIR, config_path, memory_cap, parse_list
 from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
-from ds_bench.jobs.flags import add_degree_arguments, add_job_arguments, degrees_of, job_options
+from ds_bench.jobs.flags import StudySpec, add_degree_arguments, add_job_arguments, degrees_of, job_options
 
 
 @dataclass(frozen=True)
-class SweepSpec:
+class SweepSpec(StudySpec):
     workload: str
     ds_config: str
     overrides: tuple[str, ...]
@@ -37,12 +37,6 @@ class SweepSpec:
     run_args: tuple[str, ...]
     """``--size``, ``--seq-len``, ``--data`` and whatever came after ``--``: the same for every point."""
     nproc: int
-    results: str
-    launcher: str
-    hostfile: str | None
-    iface: str | None
-    master_port: int
-    timeout_s: float
     steps: int = 20
     warmup: int = 5
     repeats: int = 1
@@ -62,14 +56,6 @@ class SweepSpec:
     """``--attn``: attention implementations (empty: the workload's default)."""
     compiles: tuple[bool, ...] = (False,)
     """``--compile off,on``: eager and/or compiled points."""
-
-    @property
-    def runs_path(self) -> str:
-        """Every rank's full run records (the points' records in ``results`` point at them)."""
-        return os.path.splitext(self.results)[0] + ".runs.jsonl"
-
-    def output_path(self, suffix: str) -> str:
-        return os.path.splitext(self.results)[0] + suffix
 
     def sweep_id(self, base_config: dict) -> str:
         """What makes two measurements comparable: workload, run arguments, the base config's
