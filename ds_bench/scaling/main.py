@@ -49,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
     env, threads, threads_note = thread_setting(spec, os.environ, _cores())
     sid = uuid.uuid4().hex[:8]
     notes = [threads_note] if threads_note else []
-    if spec.device_type == "cpu" and spec.precision == "bf16" and not this_cpu_has_native_bf16():
+    if spec.device_type == "cpu" and spec.layout.precision == "bf16" and not this_cpu_has_native_bf16():
         notes.append("this CPU has no native bf16 and the config enables it: every point runs emulated bf16 "
                      "(~9x slower than fp32); add '-- --set bf16.enabled=false' for fp32")
     for note in notes:
@@ -58,8 +58,9 @@ def main(args: argparse.Namespace) -> int:
         for point in spec.points:
             print(f"{point.label}: {shlex.join(_command(spec, sid, point))}")
         return 0
-    print(f"scaling {sid}: {spec.workload}, {', '.join(str(p.world_size) for p in spec.points)} rank(s), "
-          f"micro-batch {spec.micro_batch} x {spec.grad_accum} per device, results {spec.results}", flush=True)
+    print(f"scaling {sid}: {spec.workload}, {spec.layout.key}, {', '.join(str(p.world_size) for p in spec.points)} "
+          f"rank(s), micro-batch {spec.layout.micro_batch} x {spec.layout.grad_accum} per device, results "
+          f"{spec.results}", flush=True)
     finished, rows = until_interrupted(lambda: execute(spec, sid, env), lambda: (
         f"scaling interrupted: no scaling record written; finished points' run records are in {spec.runs_path} "
         f"(tag scaling:{sid}:...)"))
@@ -136,8 +137,8 @@ def record(spec: ScalingSpec, sid: str, rows: list[ScalingRow], notes: list[str]
     rec = ScalingRecord(**results.base_record(results.new_run_id(), spec.to_dict()), kind="scaling", scaling=sid,
                         status="failed" if failed else "ok", workload=spec.workload, ds_config=spec.ds_config,
                         launcher=spec.launcher, hostfile=spec.hostfile, device_type=spec.device_type,
-                        machine=_machine(), threads_per_rank=threads, micro_batch=spec.micro_batch,
-                        grad_accum=spec.grad_accum, baseline_world_size=base, points=rows, notes=notes,
+                        machine=_machine(), threads_per_rank=threads, micro_batch=spec.layout.micro_batch,
+                        grad_accum=spec.layout.grad_accum, baseline_world_size=base, points=rows, notes=notes,
                         runs=spec.runs_path, table=md, plot=png if base is not None else None)
     with open(md, "w", encoding="utf-8") as f:
         f.write(f"{report.title(rec)}\n\n{report.table(rows, base, fmt='github')}\n")

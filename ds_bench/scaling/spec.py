@@ -16,6 +16,7 @@ import os
 from dataclasses import asdict, dataclass
 
 from ds_bench.config import argcheck
+from ds_bench.config.layout import Layout
 from ds_bench.errors import UserError
 from ds_bench.jobs.flags import StudySpec, add_job_arguments, job_options
 from ds_bench.scaling.points import Placement, node_points, rank_points
@@ -29,11 +30,9 @@ class ScalingSpec(StudySpec):
     """Ascending world sizes; the first is the efficiency baseline."""
     run_args: tuple[str, ...]
     """What came after ``--``: the same for every point."""
-    micro_batch: int
-    """Per device, the same at every point (resolved from the config and ``--micro-batch``)."""
-    grad_accum: int
-    precision: str
-    """fp32, bf16 or fp16, as the config (with ``--set``) resolves."""
+    layout: Layout
+    """The one layout of every point: its config's stage, offload and precision (``--set`` applied), the
+    micro-batch and accumulation per device (the same at every point), the run flags' engine and degrees."""
     device_type: str
     plot: str | None = None
     dry_run: bool = False
@@ -110,9 +109,8 @@ def from_args(args: argparse.Namespace, device_type: str, devices: int) -> Scali
         raise UserError(f"--ds-config {args.ds_config}: file not found (as given, or in ds_configs/)")
     argcheck.output_folder("--plot", args.plot)
     run = _run_namespace(args.workload, path, list(args.run_args))
-    micro, gas, precision = _batch_per_device(path, run, points, device_type)
     return ScalingSpec(workload=args.workload, ds_config=path, points=points, **job, run_args=tuple(args.run_args),
-                       micro_batch=micro, grad_accum=gas, precision=precision, device_type=device_type, plot=args.plot,
+                       layout=_layout(path, run, points, device_type), device_type=device_type, plot=args.plot,
                        dry_run=args.dry_run)
 
 
@@ -134,12 +132,13 @@ def _run_namespace(workload: str, path: str, tail: list[str]) -> argparse.Namesp
     return ns
 
 
-def _batch_per_device(path: str, run: argparse.Namespace, points: tuple[Placement, ...],
-                      device_type: str) -> tuple[int, int, str]:
-    """(micro-batch, gradient accumulation) per device, the same at every point, and the precision;
-    or a UserError."""
+def _layout(path: str, run: argparse.Namespace, points: tuple[Placement, ...], device_type: str) -> Layout:
+    """The layout of every point, checked against the legality table at each point's world size, with the
+    same micro-batch and gradient accumulation per device at every point; or a UserError."""
     from ds_bench.config import legality
     from ds_bench.config.deepspeed import prepare as ds_config
+    from ds_bench.config.deepspeed.derive import axes_of
+    from ds_bench.config.layout import from_run
 
     seen = {}
     for p in points:
@@ -151,10 +150,9 @@ def _batch_per_device(path: str, run: argparse.Namespace, points: tuple[Placemen
         except UserError as e:
             raise UserError(f"--ds-config at {p.world_size} rank(s): {e}") from None
         seen[p.world_size] = (cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"])
-        precision = ds_config.precision_of(cfg)
     if len(set(seen.values())) > 1:
         got = ", ".join(f"{m} x {g} at {n}" for n, (m, g) in seen.items())
         raise UserError(f"--ds-config {path}: micro-batch x accumulation per device changes with the rank count "
                         f"({got}): its train_batch_size fixes the global batch (strong scaling); weak scaling "
                         "needs it 'auto' with a micro-batch (train_micro_batch_size_per_gpu or --micro-batch after '--')")
-    return (*next(iter(seen.values())), precision)
+    return from_run(run, axes_of(cfg))
