@@ -198,3 +198,21 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_sep("=", f"most CPU: {sum(costs.values()):.0f} CPU-s in all; the 15 largest (s)")
         for nodeid, cpu in sorted(costs.items(), key=lambda kv: -kv[1])[:15]:
             terminalreporter.write_line(f"{cpu:8.1f}  {nodeid}")
+
+
+PASSED = "validation passed: the run reached init_distributed"
+"""What a command that should have stopped at its checks raises once it gets past them (``stop_past_checks``)."""
+
+
+def stop_past_checks(monkeypatch) -> None:
+    """In-process command tests: joining a process group, starting a launcher or a study's job raises
+    ``AssertionError(PASSED)`` instead, so a case that wrongly passes validation fails loudly."""
+    from ds_bench.cluster import process
+    from ds_bench.jobs import launch, spawn
+
+    def passed(*_a, **_k):
+        raise AssertionError(PASSED)
+
+    monkeypatch.setattr(process, "init_distributed", passed)
+    monkeypatch.setattr(launch, "run_child", passed)
+    monkeypatch.setattr(spawn, "run_job", passed)

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from ds_bench import cli
+from tests.conftest import PASSED, stop_past_checks
 
 REPO = Path(__file__).resolve().parent.parent
 ZERO2 = json.loads((REPO / "ds_configs" / "zero2.json").read_text())
-PASSED = "validation passed: the run reached init_distributed"
 
 
 @dataclass(frozen=True)
@@ -594,16 +594,7 @@ CASES["compare alpha 2"] = Case(compare("{base}", "{base}", "--alpha", "2"), r"-
 @pytest.fixture
 def no_side_effects(monkeypatch):
     """Anything past validation fails loudly instead of joining a process group or launching."""
-    from ds_bench.cluster import process
-    from ds_bench.jobs import launch
-    from ds_bench.jobs import spawn as jobs
-
-    def passed(*_a, **_k):
-        raise AssertionError(PASSED)
-
-    monkeypatch.setattr(process, "init_distributed", passed)
-    monkeypatch.setattr(launch, "run_child", passed)
-    monkeypatch.setattr(jobs, "run_job", passed)
+    stop_past_checks(monkeypatch)
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "DS_BENCH_IFACE"):
         monkeypatch.delenv(var, raising=False)
 

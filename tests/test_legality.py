@@ -19,10 +19,9 @@ from ds_bench.config import legality
 from ds_bench.config.deepspeed.derive import derive
 from ds_bench.config.layout import Layout
 from ds_bench.config.legality import RULES, Where
-from tests.conftest import REPO
+from tests.conftest import PASSED, REPO, stop_past_checks
 
 WORLD = 2
-PASSED = "validation passed: the run reached init_distributed"
 RUN_FLAGS = {"breakdown": ["--breakdown"], "checkpoint": ["--checkpoint", "{tmp}/ckpt"],
              "resume": ["--resume", "{tmp}"], "model_path": ["--model", "{tmp}"]}
 """A run option as flags (``legality.RUN_OPTIONS``)."""
@@ -37,14 +36,7 @@ def workload(layout: Layout) -> list[str]:
 
 @pytest.fixture
 def two_ranks(monkeypatch):
-    from ds_bench.cluster import process
-    from ds_bench.jobs import spawn
-
-    def passed(*_a, **_k):
-        raise AssertionError(PASSED)
-
-    monkeypatch.setattr(process, "init_distributed", passed)
-    monkeypatch.setattr(spawn, "run_job", passed)
+    stop_past_checks(monkeypatch)
     env = {"RANK": "0", "WORLD_SIZE": str(WORLD), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": str(WORLD),
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999", "TORCHDYNAMO_DISABLE": "0"}
     for name, value in env.items():

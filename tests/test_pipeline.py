@@ -80,7 +80,7 @@ def test_plan_layout_and_bubble():
     plan = pipeline.resolve(2, None, 4, 12)
     assert (plan.stages, plan.data_parallel_size, plan.partition) == (2, 2, "parameters")
     cfg = {"gradient_accumulation_steps": 6, "zero_optimization": {"stage": 1}}
-    plan = pipeline.check_config(plan, cfg, "c.json")
+    plan = pipeline.with_micro_batches(plan, cfg)
     assert plan.micro_batches == 6 and plan.bubble() == pytest.approx(1 / 7)
     assert plan.describe() == {"pipeline_stages": 2, "data_parallel_size": 2, "micro_batches": 6,
                                "partition": "parameters", "schedule_bubble": pytest.approx(1 / 7)}
@@ -98,7 +98,7 @@ def test_plan_refuses(stages, world, blocks, pattern):
 
 def test_fewer_micro_batches_than_stages_warns(caplog):
     with caplog.at_level(logging.WARNING, logger="ds_bench"):
-        plan = pipeline.check_config(pipeline.resolve(4, None, 4, 8), {"gradient_accumulation_steps": 2}, "c.json")
+        plan = pipeline.with_micro_batches(pipeline.resolve(4, None, 4, 8), {"gradient_accumulation_steps": 2})
     assert plan.micro_batches == 2
     assert "fewer micro-batches than stages, the pipeline bubble (60% of the step idle) dominates" in caplog.text
 

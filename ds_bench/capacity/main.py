@@ -20,6 +20,7 @@ import argparse
 from ds_bench.capacity.driver import LayoutSearch
 from ds_bench.capacity.spec import CapacitySpec, from_args
 from ds_bench.config.layout import Layout
+from ds_bench.config.legality import Where
 from ds_bench.jobs import ledger, predict, spawn
 from ds_bench.jobs.points import skip_reason, study_where
 from ds_bench.jobs.runner import INTERRUPTED, until_interrupted
@@ -43,8 +44,9 @@ def main(args: argparse.Namespace) -> int:
         print(dry_run_text(spec, world))
         return 0
     done = load_probes(spec.results, spec.capacity_id())
+    where = study_where(spec, world)
     finished, summaries = until_interrupted(
-        lambda: [_search(spec, layout, world, per_node, capacity, done) for layout in spec.layouts],
+        lambda: [_search(spec, layout, where, per_node, capacity, done) for layout in spec.layouts],
         lambda: (f"capacity search interrupted: {len(load_probes(spec.results, spec.capacity_id()))} probe(s) "
                  f"recorded in {spec.results}; re-run the same command to go on from there"))
     if not finished:
@@ -56,10 +58,10 @@ def main(args: argparse.Namespace) -> int:
     return 0 if any(r.status == "ok" for r in summaries) else 1
 
 
-def _search(spec: CapacitySpec, layout: Layout, world: int, per_node: int, capacity: int,
+def _search(spec: CapacitySpec, layout: Layout, where: Where, per_node: int, capacity: int,
             done: dict) -> CapacityRecord:
-    why = skip_reason(layout, study_where(spec, world))
-    search = LayoutSearch(spec, layout, world, per_node, capacity, done)
+    why = skip_reason(layout, where)
+    search = LayoutSearch(spec, layout, where.world_size, per_node, capacity, done)
     if why is not None:
         print(f"{layout.key}: skipped: {why}", flush=True)
         return search.summary_skipped(why)

@@ -56,10 +56,6 @@ def _ex(**fields) -> Layout:
     return Layout(**{"stage": 1, "offload": "none", "precision": "fp32", "micro_batch": 2, **fields})
 
 
-def _option(name: str) -> Callable[[Layout, Where], bool]:
-    return lambda _layout, where: name in where.run_options
-
-
 def _pp(l: Layout, w: Where) -> bool:
     return l.pipeline_stages > 1 or "pipeline_stages" in w.engaged
 
@@ -68,8 +64,8 @@ def _tp(l: Layout, w: Where) -> bool:
     return l.tensor_parallel > 1 or "tensor_parallel" in w.engaged
 
 
-def _indivisible(degree: str) -> Callable[[Layout, Where], bool]:
-    return lambda l, w: w.world_size is not None and w.world_size % getattr(l, degree) != 0
+def _indivisible(l: Layout, w: Where, degree: str) -> bool:
+    return w.world_size is not None and w.world_size % getattr(l, degree) != 0
 
 
 RULES: tuple[Rule, ...] = (
@@ -84,7 +80,7 @@ RULES: tuple[Rule, ...] = (
     Rule("AutoTP and compile", lambda l, w: _tp(l, w) and l.compile,
          "--compile with --tensor-parallel {tensor_parallel}: not measured yet (DeepSpeed has its own AutoTP "
          "compile pass)", "not measured yet", _ex(tensor_parallel=2, compile=True)),
-    Rule("TP degree divides the ranks", lambda l, w: _tp(l, w) and _indivisible("tensor_parallel")(l, w),
+    Rule("TP degree divides the ranks", lambda l, w: _tp(l, w) and _indivisible(l, w, "tensor_parallel"),
          "--tensor-parallel {tensor_parallel} does not divide the world size {world_size}: every data-parallel "
          "replica needs a whole tensor-parallel group", "arithmetic", _ex(tensor_parallel=3)),
     Rule("the pipeline is DeepSpeed's", lambda l, w: _pp(l, w) and l.engine != "deepspeed",
@@ -104,7 +100,7 @@ RULES: tuple[Rule, ...] = (
          "--attn eager with --pipeline-stages {pipeline_stages}: a stage's blocks get no attention mask, which only "
          "sdpa and flash_attention_2 apply causally; use --attn sdpa",
          "ds_bench's pipeline GPT-2 passes no mask between stages", _ex(pipeline_stages=2, attn="eager")),
-    Rule("pipeline stages divide the ranks", lambda l, w: _pp(l, w) and _indivisible("pipeline_stages")(l, w),
+    Rule("pipeline stages divide the ranks", lambda l, w: _pp(l, w) and _indivisible(l, w, "pipeline_stages"),
          "--pipeline-stages {pipeline_stages} does not divide the world size {world_size}: every data-parallel "
          "replica needs all the stages", "arithmetic", _ex(pipeline_stages=3)),
     Rule("DDP does not offload", lambda l, w: l.engine == "ddp" and l.offload != "none",
@@ -128,7 +124,7 @@ RULES: tuple[Rule, ...] = (
     Rule("no fp16 on CPU ranks", lambda l, w: l.precision == "fp16" and w.device_type == "cpu",
          "fp16 on CPU ranks: DeepSpeed's CPU accelerator has no fp16 (use bf16 or fp32)",
          f"{DEEPSPEED}: 'Type fp16 is not supported on your device'", _ex(precision="fp16")),
-    *(Rule(f"a pipeline and {flag}", lambda l, w, o=option: _pp(l, w) and _option(o)(l, w),
+    *(Rule(f"a pipeline and {flag}", lambda l, w, o=option: _pp(l, w) and o in w.run_options,
            f"{flag} with --pipeline-stages {{pipeline_stages}}: {why}", source, _ex(pipeline_stages=2),
            frozenset({option}))
       for option, flag, why, source in (
@@ -138,7 +134,7 @@ RULES: tuple[Rule, ...] = (
         ("resume", "--resume", "not measured yet", "not measured yet"),
         ("model_path", "--model", "pretrained weights are not loaded into pipeline stages yet; use --size or "
                                   "--layers", "not built yet"))),
-    *(Rule(f"AutoTP and {flag}", lambda l, w, o=option: _tp(l, w) and _option(o)(l, w),
+    *(Rule(f"AutoTP and {flag}", lambda l, w, o=option: _tp(l, w) and o in w.run_options,
            f"{flag} with --tensor-parallel {{tensor_parallel}}: not measured yet", "not measured yet",
            _ex(tensor_parallel=2), frozenset({option}))
       for option, flag in (("breakdown", "--breakdown"), ("checkpoint", "--checkpoint"), ("resume", "--resume"))),

@@ -23,7 +23,7 @@ from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.layout import ENGINES
 from ds_bench.config.run_checks import check_engine
 from ds_bench.engines.pipeline import PipelinePlan
-from ds_bench.engines.pipeline import check_config as check_pipeline_config
+from ds_bench.engines.pipeline import with_micro_batches
 from ds_bench.engines.tensor_parallel import TensorParallelPlan, deepspeed_config
 from ds_bench.engines.torch_engine import DTYPES, TorchEngine, wrap_ddp, wrap_fsdp
 from ds_bench.engines.torch_settings import TorchSettings, torch_settings
@@ -65,8 +65,8 @@ def choose(name: str, ds_cfg: dict, default_lr: float, where: str, pipeline: Pip
            tensor_parallel: TensorParallelPlan | None = None) -> EngineChoice:
     check_engine(name)
     compute = DTYPES[ds_config.precision_of(ds_cfg)]
-    if pipeline is not None:  # the flags already refused other engines (config.run_config.check_pipeline_flags)
-        pipeline = check_pipeline_config(pipeline, ds_cfg, where)
+    if pipeline is not None:  # the legality table already refused other engines and stages (config.legality)
+        pipeline = with_micro_batches(pipeline, ds_cfg)
     if name == "deepspeed":
         return EngineChoice(name, ds_config.zero_stage(ds_cfg), compute, compute, pipeline=pipeline,
                             tensor_parallel=tensor_parallel)

@@ -37,7 +37,7 @@ class PipelinePlan:
     partition: str
     """``PipelineModule``'s ``partition_method``: parameters, uniform or type:REGEX."""
     micro_batches: int = 0
-    """Micro-batches per step (``gradient_accumulation_steps``); set by ``check_config``."""
+    """Micro-batches per step (``gradient_accumulation_steps``); set by ``with_micro_batches``."""
 
     def bubble(self) -> float:
         """The schedule's idle share of a step: (P - 1) / (m + P - 1)."""
@@ -61,8 +61,9 @@ def resolve(stages: int | None, partition: str | None, world_size: int, n_blocks
     return PipelinePlan(stages, world_size // stages, partition or DEFAULT_PARTITION)
 
 
-def check_config(pipe: PipelinePlan, ds_cfg: dict, where: str) -> PipelinePlan:
-    """The ``PipelinePlan`` with its micro-batch count (the ZeRO stage and offload it refuses: ``config.legality``)."""
+def with_micro_batches(pipe: PipelinePlan, ds_cfg: dict) -> PipelinePlan:
+    """The ``PipelinePlan`` with the resolved config's micro-batch count, warning when fewer than its stages
+    (the ZeRO stages and offload a pipeline refuses are ``config.legality``'s)."""
     micro_batches = ds_cfg["gradient_accumulation_steps"]
     if micro_batches < pipe.stages:
         log.warning("--pipeline-stages %d with %d micro-batch(es) per step (gradient_accumulation_steps): fewer "
