@@ -1,10 +1,13 @@
 """The ``Layout``: how one model is trained on a set of ranks, as one frozen value.
 
 A layout is the engine (DeepSpeed, DDP or FSDP), the ZeRO stage, what is offloaded, the precision,
-the micro-batch and gradient accumulation, the parallel degrees (``DEGREES``: pipeline stages and
-tensor-parallel ranks today) and the attention kernel and compile switch. ``ds-bench run``'s flags
+the micro-batch and gradient accumulation, the parallel degrees (``DEGREES``: pipeline stages,
+tensor-parallel and sequence-parallel ranks), the attention kernel, the compile switch, the long-context
+memory options (``SWITCHES``: ALST's tiled MLP and tiled loss) and, where a study varies it, the sequence
+length. ``ds-bench run``'s flags
 produce one (``from_run``); a sweep point, a capacity layout and a scaling study's configuration are
-one. Its ``key`` (``[ddp|fsdp] [pp2] [tp2] z1 off=none bf16 mbs=4 [ga=2] [attn=X] [compile]``) names it
+one. Its ``key`` (``[ddp|fsdp] [pp2] [tp2] [sp2] z1 off=none bf16 mbs=4 [ga=2] [seq=N] [attn=X] [compile]
+[tiled-mlp] [tiled-loss]``) names it
 in records, logs and tables and is what a resumed study matches finished work on; ``label`` adds the
 data-parallel degree once the world size is known (``pp2 dp1 z1 off=none bf16 mbs=4``). Both are written by
 ``_label`` alone.
@@ -49,8 +52,30 @@ class Degree:
 DEGREES = (
     Degree("pipeline_stages", "pp", "--pipeline-stages", True, "DeepSpeed pipeline stages (gpt2)"),
     Degree("tensor_parallel", "tp", "--tensor-parallel", True, "DeepSpeed AutoTP degree (llama)"),
+    Degree("sequence_parallel", "sp", "--sequence-parallel", True,
+           "DeepSpeed Ulysses sequence-parallel degree (llama, gpt2)"),
 )
 """Every parallel degree beyond data parallelism, in key order."""
+
+
+@dataclass(frozen=True)
+class Switch:
+    """An on/off memory option of a layout: a ``Layout`` bool field."""
+
+    field: str
+    word: str
+    """The key's word when on (``tiled-mlp``) and its ``ds-bench run`` flag (``--tiled-mlp``); the studies' axis
+    flag of the same name takes ``off``, ``on`` or ``off,on``."""
+    what: str
+
+
+SWITCHES = (
+    Switch("tiled_mlp", "tiled-mlp", "DeepSpeed's TiledMLP (ALST): each block's MLP computed in sequence tiles, its "
+                                     "activations recomputed in backward"),
+    Switch("tiled_loss", "tiled-loss", "DeepSpeed's TiledFusedLogitsLoss (ALST): the LM head and loss computed in "
+                                       "sequence tiles, no full-vocabulary logits tensor"),
+)
+"""The long-context memory options (``ds_bench.engines.tiling``), in key order."""
 
 
 @dataclass(frozen=True, order=True)
@@ -69,6 +94,14 @@ class Layout:
     """``--compile`` of the run."""
     tensor_parallel: int = 1
     """DeepSpeed AutoTP degree (``--tensor-parallel``); 1: none."""
+    sequence_parallel: int = 1
+    """DeepSpeed Ulysses degree (``--sequence-parallel``); 1: none."""
+    tiled_mlp: bool = False
+    """``--tiled-mlp`` of the run (``SWITCHES``)."""
+    tiled_loss: bool = False
+    """``--tiled-loss`` of the run (``SWITCHES``)."""
+    seq_len: int = 0
+    """``--seq-len`` where a study varies it (a sweep's ``--seq-len 1024,4096``); 0: the run's own."""
 
     @property
     def model_parallel(self) -> int:
@@ -106,12 +139,16 @@ class Layout:
         head += "".join(f"{d.word}{getattr(self, d.field)} " for d in DEGREES if getattr(self, d.field) > 1)
         return f"{head}z{self.stage} off={self.offload} {self.precision}{micro_batch}" + (
             f" ga={self.grad_accum}" if self.grad_accum != 1 else "") + (
-            f" attn={self.attn}" if self.attn else "") + (" compile" if self.compile else "")
+            f" seq={self.seq_len}" if self.seq_len else "") + (
+            f" attn={self.attn}" if self.attn else "") + (" compile" if self.compile else "") + "".join(
+            f" {s.word}" for s in SWITCHES if getattr(self, s.field))
 
     def run_flags(self) -> list[str]:
         """The ``ds-bench run`` flags of this layout's options beyond its DeepSpeed config."""
         out = [a for d in DEGREES if getattr(self, d.field) > 1 for a in (d.flag, str(getattr(self, d.field)))]
-        return out + (["--attn", self.attn] if self.attn else []) + (["--compile"] if self.compile else [])
+        return out + (["--seq-len", str(self.seq_len)] if self.seq_len else []) + (
+            ["--attn", self.attn] if self.attn else []) + (["--compile"] if self.compile else []) + [
+            f"--{s.word}" for s in SWITCHES if getattr(self, s.field)]
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -133,10 +170,11 @@ def _as(f: dataclasses.Field, value):
 
 
 def parse_key(text: str, defaults: Layout) -> Layout:
-    """``[ddp|fsdp] z2 off=optimizer fp32 mbs=128 ga=4`` (any part left out: ``defaults``'s; no engine
+    """``[ddp|fsdp] z2 off=optimizer fp32 mbs=128 ga=4 [tiled-mlp]`` (any part left out: ``defaults``'s; no engine
     word: DeepSpeed) -> Layout (pure). Raises ValueError naming the part it does not understand."""
     fields = defaults.to_dict() | {"engine": "deepspeed"}
     by_word = {d.word: d.field for d in DEGREES}
+    by_switch = {s.word: s.field for s in SWITCHES}
     for part in text.split():
         name, _, value = part.partition("=")
         word = part.rstrip("0123456789")
@@ -154,12 +192,15 @@ def parse_key(text: str, defaults: Layout) -> Layout:
             fields["attn"] = value
         elif part == "compile":
             fields["compile"] = True
-        elif name in ("mbs", "ga") and value.isdigit() and int(value) > 0:
-            fields["micro_batch" if name == "mbs" else "grad_accum"] = int(value)
+        elif part in by_switch:
+            fields[by_switch[part]] = True
+        elif name in ("mbs", "ga", "seq") and value.isdigit() and int(value) > 0:
+            fields[{"mbs": "micro_batch", "ga": "grad_accum", "seq": "seq_len"}[name]] = int(value)
         else:
             degrees = ", ".join(f"{d.word}N" for d in DEGREES)
             raise ValueError(f"{part!r} is not {'|'.join(ENGINES[1:])}, z0..z3, {degrees}, off={'|'.join(OFFLOADS)}, "
-                             f"{'|'.join(PRECISIONS)}, mbs=N, ga=N, attn={'|'.join(ATTENTION)} or compile")
+                             f"{'|'.join(PRECISIONS)}, mbs=N, ga=N, seq=N, attn={'|'.join(ATTENTION)}, compile, "
+                             f"{', '.join(by_switch)}")
     if fields["micro_batch"] < 1:
         raise ValueError("a point needs a micro-batch: mbs=N")
     return Layout.from_dict(fields)
@@ -169,6 +210,7 @@ def from_run(cfg, ds_axes: dict) -> Layout:
     """The layout of one ``ds-bench run``: ``cfg`` a ``RunConfig``, ``ds_axes`` its DeepSpeed config's
     stage, offload, precision, micro-batch and accumulation (``ds_bench.config.deepspeed.derive.axes_of``)."""
     degrees = {d.field: getattr(cfg, d.field) or 1 for d in DEGREES}
+    switches = {s.field: bool(getattr(cfg, s.field, False)) for s in SWITCHES}
     return Layout(stage=ds_axes["stage"], offload=ds_axes["offload"], precision=ds_axes["precision"],
                   micro_batch=cfg.micro_batch or ds_axes["micro_batch"] or 0, grad_accum=ds_axes["grad_accum"],
-                  engine=cfg.engine, attn=cfg.attn or "", compile=cfg.compile, **degrees)
+                  engine=cfg.engine, attn=cfg.attn or "", compile=cfg.compile, **degrees, **switches)

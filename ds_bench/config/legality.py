@@ -14,10 +14,11 @@ AutoTP model, with the workload (``ds_bench.workloads.base``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ds_bench.config.layout import DEGREES, Layout
+from ds_bench.config.layout import DEGREES, SWITCHES, Layout
 from ds_bench.errors import UserError
 
 DEEPSPEED = "deepspeed 0.19.8"
@@ -49,7 +50,7 @@ class Rule:
     example_options: frozenset[str] = field(default_factory=frozenset)
 
     def says(self, layout: Layout, where: Where) -> str:
-        return self.message.format(world_size=where.world_size, **layout.to_dict())
+        return self.message.format(world_size=where.world_size, tiles=_tiles(layout), **layout.to_dict())
 
 
 def _ex(**fields) -> Layout:
@@ -62,6 +63,18 @@ def _pp(l: Layout, w: Where) -> bool:
 
 def _tp(l: Layout, w: Where) -> bool:
     return l.tensor_parallel > 1 or "tensor_parallel" in w.engaged
+
+
+def _sp(l: Layout, w: Where) -> bool:
+    return l.sequence_parallel > 1 or "sequence_parallel" in w.engaged
+
+
+def _tiled(l: Layout) -> bool:
+    return l.tiled_mlp or l.tiled_loss
+
+
+def _tiles(l: Layout) -> str:
+    return " ".join(f"--{s.word}" for s in SWITCHES if getattr(l, s.field))
 
 
 def _indivisible(l: Layout, w: Where, degree: str) -> bool:
@@ -103,6 +116,46 @@ RULES: tuple[Rule, ...] = (
     Rule("pipeline stages divide the ranks", lambda l, w: _pp(l, w) and _indivisible(l, w, "pipeline_stages"),
          "--pipeline-stages {pipeline_stages} does not divide the world size {world_size}: every data-parallel "
          "replica needs all the stages", "arithmetic", _ex(pipeline_stages=3)),
+    Rule("sequence parallelism is DeepSpeed's", lambda l, w: _sp(l, w) and l.engine != "deepspeed",
+         "--engine {engine} with --sequence-parallel {sequence_parallel}: sequence parallelism is DeepSpeed-Ulysses "
+         "here (--engine deepspeed)", "ds_bench: DDP and FSDP are run without a sequence-parallel attention",
+         _ex(engine="ddp", stage=0, sequence_parallel=2)),
+    Rule("Ulysses and a pipeline", lambda l, w: _sp(l, w) and _pp(l, w),
+         "--sequence-parallel {sequence_parallel} with --pipeline-stages {pipeline_stages}: DeepSpeed's pipeline "
+         "engine takes no sequence-parallel groups", f"{DEEPSPEED}: PipelineEngine builds its own grid, no Ulysses mpu",
+         _ex(sequence_parallel=2, pipeline_stages=2)),
+    Rule("Ulysses and AutoTP", lambda l, w: _sp(l, w) and _tp(l, w),
+         "--sequence-parallel {sequence_parallel} with --tensor-parallel {tensor_parallel}: DeepSpeed's Ulysses "
+         "groups (parallel_state_sp) have no tensor-parallel dimension to combine with AutoTP's",
+         f"{DEEPSPEED}, deepspeed/runtime/sequence_parallel/parallel_state_sp.py: sequence and data groups only",
+         _ex(sequence_parallel=2, tensor_parallel=2)),
+    Rule("Ulysses needs a causal kernel", lambda l, w: _sp(l, w) and l.attn == "eager",
+         "--attn eager with --sequence-parallel {sequence_parallel}: Ulysses drops the 4-D attention mask eager "
+         "needs (O(n^2) memory); use --attn sdpa or flash_attention_2",
+         f"{DEEPSPEED}, ulysses_sp.py register_with_transformers refuses eager", _ex(sequence_parallel=2, attn="eager")),
+    Rule("Ulysses and compile", lambda l, w: _sp(l, w) and l.compile,
+         "--compile with --sequence-parallel {sequence_parallel}: not measured yet", "not measured yet",
+         _ex(sequence_parallel=2, compile=True)),
+    Rule("SP degree divides the ranks", lambda l, w: _sp(l, w) and _indivisible(l, w, "sequence_parallel"),
+         "--sequence-parallel {sequence_parallel} does not divide the world size {world_size}: every data-parallel "
+         "replica needs a whole sequence-parallel group", "arithmetic", _ex(sequence_parallel=3)),
+    Rule("SP degree divides the sequence", lambda l, w: _sp(l, w) and l.seq_len % l.sequence_parallel != 0,
+         "--sequence-parallel {sequence_parallel} does not divide --seq-len {seq_len}: every rank of a group holds "
+         "an equal slice of the sequence", f"{DEEPSPEED}, ulysses_sp.py reshapes to [S, T/S, ...]",
+         _ex(sequence_parallel=2, seq_len=1001)),
+    Rule("tiling is DeepSpeed's", lambda l, w: _tiled(l) and l.engine != "deepspeed",
+         "--engine {engine} with " "{tiles}: DeepSpeed's tiled compute hands each weight's gradient to ZeRO once, "
+         "after the last tile (ds_grad_is_ready); DDP and FSDP have no such hook (--engine deepspeed)",
+         f"{DEEPSPEED}, ulysses_sp.py TiledMLP: 'DDP, FSDP will need something similar'",
+         _ex(engine="ddp", stage=0, tiled_mlp=True)),
+    Rule("tiling and a pipeline", lambda l, w: _tiled(l) and _pp(l, w),
+         "{tiles} with --pipeline-stages {pipeline_stages}: a pipeline stage's blocks are not HF modules to tile",
+         "ds_bench's pipeline GPT-2 is its own PipelineModule", _ex(tiled_loss=True, pipeline_stages=2)),
+    Rule("tiling and AutoTP", lambda l, w: _tiled(l) and _tp(l, w),
+         "{tiles} with --tensor-parallel {tensor_parallel}: not measured yet", "not measured yet",
+         _ex(tiled_mlp=True, tensor_parallel=2)),
+    Rule("tiling and compile", lambda l, w: _tiled(l) and l.compile,
+         "{tiles} with --compile: not measured yet", "not measured yet", _ex(tiled_mlp=True, compile=True)),
     Rule("DDP does not offload", lambda l, w: l.engine == "ddp" and l.offload != "none",
          "--engine ddp with offload={offload}: DDP keeps parameters, gradients and optimizer state on the device; "
          "remove the offload, or use --engine deepspeed or fsdp", "torch DistributedDataParallel",
@@ -138,6 +191,10 @@ RULES: tuple[Rule, ...] = (
            f"{flag} with --tensor-parallel {{tensor_parallel}}: not measured yet", "not measured yet",
            _ex(tensor_parallel=2), frozenset({option}))
       for option, flag in (("breakdown", "--breakdown"), ("checkpoint", "--checkpoint"), ("resume", "--resume"))),
+    *(Rule(f"Ulysses and {flag}", lambda l, w, o=option: _sp(l, w) and o in w.run_options,
+           f"{flag} with --sequence-parallel {{sequence_parallel}}: not measured yet", "not measured yet",
+           _ex(sequence_parallel=2), frozenset({option}))
+      for option, flag in (("breakdown", "--breakdown"), ("checkpoint", "--checkpoint"), ("resume", "--resume"))),
 )
 """Checked in this order; the first that holds is what is said."""
 
@@ -172,7 +229,8 @@ def refuse_run(cfg, world_size: int, device_type: str) -> None:
     except (UserError, AttributeError, TypeError, ValueError):
         return  # a malformed config: ds_config.prepare names what is wrong with it
     engaged = frozenset(d.field for d in DEGREES if getattr(cfg, d.field) is not None)
-    refuse(from_run(cfg, axes), Where(world_size, device_type, run_options(cfg), engaged))
+    layout = dataclasses.replace(from_run(cfg, axes), seq_len=cfg.seq_len)  # the sequence a group slices
+    refuse(layout, Where(world_size, device_type, run_options(cfg), engaged))
 
 
 def run_options(flags) -> frozenset[str]:

@@ -157,6 +157,20 @@ class RunConfig:
                                               "(tensor_parallel.autotp_size; llama): data-parallel degree = world "
                                               "size / T, the T ranks of a group read the same batch. Default: none")
     """AutoTP degree (``ds_bench.engines.tensor_parallel``); None: no tensor parallelism."""
+    sequence_parallel: int | None = option(None, "--sequence-parallel", metavar="S",
+                                           help="shard every sequence over S ranks with DeepSpeed-Ulysses (ALST; "
+                                                "llama, gpt2; sdpa or flash_attention_2): attention heads exchanged "
+                                                "by all-to-all, data-parallel degree = world size / S, the S ranks of a "
+                                                "group read the same batch. Default: none")
+    """Ulysses degree (``ds_bench.engines.sequence_parallel``); None: no sequence parallelism."""
+    tiled_mlp: bool = option(False, "--tiled-mlp",
+                             help="compute each block's MLP in sequence tiles with DeepSpeed's TiledMLP (ALST), "
+                                  "recomputing it in backward: the MLP's activations of one tile, not the sequence")
+    """ALST's tiled MLP (``ds_bench.engines.tiling``)."""
+    tiled_loss: bool = option(False, "--tiled-loss",
+                              help="compute the LM head and loss in sequence tiles with DeepSpeed's "
+                                   "TiledFusedLogitsLoss (ALST): no full-vocabulary logits tensor")
+    """ALST's tiled logits and loss (``ds_bench.engines.tiling``)."""
     busbw: float | None = option(None, "--busbw", metavar="GBPS",
                                  help="busbw for the comm-bound verdict (default: the newest ds-bench comm record "
                                       "of the same ranks in --comm-results)")
@@ -200,6 +214,8 @@ class RunConfig:
                  "at its first step viewing them as bytes, FSDP2 refuses non-contiguous parameters); use --engine ddp")
         check_pipeline_flags(self)
         check_tensor_parallel_flags(self)
+        _require(self.sequence_parallel is None or self.sequence_parallel >= 1,
+                 f"--sequence-parallel must be a positive integer, got {self.sequence_parallel}")
         check_compile(self)
         check_timeout("--dist-timeout", self.dist_timeout_s)
         check_timeout("--connect-timeout", self.connect_timeout_s)

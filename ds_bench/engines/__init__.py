@@ -6,7 +6,8 @@ joined; under DeepSpeed ZeRO-3 ``partitioned_build`` is the context the model is
 (``deepspeed.zero.Init``, ``ds_bench.engines.zero_init``). Every engine returns an object with
 DeepSpeed's engine surface (``ds_bench.measure.loop`` calls ``engine(...)``, ``backward``, ``step``,
 ``device``; ``save_checkpoint`` / ``load_checkpoint``), so the loop, timing and records are the same
-for all three. ``--tensor-parallel`` hands DeepSpeed an AutoTP config (``ds_bench.engines.tensor_parallel``).
+for all three. ``--tensor-parallel`` hands DeepSpeed an AutoTP config (``ds_bench.engines.tensor_parallel``);
+``--sequence-parallel`` a ``sequence_parallel_size`` and the Ulysses ``mpu`` (``ds_bench.engines.sequence_parallel``).
 With ``--pipeline-stages`` (``ds_bench.engines.pipeline``) the model is a
 ``PipelineModule`` and DeepSpeed's ``PipelineEngine`` trains a whole step per ``train_batch`` call;
 the loop drives it per step.
@@ -24,7 +25,8 @@ from ds_bench.config.layout import ENGINES
 from ds_bench.config.run_checks import check_engine
 from ds_bench.engines.pipeline import PipelinePlan
 from ds_bench.engines.pipeline import with_micro_batches
-from ds_bench.engines.tensor_parallel import TensorParallelPlan, deepspeed_config
+from ds_bench.engines.sequence_parallel import SequenceParallelPlan
+from ds_bench.engines.tensor_parallel import TensorParallelPlan
 from ds_bench.engines.torch_engine import DTYPES, TorchEngine, wrap_ddp, wrap_fsdp
 from ds_bench.engines.torch_settings import TorchSettings, torch_settings
 from ds_bench.engines.zero_init import full_numel, is_partitioned, partitioned_build
@@ -48,6 +50,8 @@ class EngineChoice:
     """The pipeline layout (``--pipeline-stages``); None: data parallelism only."""
     tensor_parallel: TensorParallelPlan | None = None
     """The AutoTP layout (``--tensor-parallel``); None: no tensor parallelism."""
+    sequence_parallel: SequenceParallelPlan | None = None
+    """The Ulysses layout (``--sequence-parallel``); None: no sequence parallelism."""
 
     def describe(self) -> dict:
         """The record's ``engine_plan``: how the config was mapped (None for DeepSpeed: it reads it itself)."""
@@ -62,24 +66,27 @@ class EngineChoice:
 
 
 def choose(name: str, ds_cfg: dict, default_lr: float, where: str, pipeline: PipelinePlan | None = None,
-           tensor_parallel: TensorParallelPlan | None = None) -> EngineChoice:
+           tensor_parallel: TensorParallelPlan | None = None,
+           sequence_parallel: SequenceParallelPlan | None = None) -> EngineChoice:
     check_engine(name)
     compute = DTYPES[ds_config.precision_of(ds_cfg)]
     if pipeline is not None:  # the legality table already refused other engines and stages (config.legality)
         pipeline = with_micro_batches(pipeline, ds_cfg)
     if name == "deepspeed":
         return EngineChoice(name, ds_config.zero_stage(ds_cfg), compute, compute, pipeline=pipeline,
-                            tensor_parallel=tensor_parallel)
+                            tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel)
     settings = torch_settings(name, ds_cfg, default_lr, where)
     return EngineChoice(name, settings.zero_stage, torch.float32, torch.float32, settings)
 
 
-def build(choice: EngineChoice, model: torch.nn.Module, ds_cfg: dict, device: torch.device, lr: float):
+def build(choice: EngineChoice, model: torch.nn.Module, ds_cfg: dict, device: torch.device, lr: float, mpu=None):
     """The engine for ``model`` (already cast to ``choice.model_dtype``), after the process group is joined.
-    A ``PipelineModule`` (``choice.pipeline``) gets DeepSpeed's ``PipelineEngine`` from the same call."""
+    A ``PipelineModule`` (``choice.pipeline``) gets DeepSpeed's ``PipelineEngine`` from the same call; ``mpu``:
+    the Ulysses groups (``sequence_parallel.register``)."""
     if choice.name == "deepspeed":
-        from ds_bench.engines.deepspeed_engine import initialize
+        from ds_bench.engines.deepspeed_engine import config_for, initialize
 
-        return initialize(model, deepspeed_config(choice.tensor_parallel, ds_cfg), lr)
+        return initialize(model, config_for(choice, ds_cfg), lr, mpu)
     wrapped = wrap_ddp(model, device) if choice.name == "ddp" else wrap_fsdp(model, choice.torch_settings, device)
     return TorchEngine(wrapped, choice.torch_settings, device)
+

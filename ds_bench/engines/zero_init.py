@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from ds_bench.engines.tensor_parallel import deepspeed_config
+from ds_bench.engines.deepspeed_engine import config_for
 
 
 def partitioned_build(choice, ds_cfg: dict, workload_allows: bool) -> contextlib.AbstractContextManager:
@@ -32,7 +32,7 @@ def partitioned_build(choice, ds_cfg: dict, workload_allows: bool) -> contextlib
     # No dtype argument: deepspeed 0.19.8's Init._set_dtype reads `dtype or torch.float16 if fp16_supported
     # else torch.bfloat16 if ...`, i.e. `(dtype or fp16) if ... else ...`: on a CPU accelerator (no fp16) any
     # dtype given becomes bfloat16 (fp32 runs then train bf16 weights). Without one it takes the config's.
-    init = deepspeed.zero.Init(config_dict_or_path=deepspeed_config(choice.tensor_parallel, ds_cfg))
+    init = deepspeed.zero.Init(config_dict_or_path=config_for(choice, ds_cfg))
     if init.dtype != choice.model_dtype:
         raise RuntimeError(f"deepspeed.zero.Init would create {init.dtype} parameters, the run computes in "
                            f"{choice.model_dtype}")

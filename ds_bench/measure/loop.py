@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ds_bench.measure.stage_timers import StageTimers
-from ds_bench.measure.tp_comm import TensorParallelTimers
+from ds_bench.measure.comm_timer import CommTimer
 from ds_bench.workloads.base import Batch, Workload
 
 PHASES = ("data", "forward", "backward", "optimizer")
@@ -76,7 +76,8 @@ class LoopTimes:
     """Wall time spent in ``after_step`` within the measured window: in no step and not in ``window_s``."""
     stage_s: dict[str, list[float]] = field(default_factory=dict)
     """Pipeline runs: seconds per measured step of each instruction timer (``ds_bench.measure.stage_timers``);
-    tensor-parallel runs: AutoTP's all-reduce seconds and count per measured step (``ds_bench.measure.tp_comm``)."""
+    tensor- and sequence-parallel runs: AutoTP's all-reduce or Ulysses' all-to-all seconds and count per measured
+    step (``ds_bench.measure.tp_comm``, ``ds_bench.measure.sp_comm``)."""
     pipeline_stage: int | None = None
     """Pipeline runs: this rank's stage."""
 
@@ -99,12 +100,12 @@ def run_loop(engine, workload: Workload, batches: Iterator[Batch], *, steps: int
              barrier: Callable[[], None], times: LoopTimes, beat: Callable[[int], None] = lambda done: None,
              on_window_open: Callable[[], None] = lambda: None, clock: DeviceClock | None = None,
              breakdown: bool = False, after_step: Callable[[int], None] = lambda done: None,
-             pipeline: bool = False, stage_timers: StageTimers | TensorParallelTimers | None = None) -> LoopTimes:
+             pipeline: bool = False, stage_timers: StageTimers | CommTimer | None = None) -> LoopTimes:
     """Run ``steps`` steps into ``times``; ``beat(steps_done)`` after each (the step watchdog), then
     ``after_step(steps_done)``, whose time is in no step and is taken out of the window. ``pipeline``:
     each step is one ``engine.train_batch`` over ``batches`` of ``(inputs, labels)``, its instructions timed
-    by ``stage_timers`` if given; otherwise ``stage_timers`` may be AutoTP's all-reduce timer
-    (``ds_bench.measure.tp_comm``), begun and read around each step the same way."""
+    by ``stage_timers`` if given; otherwise ``stage_timers`` may be a collective's timer (AutoTP's all-reduces,
+    Ulysses' all-to-alls: ``ds_bench.measure.comm_timer``), begun and read around each step the same way."""
     clock = clock or DeviceClock(torch.device("cpu"))
     phase_sync = sync if breakdown else None
     phases = PIPELINE_PHASES if pipeline else PHASES
@@ -143,7 +144,7 @@ def run_loop(engine, workload: Workload, batches: Iterator[Batch], *, steps: int
 
 
 def _keep(times: LoopTimes, elapsed: float, stamps: list, clock: DeviceClock, phases: tuple,
-          stage_timers: StageTimers | TensorParallelTimers | None) -> None:
+          stage_timers: StageTimers | CommTimer | None) -> None:
     """A measured step's time, phases, compute time (not under a pipeline) or stage timers (read once the
     step is synchronized)."""
     times.step_s.append(elapsed)

@@ -145,3 +145,16 @@ class TensorParallelComm(Block):
     """All-reduces per step (a Llama block: 2 in forward, 5 in backward, per micro-step)."""
     share_of_step: float
     """``all_reduce_ms`` over the rank's own step time."""
+
+
+class SequenceParallelComm(Block):
+    """Sequence-parallel runs: Ulysses' all-to-alls on rank 0 (``ds_bench.measure.sp_comm``), medians over the
+    measured steps, each timed as the attention makes it (on a GPU from device events read after the step's one
+    synchronize)."""
+
+    all_to_all_ms: float
+    """Milliseconds per step in Ulysses' all-to-alls, the wait for the slower rank of the group included."""
+    calls_per_step: int
+    """All-to-alls per step (per layer 4 in forward, 4 in backward, per micro-step)."""
+    share_of_step: float
+    """``all_to_all_ms`` over the rank's own step time."""

@@ -12,7 +12,15 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ds_bench.record.base_schema import Block, Stamped
-from ds_bench.record.run_blocks import Compiled, ModelBuild, PipelineStage, SlowRank, StartUp, TensorParallelComm
+from ds_bench.record.run_blocks import (
+    Compiled,
+    ModelBuild,
+    PipelineStage,
+    SequenceParallelComm,
+    SlowRank,
+    StartUp,
+    TensorParallelComm,
+)
 
 
 class RunMetrics(Block):
@@ -173,11 +181,18 @@ class RunRecord(Stamped):
     pipeline_stages: int | None = None
     """``--pipeline-stages`` (``ds_bench.engines.pipeline``); None: no pipeline."""
     data_parallel_size: int | None = None
-    """Pipeline and tensor-parallel runs: data-parallel replicas, world size / pipeline_stages (or / tensor_parallel)."""
+    """Pipeline, tensor- and sequence-parallel runs: data-parallel replicas, world size / the degree."""
     tensor_parallel: int | None = None
     """``--tensor-parallel`` (``ds_bench.engines.tensor_parallel``): ranks sharing each layer; None: none."""
     tensor_parallel_comm: TensorParallelComm | None = None
     """Tensor-parallel runs: time and count of AutoTP's all-reduces per step (``ds_bench.measure.tp_comm``)."""
+    sequence_parallel: int | None = None
+    """``--sequence-parallel`` (``ds_bench.engines.sequence_parallel``): ranks sharing each sequence; None: none."""
+    sequence_parallel_comm: SequenceParallelComm | None = None
+    """Sequence-parallel runs: time and count of Ulysses' all-to-alls per step (``ds_bench.measure.sp_comm``)."""
+    memory_options: list[str] | None = None
+    """The long-context memory options that ran (``activation_checkpointing``, ``tiled_mlp``, ``tiled_loss``:
+    ``ds_bench.engines.tiling``); None: none."""
     micro_batches: int | None = None
     """Pipeline runs: micro-batches per step (gradient_accumulation_steps)."""
     partition: str | None = None

@@ -30,6 +30,14 @@ plus the vocabulary-parallel embedding's and LM head's 2 (``Workload.tensor_para
 micro-batch x sequence x hidden elements in the compute dtype, 2(T-1)/T x S bus bytes; activation
 checkpointing recomputes the forward's 2 (``tp_all_reduce``).
 
+With S-way Ulysses sequence parallelism the data-parallel collectives stay over all n ranks (DeepSpeed
+reduces gradients over the sequence-data-parallel group: every rank holds the whole model), and each rank
+sends into all-to-alls in every micro-step: per layer 4 in forward (q, k, v to whole sequences of H/S heads,
+the output back) and 4 in backward, 4 more with activation checkpointing
+(``CausalLMWorkload.sequence_parallel_all_to_alls``, counted by ``ds_bench.measure.sp_comm``), its slice of
+micro-batch x T/S tokens x heads x head width each (k and v: max(KV heads, S)); an all_to_all whose rank buffer
+is S bytes moves (S-1)/S x S bus bytes (``sp_all_to_all``, timed at ``ds-bench comm``'s all_to_all busbw).
+
 The bound takes each collective at the busbw of the comm run's largest message (its best case) and
 counts no latency, no overlap penalty and no offload traffic (PCIe, not the network), so the true
 communication time is at least this. A run is called communication-bound when the bound is at
@@ -47,6 +55,8 @@ from ds_bench.record.schema import CommRecord, parse_record
 
 BOUND_FRACTION = 0.5
 BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+COLLECTIVE_OF = {"tp_all_reduce": "all_reduce", "sp_all_to_all": "all_to_all"}
+"""The ``ds-bench comm`` collective whose busbw times a layout's own traffic."""
 COMM_DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "half": 2, "bf16": 2, "bfloat16": 2}
 
 
@@ -115,7 +125,7 @@ def judge(bytes_per_step: dict[str, float], busbw: dict[str, float], source: str
     """The record's ``comm_bound`` entry. A collective without its own busbw is timed at
     all_reduce's (busbw is comparable across collectives by construction); none at all: a note."""
     fallback = busbw.get("all_reduce")
-    used = {c: busbw.get(c, fallback) for c in bytes_per_step}
+    used = {c: busbw.get(COLLECTIVE_OF.get(c, c), fallback) for c in bytes_per_step}
     if any(v is None or v <= 0 for v in used.values()):
         return {"note": f"no busbw for {', '.join(c for c, v in used.items() if not v)} in {source}",
                 "bus_bytes_per_step": bytes_per_step}
@@ -132,9 +142,16 @@ def tensor_parallel_bus_bytes(t: int, all_reduce_elements: int, element_bytes: i
     return 2 * (t - 1) / t * all_reduce_elements * element_bytes * micro_steps
 
 
+def sequence_parallel_bus_bytes(s: int, all_to_all_elements: int, element_bytes: int, micro_steps: int) -> float:
+    """Bus bytes of one rank's Ulysses all-to-alls per optimizer step (module doc), given the elements it sends
+    in one micro-step (``Workload.sequence_parallel_all_to_all_elements``)."""
+    return (s - 1) / s * all_to_all_elements * element_bytes * micro_steps
+
+
 def for_run(*, stage: int, precision: str, ds_cfg: dict, params: int, world_size: int, micro_steps: int,
             step_ms: float, hosts: list[str], backend: str, busbw: float | None, comm_results: str,
-            tensor_parallel: int = 1, tp_all_reduce_elements: int = 0) -> dict:
+            tensor_parallel: int = 1, tp_all_reduce_elements: int = 0, sequence_parallel: int = 1,
+            sp_all_to_all_elements: int = 0) -> dict:
     """The ``comm_bound`` entry of a run record: with ``--busbw``, that figure for every collective;
     else the newest comm record of the same ranks in ``comm_results``; else a note saying how to get one."""
     if world_size == 1:
@@ -145,6 +162,9 @@ def for_run(*, stage: int, precision: str, ds_cfg: dict, params: int, world_size
     if tensor_parallel > 1:
         moved["tp_all_reduce"] = tensor_parallel_bus_bytes(tensor_parallel, tp_all_reduce_elements, BYTES[precision],
                                                            micro_steps)
+    if sequence_parallel > 1:
+        moved["sp_all_to_all"] = sequence_parallel_bus_bytes(sequence_parallel, sp_all_to_all_elements,
+                                                             BYTES[precision], micro_steps)
     if busbw is not None:
         return judge(moved, {"all_reduce": busbw}, "--busbw", step_ms)
     record = latest_comm_record(comm_results, hosts, world_size, backend)

@@ -92,6 +92,12 @@ def one_run(record: RunRecord, results_path: str) -> str:
         t = record.tensor_parallel_comm
         lines.append(f"  tp comm      {t.all_reduce_ms:.1f} ms per step in AutoTP's all-reduces ({t.share_of_step:.1%} of "
                      f"rank 0's step), {t.calls_per_step} all-reduces per step")
+    if record.sequence_parallel_comm is not None:
+        t = record.sequence_parallel_comm
+        lines.append(f"  sp comm      {t.all_to_all_ms:.1f} ms per step in Ulysses' all-to-alls ({t.share_of_step:.1%} of "
+                     f"rank 0's step), {t.calls_per_step} all-to-alls per step")
+    if record.memory_options:
+        lines.append(f"  memory       {', '.join(o.replace('_', ' ') for o in record.memory_options)}")
     if record.startup is not None and record.startup.total_s is not None:
         lines.append(f"  start-up     {startup_line(record.startup)}")
     if record.compile is not None:
@@ -122,11 +128,13 @@ def one_run(record: RunRecord, results_path: str) -> str:
 
 
 def _replicas(record: RunRecord) -> str:
-    """What the batch multiplies by: the world size, or under a pipeline or tensor parallelism the
+    """What the batch multiplies by: the world size, or under a pipeline, tensor or sequence parallelism the
     data-parallel replicas."""
     if record.tensor_parallel is not None:
         return (f"{record.data_parallel_size} data-parallel (tensor parallel {record.tensor_parallel}: "
                 f"DeepSpeed checks {record.train_batch_size * record.tensor_parallel} over every rank)")
+    if record.sequence_parallel is not None:
+        return f"{record.data_parallel_size} data-parallel (each sequence over {record.sequence_parallel} ranks)"
     if record.pipeline_stages is None:
         return str(record.world_size)
     return f"{record.data_parallel_size} data-parallel (pipeline {record.pipeline_stages} stages)"

@@ -11,7 +11,7 @@ import socket
 from ds_bench.cluster import process
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_config import RunConfig
-from ds_bench.measure import ceilings, compile_stats, peaks, slow_ranks, stage_timers, tp_comm
+from ds_bench.measure import ceilings, compile_stats, peaks, slow_ranks, sp_comm, stage_timers, tp_comm
 from ds_bench.measure.loop import timing
 from ds_bench.measure.metrics import summarize
 from ds_bench.record import store as results
@@ -46,22 +46,27 @@ def run_metrics(run: Started, workload, built: Built, reports: list, loop_starte
         extra["pipeline_layout"] = stage_timers.per_stage(reports, built.stages)
     if run.engine.tensor_parallel:
         extra["tensor_parallel_comm"] = tp_comm.per_step(reports[0].stage_s, reports[0].step_s)
+    if run.engine.sequence_parallel:
+        extra["sequence_parallel_comm"] = sp_comm.per_step(reports[0].stage_s, reports[0].step_s)
     return metrics, extra
 
 
 def _comm_bound(run: Started, workload, built: Built, metrics: dict, hosts: list[str]) -> dict:
-    """The comm-bound verdict (``ds_bench.report.comm_bound``): data-parallel collectives, and AutoTP's
-    activation all-reduces; not a pipeline's stage-to-stage sends."""
+    """The comm-bound verdict (``ds_bench.report.comm_bound``): data-parallel collectives, AutoTP's activation
+    all-reduces and Ulysses' all-to-alls; not a pipeline's stage-to-stage sends."""
     cfg, ds_cfg, state = run.cfg, run.ds_cfg, run.state
     if run.engine.pipeline is not None:
         return {"note": "pipeline: the verdict models data-parallel collectives only, not stage-to-stage sends"}
-    tp = run.engine.tensor_parallel
-    tp_elements = workload.tensor_parallel_all_reduce_elements(ds_cfg["train_micro_batch_size_per_gpu"]) if tp else 0
+    tp, sp = run.engine.tensor_parallel, run.engine.sequence_parallel
+    micro_batch = ds_cfg["train_micro_batch_size_per_gpu"]
+    tp_elements = workload.tensor_parallel_all_reduce_elements(micro_batch) if tp else 0
+    sp_elements = workload.sequence_parallel_all_to_all_elements(micro_batch, sp.size) if sp else 0
     return verdict.for_run(stage=run.engine.zero_stage, precision=ds_config.precision_of(ds_cfg), ds_cfg=ds_cfg,
                            params=built.params, world_size=state.world_size,
                            micro_steps=ds_cfg["gradient_accumulation_steps"], step_ms=metrics["step_ms_median"],
                            hosts=hosts, backend=state.backend, busbw=cfg.busbw, comm_results=cfg.comm_results_path(),
-                           tensor_parallel=tp.size if tp else 1, tp_all_reduce_elements=tp_elements)
+                           tensor_parallel=tp.size if tp else 1, tp_all_reduce_elements=tp_elements,
+                           sequence_parallel=sp.size if sp else 1, sp_all_to_all_elements=sp_elements)
 
 
 def _flops_metrics(cfg: RunConfig, flops_per_sample: float | None, samples_per_s: float,

@@ -14,7 +14,7 @@ from ds_bench.cluster import join
 from ds_bench.config import legality, preflight
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_config import RunConfig
-from ds_bench.engines import pipeline, tensor_parallel
+from ds_bench.engines import pipeline, sequence_parallel, tensor_parallel
 from ds_bench.machine import environ, jit_ops
 from ds_bench.measure import checkpoint
 from ds_bench.run.state import Resolved
@@ -34,15 +34,26 @@ def resolve(cfg: RunConfig) -> Resolved:
     warning = tensor_parallel.across_nodes_warning(tp, rdzv.info.local_world_size)
     if warning:
         log.warning(warning)
-    layout = pipe or tp
+    sp = _sequence_parallel(cfg, workload, rdzv.info.world_size)
+    layout = pipe or tp or sp
     data_world = layout.data_parallel_size if layout else rdzv.info.world_size  # what the batch arithmetic counts
     ctx = ds_config.RunContext(world_size=data_world, device_type=environ.device_type(), lr=lr,
                                steps=cfg.steps, warmup=cfg.warmup, micro_batch=cfg.micro_batch,
                                hidden_size=workload.hidden_size)
     ds_cfg = ds_config.prepare(cfg.ds_config, cfg.overrides, ctx)
+    if sp is not None:
+        sp = sequence_parallel.with_stage(sp, ds_config.zero_stage(ds_cfg))
     micro_batch, accumulation = ds_cfg["train_micro_batch_size_per_gpu"], ds_cfg["gradient_accumulation_steps"]
     preflight.check(cfg, workload, data_world, micro_batch)  # results, data (sharded over data-parallel ranks)
-    choice = engines.choose(cfg.engine, ds_cfg, lr, cfg.ds_config, pipeline=pipe, tensor_parallel=tp)
+    choice = engines.choose(cfg.engine, ds_cfg, lr, cfg.ds_config, pipeline=pipe, tensor_parallel=tp,
+                            sequence_parallel=sp)
     ckpt = checkpoint.resolve(cfg, rdzv.info.world_size, micro_batch, accumulation)  # --checkpoint, --resume
     optimizer_op = jit_ops.optimizer_op(ds_cfg) if choice.name == "deepspeed" else None
     return Resolved(workload, ds_cfg, choice, rdzv, ckpt, optimizer_op)
+
+
+def _sequence_parallel(cfg: RunConfig, workload, world_size: int):
+    if cfg.sequence_parallel is None:
+        return None
+    heads, kv_heads = workload.attention_heads
+    return sequence_parallel.resolve(cfg.sequence_parallel, world_size, heads, kv_heads, workload.seq_len)

@@ -85,7 +85,9 @@ def run_record(run: Started, status: str, metrics: dict | None = None, error: st
 
 
 def _layout_keys(run: Started) -> dict:
-    """A pipeline run's layout (pipeline_stages, data_parallel_size, micro_batches, partition, schedule_bubble)
-    or a tensor-parallel run's (tensor_parallel, data_parallel_size)."""
-    layout = run.engine.pipeline or run.engine.tensor_parallel
-    return layout.describe() if layout is not None else {}
+    """A pipeline run's layout (pipeline_stages, data_parallel_size, micro_batches, partition, schedule_bubble),
+    a tensor- or sequence-parallel run's (tensor_parallel or sequence_parallel, data_parallel_size); the memory
+    options that ran."""
+    layout = run.engine.pipeline or run.engine.tensor_parallel or run.engine.sequence_parallel
+    options = [name for name in ("activation_checkpointing", "tiled_mlp", "tiled_loss") if getattr(run.cfg, name)]
+    return {**(layout.describe() if layout is not None else {}), "memory_options": options or None}

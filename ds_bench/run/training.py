@@ -21,7 +21,8 @@ from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.engines.compiled import compile_engine
 from ds_bench.engines.pipeline import clip_on_the_whole_model
 from ds_bench.machine import memory
-from ds_bench.measure import checkpoint, compile_stats, stage_timers, tp_comm
+from ds_bench.engines import sequence_parallel
+from ds_bench.measure import checkpoint, compile_stats, sp_comm, stage_timers, tp_comm
 from ds_bench.measure.loop import DeviceClock, run_loop
 from ds_bench.run.figures import run_metrics
 from ds_bench.run.run_record import rank_report, record_failure
@@ -72,7 +73,9 @@ def build(run: Started, workload) -> Built:
                   default=0)
     flops, hw_flops = workload.model_flops_per_sample(model), workload.hardware_flops_per_sample(model)
     engine_started = time.perf_counter()
-    engine = engines.build(run.engine, model, run.ds_cfg, run.state.device, run.cfg.lr or workload.default_lr)
+    mpu = sequence_parallel.register(run.engine.sequence_parallel, model, run.ds_cfg["train_micro_batch_size_per_gpu"],
+                                     workload.seq_len if run.engine.sequence_parallel else 0)  # Ulysses' groups
+    engine = engines.build(run.engine, model, run.ds_cfg, run.state.device, run.cfg.lr or workload.default_lr, mpu)
     backend = compile_engine(engine, run.engine.name) if run.cfg.compile else None  # lazy: compiles in step 1
     sharded = run.engine.tensor_parallel is not None  # AutoTP replaced the layers inside initialize
     return Built(engine, params, largest, flops, hw_flops, compile_backend=backend, build={
@@ -112,7 +115,8 @@ def train(run: Started, workload, engine) -> tuple[list, float]:
                             rank=state.rank, world_size=state.world_size)  # resumes: returns the step reached
     clock = DeviceClock(state.device)
     timers = (stage_timers.StageTimers(engine, clock) if run.engine.pipeline is not None
-              else tp_comm.TensorParallelTimers(clock) if run.engine.tensor_parallel else None)
+              else tp_comm.timer(clock) if run.engine.tensor_parallel
+              else sp_comm.timer(clock) if run.engine.sequence_parallel else None)
     watch = compile_stats.CompileWatch() if cfg.compile else None
     with faults.StepWatchdog(cfg.step_timeout_s, lambda done: _stalled(run)) as watchdog:
         batches = _batches(run, workload, engine)
@@ -150,11 +154,17 @@ def _window_open(run: Started, watch) -> None:
 
 def _batches(run: Started, workload, engine):
     """This rank's batches: its own shard, or under a pipeline or tensor parallelism its data-parallel
-    replica's (every stage or tensor-parallel rank of a replica reads the same stream)."""
-    micro_batch = run.ds_cfg["train_micro_batch_size_per_gpu"]
-    tp = run.engine.tensor_parallel
+    replica's (every stage or tensor-parallel rank of a replica reads the same stream); under sequence
+    parallelism its slice of its replica's (``sequence_parallel.shard``, as ``--tiled-loss`` alone takes them)."""
+    micro_batch, rank = run.ds_cfg["train_micro_batch_size_per_gpu"], run.state.rank
+    tp, sp = run.engine.tensor_parallel, run.engine.sequence_parallel
     if tp is not None:
-        return workload.batches(tp.data_rank(run.state.rank), tp.data_parallel_size, micro_batch)
+        return workload.batches(tp.data_rank(rank), tp.data_parallel_size, micro_batch)
+    if sp is not None:
+        replica = workload.batches(sp.data_rank(rank), sp.data_parallel_size, micro_batch)
+        return sequence_parallel.shard_batches(replica, sp.group_rank(rank), sp.size, sp.gradient_scale)
+    if run.cfg.tiled_loss:
+        return sequence_parallel.shard_batches(workload.batches(rank, run.state.world_size, micro_batch), 0, 1)
     if run.engine.pipeline is None:
         return workload.batches(run.state.rank, run.state.world_size, micro_batch)
     grid = engine.grid

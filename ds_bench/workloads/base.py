@@ -35,6 +35,9 @@ class Workload(ABC):
     """Whether the model has attention whose implementation ``--attn`` chooses (GPT-2)."""
     autotp: bool = False
     """Whether DeepSpeed's AutoTP can shard the model (``--tensor-parallel``; llama; ``tensor_parallel_divisors``)."""
+    long_context: bool = False
+    """Whether the model is an HF causal LM whose sequence DeepSpeed-Ulysses can shard (``--sequence-parallel``)
+    and whose MLP and loss ALST's tiling can split (``--tiled-mlp``, ``--tiled-loss``): gpt2 and llama."""
     convolutions: bool = False
     """Whether ``--channels-last`` applies (ResNet)."""
     partitioned_build: bool = False
@@ -61,6 +64,10 @@ class Workload(ABC):
             self.check_attention_flag()
         if cfg.tensor_parallel is not None:
             self.check_tensor_parallel_flag()
+        long_context = [flag for flag, on in (("--sequence-parallel", cfg.sequence_parallel is not None),
+                                              ("--tiled-mlp", cfg.tiled_mlp), ("--tiled-loss", cfg.tiled_loss)) if on]
+        if long_context:
+            self.check_long_context_flag("/".join(long_context))
 
     @classmethod
     def check_attention_flag(cls) -> None:
@@ -76,11 +83,19 @@ class Workload(ABC):
                             "GPT-2's fused Conv1D projections are on AutoTP's unsupported list)")
 
     @classmethod
+    def check_long_context_flag(cls, flag: str) -> None:
+        """``--sequence-parallel`` and the tiling options (a run's, or a study's axis) need an HF causal LM."""
+        if not cls.long_context:
+            raise UserError(f"{flag}: workload {cls.name} is not a causal language model (gpt2 and llama are)")
+
+    @classmethod
     def check_degrees(cls, degrees: dict[str, int]) -> None:
         """A study's largest value of each parallel degree (``config.layout.DEGREES`` fields) against what
         this workload's model can be split by, where that is known before a model is built."""
         if degrees.get("tensor_parallel", 1) > 1:
             cls.check_tensor_parallel_flag()
+        if degrees.get("sequence_parallel", 1) > 1:
+            cls.check_long_context_flag("--sequence-parallel")
 
     @property
     def hidden_size(self) -> int | None:
@@ -95,6 +110,15 @@ class Workload(ABC):
     def pipeline_blocks(self) -> int | None:
         """Blocks a pipeline can split (``--pipeline-stages``); None: no pipeline model."""
         return None
+
+    @property
+    def attention_heads(self) -> tuple[int, int] | None:
+        """(attention heads, KV heads): what a ``--sequence-parallel`` degree must divide; None: no attention."""
+        return None
+
+    def sequence_parallel_all_to_all_elements(self, micro_batch: int, size: int) -> int:
+        """Elements one rank sends in Ulysses' all-to-alls in one micro-step (``ds_bench.report.comm_bound``)."""
+        return 0
 
     @property
     def tensor_parallel_divisors(self) -> dict[str, int] | None:

@@ -5,7 +5,8 @@ Data: ``--data synthetic`` (uniform random tokens over the model's vocabulary, a
 tokenized once with the real GPT-2 BPE of ``ds_bench.data.tokenizer``, or a ``--model`` folder's own
 tokenizer, cached, packed into full ``--seq-len`` sequences, sharded across ranks; read and counted
 by ``load_data`` before the process group is joined). The loss is HF's causal-LM loss on the
-batch's own tokens (labels = inputs, shifted inside the model).
+batch's own tokens (labels = inputs, shifted inside the model); a sequence-parallel or ``--tiled-loss`` run's
+is the same mean taken over its ranks' slices (``ds_bench.engines.sequence_parallel``, ``ds_bench.engines.tiling``).
 A subclass sets ``self.config`` (the HF config), ``self.seq_len`` and ``self.files`` in its constructor.
 """
 
@@ -19,6 +20,7 @@ import torch
 from torch import nn
 
 from ds_bench.data import text
+from ds_bench.engines import sequence_parallel, tiling
 from ds_bench.errors import UserError
 from ds_bench.workloads import hf_init
 from ds_bench.workloads.base import Batch, Workload, check_enough, cycle_pool, shard_epochs
@@ -35,6 +37,7 @@ and may use its flash / memory-efficient kernels (a mask would keep it on the ma
 class CausalLMWorkload(Workload):
     sample_unit = "sequences"
     attention = True
+    long_context = True
     seq_len: int
     files: list[str] | None
     seqs: torch.Tensor | None = None
@@ -47,6 +50,29 @@ class CausalLMWorkload(Workload):
     @property
     def tokens_per_sample(self) -> int:
         return self.seq_len
+
+    @property
+    def attention_shape(self) -> tuple[int, int, int, int]:
+        """(layers, attention heads, KV heads, head width) of the model."""
+        raise NotImplementedError
+
+    @property
+    def attention_heads(self) -> tuple[int, int]:
+        return self.attention_shape[1:3]
+
+    def sequence_parallel_all_to_alls(self) -> int:
+        """Ulysses' all-to-alls per micro-step (measured: ``ds_bench.measure.sp_comm``): per layer 4 in forward
+        (q, k and v gathered to whole sequences of H/S heads, the attention output scattered back) and 4 in
+        backward (their gradients), 4 more with activation checkpointing (the forward, recomputed)."""
+        return (8 + (4 if self.cfg.activation_checkpointing else 0)) * self.attention_shape[0]
+
+    def sequence_parallel_all_to_all_elements(self, micro_batch: int, size: int) -> int:
+        """Elements one rank sends into Ulysses' all-to-alls per micro-step: per layer and pass, its slice
+        (micro-batch x T/S tokens) of q and the output (H heads) and of k and v (max(KV, S) heads: fewer KV
+        heads than S are replicated first), each head ``head width`` wide; (S-1)/S of it leaves the rank."""
+        layers, heads, kv_heads, head_dim = self.attention_shape
+        per_pass = (2 * heads + 2 * max(kv_heads, size)) * head_dim * micro_batch * (self.seq_len // size)
+        return self.sequence_parallel_all_to_alls() // 4 * per_pass
 
     def load_data(self, world_size: int, micro_batch: int) -> None:
         """Load the tokenizer, tokenize (or read the cache), pack, and count sequences."""
@@ -68,6 +94,11 @@ class CausalLMWorkload(Workload):
         return self._text_batches(rank, world_size, micro_batch)
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """HF's causal-LM loss; a batch sharded for sequence parallelism or ``--tiled-loss`` (its ``shift_labels``,
+        ``ds_bench.engines.sequence_parallel.shard``) takes the token sum of its slice and the group's mean."""
+        if "shift_labels" in batch:
+            weighted = tiling.token_sum(model, batch, sequence_parallel.token_weight(batch), self.cfg.tiled_loss)
+            return sequence_parallel.group_loss(weighted, batch)
         ids = batch["input_ids"]
         return model(input_ids=ids, labels=ids, use_cache=False, return_dict=True).loss
 
@@ -83,7 +114,7 @@ class CausalLMWorkload(Workload):
         """``--model``'s weights, else from scratch: HF's init scheme, each parameter drawn from a generator of
         its own seeded by (``--seed``, its name), so every layout (partitioned under ZeRO-3's ``zero.Init``,
         sharded by AutoTP, a pipeline's stages) starts from the same weights (``ds_bench.workloads.hf_init``);
-        activation checkpointing if asked."""
+        activation checkpointing and the tiled MLP if asked."""
         model_class = self.model_class()
         if self.cfg.model_path is not None:
             model = model_class.from_pretrained(self.cfg.model_path, config=self.config,
@@ -95,6 +126,8 @@ class CausalLMWorkload(Workload):
         model.loss_type = "ForCausalLM"  # the loss HF picks anyway, named so it does not warn
         if self.cfg.activation_checkpointing:
             enable_checkpointing(model)
+        if self.cfg.tiled_mlp:
+            tiling.tile_mlps(model)
         return model
 
     def _synthetic_pool(self, rank: int, micro_batch: int) -> list[Batch]:

@@ -69,6 +69,10 @@ class LlamaWorkload(CausalLMWorkload):
         return self.shape.hidden
 
     @property
+    def attention_shape(self) -> tuple[int, int, int, int]:
+        return self.shape.n_layer, self.shape.heads, self.shape.kv_heads, self.shape.head_dim
+
+    @property
     def tensor_parallel_divisors(self) -> dict[str, int]:
         """What a tensor-parallel degree must divide: AutoTP splits the heads, the KV heads and the MLP."""
         return {"attention heads": self.shape.heads, "KV heads": self.shape.kv_heads, "hidden size": self.shape.hidden,

@@ -1,0 +1,149 @@
+"""DeepSpeed-Ulysses sequence parallelism (ALST, Bekman et al. 2025, arXiv 2506.13996): the layout of a
+``--sequence-parallel S`` run, checked before joining, how a batch is split over a group, the loss over it,
+and what ``deepspeed.initialize`` gets.
+
+Ulysses (Jacobs et al. 2023, arXiv 2309.14509) gives each of the S ranks of a group T/S consecutive tokens
+of every sequence. Outside attention every layer is token-wise, so a rank computes its slice alone; around
+attention an all-to-all trades the slices of all heads for all tokens of H/S heads (q, k and v: 3), attention
+runs on whole sequences, and one more all-to-all trades back (4 per layer in forward, 4 in backward:
+``ds_bench.measure.sp_comm`` counts them). DeepSpeed's HF integration
+(``UlyssesSPAttentionHF.register_with_transformers``) wraps the model's attention implementation (sdpa or
+flash_attention_2: eager's 4-D mask is refused by the legality table) and returns the ``mpu`` whose groups
+``deepspeed.initialize`` uses. So S must divide the attention heads, and the KV heads must divide S or be
+divisible by it (fewer KV heads than S are replicated: ``kv_replication_factor``).
+
+Layout: S sequence-parallel x D data-parallel ranks, D = world size / S; a group is S consecutive ranks
+(``parallel_state_sp.initialize_sequence_parallel``) reading its data-parallel replica's batch (``rank // S``
+of D), each rank keeping its slice (``shard``). Batch arithmetic in ds_bench's terms: tokens per step =
+micro-batch x accumulation x D x sequence; DeepSpeed agrees: with ``sequence_parallel_size`` its config counts
+train_batch_size = micro-batch x accumulation x world size / S (``deepspeed/runtime/config.py``), the
+sequences of a step, which is the global batch ds_bench already gives it.
+
+The loss (``group_loss``): each rank sums the cross entropy of its slice's tokens (labels shifted before the
+split, the last position -100); the step's loss is the group's sum over the sequence's T-1 predicted tokens,
+the same number SP=1's mean gives. The gradient each rank back-propagates is its own sum over those tokens,
+times ``gradient_scale``: deepspeed 0.19.8 averages gradients over data-parallel replicas under ZeRO 0-2 but
+divides ZeRO-3's by every rank of the group too (measured, SGD, 2 ranks: SP=2 matches SP=1 to 1e-6 with scale
+1 at stages 0-2 and S at stage 3, and misses it by the factor otherwise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from ds_bench.errors import UserError
+
+IGNORE = -100
+"""The label of a position with no next token (HF's ignore_index)."""
+
+
+@dataclass(frozen=True)
+class SequenceParallelPlan:
+    size: int
+    """S: ranks that share each sequence (``sequence_parallel_size``)."""
+    data_parallel_size: int
+    """D = world size / S."""
+    zero_stage: int = 0
+
+    def data_rank(self, rank: int) -> int:
+        """The data-parallel replica a global rank belongs to (its sequence-parallel group)."""
+        return rank // self.size
+
+    def group_rank(self, rank: int) -> int:
+        return rank % self.size
+
+    @property
+    def gradient_scale(self) -> int:
+        """What each rank's token sum is multiplied by before backward (module docstring)."""
+        return self.size if self.zero_stage == 3 else 1
+
+    def describe(self) -> dict:
+        """The record's sequence-parallel keys."""
+        return {"sequence_parallel": self.size, "data_parallel_size": self.data_parallel_size}
+
+
+def resolve(size: int | None, world_size: int, heads: int, kv_heads: int, seq_len: int) -> SequenceParallelPlan | None:
+    """The layout of ``--sequence-parallel`` on ``world_size`` ranks of a model with ``heads`` attention heads
+    and ``kv_heads`` KV heads (pure); None without it. What needs no model (the world size, the sequence, the
+    engine, other degrees) the legality table has refused already."""
+    if size is None:
+        return None
+    if heads % size:
+        raise UserError(f"--sequence-parallel {size} does not divide the model's {heads} attention heads: Ulysses "
+                        "gives every rank of a group an equal share of the heads")
+    if kv_heads % size and size % kv_heads:
+        raise UserError(f"--sequence-parallel {size} with the model's {kv_heads} KV heads: Ulysses needs the KV heads "
+                        "to divide S (they are replicated) or S to divide them")
+    if seq_len % size:
+        raise UserError(f"--sequence-parallel {size} does not divide --seq-len {seq_len}")
+    return SequenceParallelPlan(size, world_size // size)
+
+
+def with_stage(sp: SequenceParallelPlan, zero_stage: int) -> SequenceParallelPlan:
+    """The plan once the config's ZeRO stage is known (it sets ``gradient_scale``)."""
+    return dataclasses.replace(sp, zero_stage=zero_stage)
+
+
+def deepspeed_config(sp: SequenceParallelPlan | None, ds_cfg: dict) -> dict:
+    """The config ``deepspeed.initialize`` gets (pure): ``sequence_parallel_size`` with Ulysses."""
+    if sp is None or sp.size == 1:
+        return ds_cfg
+    return {**ds_cfg, "sequence_parallel_size": sp.size}
+
+
+def register(sp: SequenceParallelPlan | None, model: torch.nn.Module, micro_batch: int, seq_len: int):
+    """Wrap ``model``'s attention in Ulysses (after joining, before ``deepspeed.initialize``); the ``mpu`` it
+    returns, or None without sequence parallelism. GPT-2's config names no KV heads: it has as many as heads."""
+    if sp is None or sp.size == 1:
+        return None
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
+
+    config = model.config
+    if getattr(config, "num_key_value_heads", None) is None:
+        config.num_key_value_heads = config.num_attention_heads
+    return UlyssesSPAttentionHF.register_with_transformers(
+        model, core_attn_implementation=config._attn_implementation, sequence_parallel_size=sp.size,
+        micro_batch_size=micro_batch, seq_length=seq_len, seq_length_is_variable=True)
+
+
+def shard(input_ids: torch.Tensor, group_rank: int, size: int, gradient_scale: int = 1) -> dict[str, torch.Tensor]:
+    """One rank's slice of a ``[batch, T]`` token batch (pure): its ``input_ids``, their ``position_ids`` in
+    the whole sequence, their ``shift_labels`` (the next token, shifted before the split; ``IGNORE`` after
+    the last); and, for the loss, ``tokens`` (the predicted tokens of the whole batch, what the loss is
+    averaged over), ``gradient_scale`` and ``group_size`` (S), as 0-d integer tensors."""
+    batch, length = input_ids.shape
+    labels = torch.cat([input_ids[:, 1:], torch.full((batch, 1), IGNORE, dtype=input_ids.dtype)], dim=1)
+    positions = torch.arange(length).unsqueeze(0).expand(batch, length)
+    width = length // size
+    part = slice(group_rank * width, (group_rank + 1) * width)
+    return {"input_ids": input_ids[:, part].contiguous(), "position_ids": positions[:, part].contiguous(),
+            "shift_labels": labels[:, part].contiguous(), "tokens": torch.tensor(batch * (length - 1)),
+            "gradient_scale": torch.tensor(gradient_scale), "group_size": torch.tensor(size)}
+
+
+def shard_batches(batches: Iterator[dict], group_rank: int, size: int, gradient_scale: int = 1) -> Iterator[dict]:
+    """``shard`` of every batch of a replica's stream."""
+    for batch in batches:
+        yield shard(batch["input_ids"], group_rank, size, gradient_scale)
+
+
+def token_weight(batch: dict) -> torch.Tensor:
+    """What each token's cross entropy is multiplied by on this rank, in fp32: ``gradient_scale / tokens``."""
+    return batch["gradient_scale"].float() / batch["tokens"].float()
+
+
+def group_loss(weighted_sum: torch.Tensor, batch: dict) -> torch.Tensor:
+    """The loss of a sharded batch from this rank's token sum times ``token_weight`` (module docstring): its
+    gradient is that; its value is the mean over the whole sequence's tokens (the group's sums all-reduced,
+    outside autograd), the same on every rank of the group."""
+    total = weighted_sum.detach() / batch["gradient_scale"].float()
+    if int(batch["group_size"]) > 1:
+        import deepspeed.comm as dist
+        from deepspeed.runtime.sequence_parallel import parallel_state_sp
+
+        dist.all_reduce(total, group=parallel_state_sp.get_sequence_parallel_group())
+    return weighted_sum + (total - weighted_sum).detach()

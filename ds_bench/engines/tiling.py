@@ -1,0 +1,87 @@
+"""ALST's memory options for long sequences (Bekman et al. 2025, arXiv 2506.13996, sections 3.2-3.3), through
+DeepSpeed's own autograd functions (``deepspeed/runtime/sequence_parallel/ulysses_sp.py``), and the token loss
+every sharded or tiled run computes.
+
+- ``--tiled-mlp`` (``tile_mlps``): each block's MLP runs as ``TiledMLP`` over ``ceil(tokens / hidden)`` tiles of
+  the sequence (ALST's choice: a tile as long as the model is wide), without keeping the tiles' intermediate
+  activations; backward recomputes each tile's forward. Peak memory of the MLP: one tile's intermediate
+  (tile x intermediate width) instead of the sequence's, for one more MLP forward per step. Every rank has
+  the same slice length, so the tile count agrees across ranks (ZeRO-3 gathers weights per tile: a rank
+  with another count would hang its peers).
+- ``--tiled-loss`` (``token_sum``): the LM head and the cross entropy run as ``TiledFusedLogitsLoss`` over tiles
+  of at most ``LOSS_TILE_BYTES`` of fp32 logits, each tile's backward done inside the forward, so no
+  [tokens x vocabulary] logits tensor (nor its gradient) is ever whole. Without it, the logits of the
+  rank's tokens and their fp32 copy are (``jobs.predict`` counts them).
+"""
+
+from __future__ import annotations
+
+import math
+import types
+
+import torch
+
+LOSS_TILE_BYTES = 256 * 2**20
+"""Most fp32 logits one loss tile holds (ALST's reference code uses 1 GiB tiles on 80 GB GPUs; a quarter of
+that keeps tiles useful on the capped CPU ranks of the test bed too)."""
+
+
+def tile_mlps(model: torch.nn.Module) -> int:
+    """Run every block's ``mlp`` (HF's name in Llama and GPT-2) as DeepSpeed's ``TiledMLP``; how many were
+    tiled. Per instance: the class's ``forward`` stays as it was for any other model in the process."""
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import TiledMLP
+
+    mlps = [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] == "mlp"]
+    for mlp in mlps:
+        plain = type(mlp).forward
+
+        def tiled(self, x, plain=plain):
+            shards = max(1, math.ceil(x.shape[-2] / x.shape[-1]))
+            return TiledMLP.apply(plain, self, x, shards, list(self.parameters()))
+
+        mlp.forward = types.MethodType(tiled, mlp)
+    return len(mlps)
+
+
+def token_sum(engine, batch: dict, weight: torch.Tensor, tiled: bool) -> torch.Tensor:
+    """This rank's cross entropy summed over its tokens (``batch``: ``input_ids``, ``position_ids``,
+    ``shift_labels``), times ``weight`` (a 0-d tensor: what the gradient of each token's loss is, see
+    ``sequence_parallel.group_loss``). The weight goes inside a tiled loss: its tiles' weight gradients are
+    taken in forward, before anything outside could scale them."""
+    inputs = {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"], "use_cache": False}
+    labels = batch["shift_labels"]
+    if not tiled:
+        logits = engine(**inputs, return_dict=True).logits
+        return _cross_entropy_sum(logits, labels) * weight
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import TiledFusedLogitsLoss
+
+    model = engine.module
+    hidden = model.base_model(**inputs, return_dict=True).last_hidden_state
+    head = model.get_output_embeddings()
+
+    def tile_loss(model_, x, y):
+        return _cross_entropy_sum(head(x), y) * weight
+
+    shards = loss_tiles(labels.numel(), head.weight.shape[0])
+    tied = head.weight is model.get_input_embeddings().weight
+    if not tied:
+        return TiledFusedLogitsLoss.apply(tile_loss, model, hidden, labels, None, shards, [head.weight], "sum")
+    # A tied head's weight gets the embedding's gradient later, in backward. DeepSpeed lets ZeRO reduce it once
+    # the last tile is done (ds_grad_is_ready), and ZeRO-3 then copies, not adds, a second reduction in the same
+    # micro-step (stage3.py, micro_step_id 0): the head's share would be lost (measured: SP=2 left SP=1's
+    # losses at ZeRO-3). So it is held back here and reduced once, with the embedding's share, in backward.
+    head.weight.ds_grad_is_ready = False
+    try:
+        return TiledFusedLogitsLoss.apply(tile_loss, model, hidden, labels, None, shards, [], "sum")
+    finally:
+        head.weight.ds_grad_is_ready = True
+
+
+def loss_tiles(tokens: int, vocab: int) -> int:
+    """Tiles of at most ``LOSS_TILE_BYTES`` fp32 logits over ``tokens`` x ``vocab`` (pure)."""
+    return max(1, math.ceil(tokens * vocab * 4 / LOSS_TILE_BYTES))
+
+
+def _cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                                             ignore_index=-100, reduction="sum")
