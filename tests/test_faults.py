@@ -39,6 +39,10 @@ TENSOR_PARALLEL_RUN = ["run", "--workload", "llama", "--size", "tiny", "--ds-con
                        "bf16.enabled=false", "--seq-len", "32", "--micro-batch", "2", "--tensor-parallel", "2",
                        "--steps", "100000", "--warmup", "2"]
 """Two AutoTP ranks: every layer's all-reduce waits on the other rank."""
+SEQUENCE_PARALLEL_RUN = ["run", "--workload", "llama", "--size", "tiny", "--ds-config", "ds_configs/zero1.json", "--set",
+                         "bf16.enabled=false", "--seq-len", "64", "--micro-batch", "1", "--sequence-parallel", "2",
+                         "--steps", "100000", "--warmup", "2"]
+"""Two Ulysses ranks: every layer's all-to-alls wait on the other rank."""
 
 
 class Job:
@@ -118,7 +122,9 @@ def job(tmp_path):
     ("torchrun", 29801, RUN), pytest.param("deepspeed", 29802, RUN, marks=pytest.mark.full), ("mpirun", 0, RUN),
     pytest.param("torchrun", 29813, PIPELINE_RUN, marks=pytest.mark.full),
     pytest.param("torchrun", 29815, TENSOR_PARALLEL_RUN, marks=pytest.mark.full),
-], ids=["torchrun", "deepspeed", "mpirun", "torchrun-pipeline", "torchrun-tensor-parallel"])
+    pytest.param("torchrun", 29816, SEQUENCE_PARALLEL_RUN, marks=pytest.mark.full),
+], ids=["torchrun", "deepspeed", "mpirun", "torchrun-pipeline", "torchrun-tensor-parallel",
+        "torchrun-sequence-parallel"])
 def test_a_rank_killed_mid_run_ends_the_job_with_a_record_naming_it(job, launcher, port, run):
     j = job(launcher, port, run=run)
     j.wait_for("warm-up done")

@@ -53,7 +53,7 @@ DEGREES = (
     Degree("pipeline_stages", "pp", "--pipeline-stages", True, "DeepSpeed pipeline stages (gpt2)"),
     Degree("tensor_parallel", "tp", "--tensor-parallel", True, "DeepSpeed AutoTP degree (llama)"),
     Degree("sequence_parallel", "sp", "--sequence-parallel", True,
-           "DeepSpeed Ulysses sequence-parallel degree (llama, gpt2)"),
+           "DeepSpeed Ulysses sequence-parallel degree (llama)"),
 )
 """Every parallel degree beyond data parallelism, in key order."""
 

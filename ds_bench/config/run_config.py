@@ -159,7 +159,7 @@ class RunConfig:
     """AutoTP degree (``ds_bench.engines.tensor_parallel``); None: no tensor parallelism."""
     sequence_parallel: int | None = option(None, "--sequence-parallel", metavar="S",
                                            help="shard every sequence over S ranks with DeepSpeed-Ulysses (ALST; "
-                                                "llama, gpt2; sdpa or flash_attention_2): attention heads exchanged "
+                                                "llama; sdpa or flash_attention_2): attention heads exchanged "
                                                 "by all-to-all, data-parallel degree = world size / S, the S ranks of a "
                                                 "group read the same batch. Default: none")
     """Ulysses degree (``ds_bench.engines.sequence_parallel``); None: no sequence parallelism."""

@@ -97,16 +97,13 @@ def deepspeed_config(sp: SequenceParallelPlan | None, ds_cfg: dict) -> dict:
 
 def register(sp: SequenceParallelPlan | None, model: torch.nn.Module, micro_batch: int, seq_len: int):
     """Wrap ``model``'s attention in Ulysses (after joining, before ``deepspeed.initialize``); the ``mpu`` it
-    returns, or None without sequence parallelism. GPT-2's config names no KV heads: it has as many as heads."""
+    returns, or None without sequence parallelism."""
     if sp is None or sp.size == 1:
         return None
     from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
 
-    config = model.config
-    if getattr(config, "num_key_value_heads", None) is None:
-        config.num_key_value_heads = config.num_attention_heads
     return UlyssesSPAttentionHF.register_with_transformers(
-        model, core_attn_implementation=config._attn_implementation, sequence_parallel_size=sp.size,
+        model, core_attn_implementation=model.config._attn_implementation, sequence_parallel_size=sp.size,
         micro_batch_size=micro_batch, seq_length=seq_len, seq_length_is_variable=True)
 
 

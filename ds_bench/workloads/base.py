@@ -36,8 +36,10 @@ class Workload(ABC):
     autotp: bool = False
     """Whether DeepSpeed's AutoTP can shard the model (``--tensor-parallel``; llama; ``tensor_parallel_divisors``)."""
     long_context: bool = False
-    """Whether the model is an HF causal LM whose sequence DeepSpeed-Ulysses can shard (``--sequence-parallel``)
-    and whose MLP and loss ALST's tiling can split (``--tiled-mlp``, ``--tiled-loss``): gpt2 and llama."""
+    """Whether the model is an HF causal LM whose MLP and loss ALST's tiling can split (``--tiled-mlp``,
+    ``--tiled-loss``): gpt2 and llama."""
+    ulysses: bool = False
+    """Whether DeepSpeed-Ulysses' HF wrapper can shard the model's sequence (``--sequence-parallel``): llama."""
     convolutions: bool = False
     """Whether ``--channels-last`` applies (ResNet)."""
     partitioned_build: bool = False
@@ -64,10 +66,11 @@ class Workload(ABC):
             self.check_attention_flag()
         if cfg.tensor_parallel is not None:
             self.check_tensor_parallel_flag()
-        long_context = [flag for flag, on in (("--sequence-parallel", cfg.sequence_parallel is not None),
-                                              ("--tiled-mlp", cfg.tiled_mlp), ("--tiled-loss", cfg.tiled_loss)) if on]
-        if long_context:
-            self.check_long_context_flag("/".join(long_context))
+        if cfg.sequence_parallel is not None:
+            self.check_sequence_parallel_flag()
+        tiles = [flag for flag, on in (("--tiled-mlp", cfg.tiled_mlp), ("--tiled-loss", cfg.tiled_loss)) if on]
+        if tiles:
+            self.check_long_context_flag("/".join(tiles))
 
     @classmethod
     def check_attention_flag(cls) -> None:
@@ -84,9 +87,20 @@ class Workload(ABC):
 
     @classmethod
     def check_long_context_flag(cls, flag: str) -> None:
-        """``--sequence-parallel`` and the tiling options (a run's, or a study's axis) need an HF causal LM."""
+        """The tiling options (a run's, or a study's axis) need an HF causal LM."""
         if not cls.long_context:
             raise UserError(f"{flag}: workload {cls.name} is not a causal language model (gpt2 and llama are)")
+
+    @classmethod
+    def check_sequence_parallel_flag(cls) -> None:
+        """``--sequence-parallel`` (a run's, or a study's axis beyond 1) needs a model Ulysses' HF wrapper can shard."""
+        if cls.ulysses:
+            return
+        if cls.long_context:  # measured, deepspeed 0.19.8 / transformers 5.24: the first forward fails
+            raise UserError(f"--sequence-parallel: DeepSpeed-Ulysses' HF wrapper cannot shard workload {cls.name} "
+                            "(llama it can): it returns the attention output as [batch, tokens, width] and GPT-2 "
+                            "reshapes a [batch, tokens, heads, head width] one")
+        raise UserError(f"--sequence-parallel: workload {cls.name} is not a causal language model (llama is)")
 
     @classmethod
     def check_degrees(cls, degrees: dict[str, int]) -> None:
@@ -95,7 +109,7 @@ class Workload(ABC):
         if degrees.get("tensor_parallel", 1) > 1:
             cls.check_tensor_parallel_flag()
         if degrees.get("sequence_parallel", 1) > 1:
-            cls.check_long_context_flag("--sequence-parallel")
+            cls.check_sequence_parallel_flag()
 
     @property
     def hidden_size(self) -> int | None:

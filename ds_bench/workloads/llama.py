@@ -39,6 +39,7 @@ class LlamaWorkload(CausalLMWorkload):
     preload = ("transformers.models.llama.modeling_llama",)
     partitioned_build = True
     autotp = True
+    ulysses = True
 
     custom_shapes = True
 
