@@ -74,3 +74,23 @@ def test_ddp_and_fsdp_on_one_gpu(tmp_path, engine, config):
     assert r["engine_plan"]["precision"] == ("fp16" if "fp16" in config else "bf16")
     m = r["metrics"]
     assert m["samples_per_s"] > 0 and m["peak_mem_bytes"] > 0 and all(math.isfinite(x) for x in m["loss_curve"])
+
+
+def test_checkpoint_offload_and_tiling_on_one_gpu_keep_the_losses_and_lower_the_peak(tmp_path):
+    """Llama at a long sequence, bf16 ZeRO-3, activation checkpointing: with ALST's checkpoint offload, tiled MLP
+    and tiled loss the same losses (bf16: 1e-2) and a lower peak than without them."""
+    base = ["run", "--workload", "llama", "--layers", "8", "--hidden", "1024", "--heads", "8", "--seq-len", "16384",
+            "--micro-batch", "1", "--ds-config", "ds_configs/zero3.json", "--activation-checkpointing", "--steps", "4",
+            "--warmup", "1"]
+    out = {}
+    for name, extra in (("plain", []), ("alst", ["--checkpoint-offload", "--tiled-mlp", "--tiled-loss"])):
+        results = tmp_path / f"{name}.jsonl"
+        proc = ds_bench(*base, *extra, "--results", str(results))
+        assert proc.returncode == 0, explain(proc)
+        out[name] = records(results)[0]
+    plain, alst = out["plain"], out["alst"]
+    print({k: (r["metrics"]["peak_mem_bytes"] / 2**30, r["metrics"]["tokens_per_s"]) for k, r in out.items()})
+    assert alst["memory_options"] == ["activation_checkpointing", "checkpoint_offload", "tiled_mlp", "tiled_loss"]
+    for a, b in zip(plain["metrics"]["loss_curve"], alst["metrics"]["loss_curve"]):
+        assert b == pytest.approx(a, rel=1e-2)
+    assert alst["metrics"]["peak_mem_bytes"] < plain["metrics"]["peak_mem_bytes"]

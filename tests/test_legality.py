@@ -23,14 +23,16 @@ from tests.conftest import PASSED, REPO, stop_past_checks
 
 WORLD = 2
 RUN_FLAGS = {"breakdown": ["--breakdown"], "checkpoint": ["--checkpoint", "{tmp}/ckpt"],
-             "resume": ["--resume", "{tmp}"], "model_path": ["--model", "{tmp}"]}
+             "resume": ["--resume", "{tmp}"], "model_path": ["--model", "{tmp}"],
+             "checkpoint_offload": ["--activation-checkpointing", "--checkpoint-offload"]}
 """A run option as flags (``legality.RUN_OPTIONS``)."""
 BASE = json.loads((REPO / "ds_configs" / "zero1.json").read_text())
 
 
 def workload(layout: Layout) -> list[str]:
-    """A workload whose model every rule's example can name (AutoTP shards llama, the pipeline is gpt2's)."""
-    name = "llama" if layout.tensor_parallel > 1 else "gpt2"
+    """A workload whose model every rule's example can name (AutoTP and Ulysses shard llama, the pipeline is
+    gpt2's)."""
+    name = "llama" if layout.tensor_parallel > 1 or layout.sequence_parallel > 1 else "gpt2"
     return ["--workload", name, "--size", "tiny", "--seq-len", "32"]
 
 

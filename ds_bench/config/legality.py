@@ -33,7 +33,7 @@ class Where:
     """Ranks of the job; None: not known yet (the divisibility rules wait)."""
     device_type: str = "cpu"
     run_options: frozenset[str] = frozenset()
-    """``RunConfig`` fields a run sets beyond its layout (``breakdown``, ``checkpoint``, ``resume``, ``model_path``)."""
+    """``RunConfig`` fields a run sets beyond its layout (``RUN_OPTIONS``)."""
     engaged: frozenset[str] = frozenset()
     """Degrees whose engine a run uses even at 1 (``--pipeline-stages 1``: a one-stage pipeline module)."""
 
@@ -156,6 +156,11 @@ RULES: tuple[Rule, ...] = (
          _ex(tiled_mlp=True, tensor_parallel=2)),
     Rule("tiling and compile", lambda l, w: _tiled(l) and l.compile,
          "{tiles} with --compile: not measured yet", "not measured yet", _ex(tiled_mlp=True, compile=True)),
+    Rule("checkpoint offload needs a GPU", lambda l, w: "checkpoint_offload" in w.run_options and w.device_type == "cpu",
+         "--checkpoint-offload on CPU ranks: their activations are in host memory already (DeepSpeed's "
+         "CheckpointHiddenStatesOffload never offloads on a CPU accelerator)",
+         f"{DEEPSPEED}, runtime/activation_checkpointing/offload_activations.py: 'cpu-like accelerators have no "
+         "streams; offload_input never offloads there'", _ex(), frozenset({"checkpoint_offload"})),
     Rule("DDP does not offload", lambda l, w: l.engine == "ddp" and l.offload != "none",
          "--engine ddp with offload={offload}: DDP keeps parameters, gradients and optimizer state on the device; "
          "remove the offload, or use --engine deepspeed or fsdp", "torch DistributedDataParallel",
@@ -209,7 +214,7 @@ def first_broken(layout: Layout, where: Where) -> Rule | None:
     return next((r for r in RULES if r.refused(layout, where)), None)
 
 
-RUN_OPTIONS = ("breakdown", "checkpoint", "resume", "model_path")
+RUN_OPTIONS = ("breakdown", "checkpoint", "resume", "model_path", "checkpoint_offload")
 """``RunConfig`` fields beyond the layout that a rule may refuse."""
 
 

@@ -171,6 +171,11 @@ class RunConfig:
                               help="compute the LM head and loss in sequence tiles with DeepSpeed's "
                                    "TiledFusedLogitsLoss (ALST): no full-vocabulary logits tensor")
     """ALST's tiled logits and loss (``ds_bench.engines.tiling``)."""
+    checkpoint_offload: bool = option(False, "--checkpoint-offload",
+                                      help="with --activation-checkpointing: keep each checkpointed block's input in "
+                                           "host memory between forward and backward (DeepSpeed's "
+                                           "CheckpointHiddenStatesOffload, ALST; GPU ranks)")
+    """ALST's activation-checkpoint offload (``ds_bench.engines.tiling.checkpoint_offload``)."""
     busbw: float | None = option(None, "--busbw", metavar="GBPS",
                                  help="busbw for the comm-bound verdict (default: the newest ds-bench comm record "
                                       "of the same ranks in --comm-results)")
@@ -214,6 +219,8 @@ class RunConfig:
                  "at its first step viewing them as bytes, FSDP2 refuses non-contiguous parameters); use --engine ddp")
         check_pipeline_flags(self)
         check_tensor_parallel_flags(self)
+        _require(not self.checkpoint_offload or self.activation_checkpointing,
+                 "--checkpoint-offload needs --activation-checkpointing (it moves the checkpointed blocks' inputs)")
         _require(self.sequence_parallel is None or self.sequence_parallel >= 1,
                  f"--sequence-parallel must be a positive integer, got {self.sequence_parallel}")
         check_compile(self)

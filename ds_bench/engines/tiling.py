@@ -12,6 +12,11 @@ every sharded or tiled run computes.
   of at most ``LOSS_TILE_BYTES`` of fp32 logits, each tile's backward done inside the forward, so no
   [tokens x vocabulary] logits tensor (nor its gradient) is ever whole. Without it, the logits of the
   rank's tokens and their fp32 copy are (``jobs.predict`` counts them).
+- ``--checkpoint-offload`` (``checkpoint_offload``, with ``--activation-checkpointing``): DeepSpeed's
+  ``CheckpointHiddenStatesOffload``, saved-tensor hooks that copy each checkpointed block's input to pinned
+  host memory on a side stream in forward and back in backward, so a GPU holds one block's input at a time
+  instead of every block's. Entered around each micro-step's forward and backward (it syncs and clears on
+  exit). GPU ranks only: the legality table refuses it on CPU ranks, where DeepSpeed never offloads.
 """
 
 from __future__ import annotations
@@ -41,6 +46,16 @@ def tile_mlps(model: torch.nn.Module) -> int:
 
         mlp.forward = types.MethodType(tiled, mlp)
     return len(mlps)
+
+
+def checkpoint_offload():
+    """A fresh offload context for one micro-step's forward and backward (DeepSpeed's defaults: pinned buffers,
+    a side stream, the last block's input kept on the device for the first backward)."""
+    from deepspeed.runtime.activation_checkpointing.offload_activations import (
+        get_checkpoint_hidden_states_offloading_ctx_manager,
+    )
+
+    return get_checkpoint_hidden_states_offloading_ctx_manager()
 
 
 def token_sum(engine, batch: dict, weight: torch.Tensor, tiled: bool) -> torch.Tensor:

@@ -42,6 +42,7 @@ micro-batches, averaged over data-parallel replicas, the same on every stage.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -100,12 +101,15 @@ def run_loop(engine, workload: Workload, batches: Iterator[Batch], *, steps: int
              barrier: Callable[[], None], times: LoopTimes, beat: Callable[[int], None] = lambda done: None,
              on_window_open: Callable[[], None] = lambda: None, clock: DeviceClock | None = None,
              breakdown: bool = False, after_step: Callable[[int], None] = lambda done: None,
-             pipeline: bool = False, stage_timers: StageTimers | CommTimer | None = None) -> LoopTimes:
+             pipeline: bool = False, stage_timers: StageTimers | CommTimer | None = None,
+             micro_step_context: Callable[[], contextlib.AbstractContextManager] | None = None) -> LoopTimes:
     """Run ``steps`` steps into ``times``; ``beat(steps_done)`` after each (the step watchdog), then
     ``after_step(steps_done)``, whose time is in no step and is taken out of the window. ``pipeline``:
     each step is one ``engine.train_batch`` over ``batches`` of ``(inputs, labels)``, its instructions timed
     by ``stage_timers`` if given; otherwise ``stage_timers`` may be a collective's timer (AutoTP's all-reduces,
-    Ulysses' all-to-alls: ``ds_bench.measure.comm_timer``), begun and read around each step the same way."""
+    Ulysses' all-to-alls: ``ds_bench.measure.comm_timer``), begun and read around each step the same way.
+    ``micro_step_context``: a context entered around each micro-step's forward and backward (ALST's checkpoint
+    offload, ``ds_bench.engines.tiling``)."""
     clock = clock or DeviceClock(torch.device("cpu"))
     phase_sync = sync if breakdown else None
     phases = PIPELINE_PHASES if pipeline else PHASES
@@ -125,7 +129,8 @@ def run_loop(engine, workload: Workload, batches: Iterator[Batch], *, steps: int
         else:
             if stage_timers is not None:
                 stage_timers.begin()
-            stamps = [_micro_step(engine, workload, batches, float_dtype, phase_sync, clock) for _ in range(grad_accum)]
+            stamps = [_micro_step(engine, workload, batches, float_dtype, phase_sync, clock, micro_step_context)
+                      for _ in range(grad_accum)]
         if not breakdown:  # breakdown mode has just synchronized after the optimizer phase
             sync()
         elapsed = time.perf_counter() - start
@@ -165,16 +170,18 @@ class MicroStep:
     loss: torch.Tensor
 
 
-def _micro_step(engine, workload, batches, float_dtype, phase_sync, clock) -> MicroStep:
+def _micro_step(engine, workload, batches, float_dtype, phase_sync, clock, context=None) -> MicroStep:
     """One micro-step and its clock marks (read once the device has finished). ``phase_sync`` (the
-    ``breakdown`` mode) waits for the device after each phase."""
+    ``breakdown`` mode) waits for the device after each phase; ``context()`` is entered around forward and
+    backward."""
     bounds = [clock.mark()]
     batch = to_device(next(batches), engine.device, float_dtype)
     bounds.append(_mark(clock, phase_sync))
-    loss = workload.loss(engine, batch)
-    autograd_end = clock.mark_autograd_end(loss)
-    bounds.append(_mark(clock, phase_sync))
-    engine.backward(loss)
+    with context() if context else contextlib.nullcontext():
+        loss = workload.loss(engine, batch)
+        autograd_end = clock.mark_autograd_end(loss)
+        bounds.append(_mark(clock, phase_sync))
+        engine.backward(loss)
     bounds.append(_mark(clock, phase_sync))
     engine.step()
     bounds.append(_mark(clock, phase_sync))

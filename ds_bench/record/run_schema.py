@@ -191,8 +191,8 @@ class RunRecord(Stamped):
     sequence_parallel_comm: SequenceParallelComm | None = None
     """Sequence-parallel runs: time and count of Ulysses' all-to-alls per step (``ds_bench.measure.sp_comm``)."""
     memory_options: list[str] | None = None
-    """The long-context memory options that ran (``activation_checkpointing``, ``tiled_mlp``, ``tiled_loss``:
-    ``ds_bench.engines.tiling``); None: none."""
+    """The long-context memory options that ran (``activation_checkpointing``, ``checkpoint_offload``,
+    ``tiled_mlp``, ``tiled_loss``: ``ds_bench.engines.tiling``); None: none."""
     micro_batches: int | None = None
     """Pipeline runs: micro-batches per step (gradient_accumulation_steps)."""
     partition: str | None = None

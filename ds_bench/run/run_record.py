@@ -89,5 +89,6 @@ def _layout_keys(run: Started) -> dict:
     a tensor- or sequence-parallel run's (tensor_parallel or sequence_parallel, data_parallel_size); the memory
     options that ran."""
     layout = run.engine.pipeline or run.engine.tensor_parallel or run.engine.sequence_parallel
-    options = [name for name in ("activation_checkpointing", "tiled_mlp", "tiled_loss") if getattr(run.cfg, name)]
+    options = [name for name in ("activation_checkpointing", "checkpoint_offload", "tiled_mlp", "tiled_loss")
+               if getattr(run.cfg, name)]
     return {**(layout.describe() if layout is not None else {}), "memory_options": options or None}

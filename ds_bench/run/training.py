@@ -21,7 +21,7 @@ from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.engines.compiled import compile_engine
 from ds_bench.engines.pipeline import clip_on_the_whole_model
 from ds_bench.machine import memory
-from ds_bench.engines import sequence_parallel
+from ds_bench.engines import sequence_parallel, tiling
 from ds_bench.measure import checkpoint, compile_stats, sp_comm, stage_timers, tp_comm
 from ds_bench.measure.loop import DeviceClock, run_loop
 from ds_bench.run.figures import run_metrics
@@ -131,7 +131,8 @@ def train(run: Started, workload, engine) -> tuple[list, float]:
                  float_dtype=run.engine.input_dtype, sync=accel.synchronize, barrier=torch.distributed.barrier,
                  times=run.times, beat=watchdog.beat, clock=clock, breakdown=cfg.breakdown,
                  after_step=_after_step(run, watch), pipeline=run.engine.pipeline is not None, stage_timers=timers,
-                 on_window_open=lambda: _window_open(run, watch))
+                 on_window_open=lambda: _window_open(run, watch),
+                 micro_step_context=tiling.checkpoint_offload if cfg.checkpoint_offload else None)
         if watch:
             watch.mark("end")
         run.ckpt.load_back()
