@@ -132,7 +132,8 @@ RULES: tuple[Rule, ...] = (
     Rule("Ulysses needs a causal kernel", lambda l, w: _sp(l, w) and l.attn == "eager",
          "--attn eager with --sequence-parallel {sequence_parallel}: Ulysses drops the 4-D attention mask eager "
          "needs (O(n^2) memory); use --attn sdpa or flash_attention_2",
-         f"{DEEPSPEED}, ulysses_sp.py register_with_transformers refuses eager", _ex(sequence_parallel=2, attn="eager")),
+         f"{DEEPSPEED}, ulysses_sp.py register_with_transformers refuses eager",
+         _ex(sequence_parallel=2, attn="eager")),
     Rule("Ulysses and compile", lambda l, w: _sp(l, w) and l.compile,
          "--compile with --sequence-parallel {sequence_parallel}: not measured yet", "not measured yet",
          _ex(sequence_parallel=2, compile=True)),
@@ -156,7 +157,8 @@ RULES: tuple[Rule, ...] = (
          _ex(tiled_mlp=True, tensor_parallel=2)),
     Rule("tiling and compile", lambda l, w: _tiled(l) and l.compile,
          "{tiles} with --compile: not measured yet", "not measured yet", _ex(tiled_mlp=True, compile=True)),
-    Rule("checkpoint offload needs a GPU", lambda l, w: "checkpoint_offload" in w.run_options and w.device_type == "cpu",
+    Rule("checkpoint offload needs a GPU",
+         lambda l, w: "checkpoint_offload" in w.run_options and w.device_type == "cpu",
          "--checkpoint-offload on CPU ranks: their activations are in host memory already (DeepSpeed's "
          "CheckpointHiddenStatesOffload never offloads on a CPU accelerator)",
          f"{DEEPSPEED}, runtime/activation_checkpointing/offload_activations.py: 'cpu-like accelerators have no "

@@ -63,7 +63,8 @@ class _TimedComm:
 
 
 def per_step(times_s: dict[str, list[float]], step_s: list[float], timer: str, calls: str, what: str) -> dict | None:
-    """``{what}_ms``, ``calls_per_step`` and ``share_of_step`` from one rank's timer: medians over the measured steps."""
+    """``{what}_ms``, ``calls_per_step`` and ``share_of_step`` from one rank's timer: medians over the measured
+    steps."""
     if timer not in times_s or not step_s:
         return None
     comm, steps = np.asarray(times_s[timer], dtype=float), np.asarray(step_s, dtype=float)

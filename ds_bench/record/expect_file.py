@@ -34,7 +34,7 @@ field (its docstring in the record schema)."""
 
 FIELDS: dict[str, tuple[str, ...]] = {
     "run": ("workload", "size", "zero_stage", "precision", "world_size", "engine", "tensor_parallel",
-            "pipeline_stages", "micro_batch", "launcher", "tag"),
+            "sequence_parallel", "pipeline_stages", "micro_batch", "launcher", "tag"),
     "sweep_point": ("workload", "size", "world_size", "key", "stage", "offload", "precision", "micro_batch"),
     "comm": ("collective", "scope", "group", "size_bytes", "dtype", "world_size", "backend"),
     "scaling": ("workload", "world_size", "nodes", "launcher"),
