@@ -190,6 +190,17 @@ CASES["--sequence-parallel with --checkpoint"] = Case(run(*SP, "--sequence-paral
 CASES["--sequence-parallel with --compile"] = Case(run(*SP, "--sequence-parallel", "1", "--compile"),
                                                    r"--compile with --sequence-parallel 1: not measured yet$",
                                                    env={"TORCHDYNAMO_DISABLE": "0"})
+THREE_RANKS = {"RANK": "0", "WORLD_SIZE": "3", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "3", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": "29999"}
+"""Rank 0 of 3 from the environment: S=3 divides the world, and what the model's heads say is reached."""
+CASES["--sequence-parallel not dividing the heads"] = Case(
+    run("--workload", "llama", "--size", "tiny", "--seq-len", "33", "--sequence-parallel", "3", "--ds-config",
+        "ds_configs/zero1.json"), r"--sequence-parallel 3 does not divide the model's 4 attention "
+    r"heads: Ulysses gives every rank of a group an equal share of the heads$", env=THREE_RANKS)
+CASES["--sequence-parallel with KV heads it cannot split"] = Case(
+    run("--workload", "llama", "--size", "llama3.2-3b", "--seq-len", "33", "--sequence-parallel", "3", "--ds-config",
+        "ds_configs/zero1.json"), r"--sequence-parallel 3 with the model's 8 KV heads: Ulysses needs the KV heads to "
+    r"divide S \(they are replicated\) or S to divide them$", env=THREE_RANKS)
 CASES["--tiled-mlp engine ddp"] = Case(run(*SP, "--tiled-mlp", "--engine", "ddp"),
                                        r"--engine ddp with --tiled-mlp: DeepSpeed's tiled compute hands each weight's gradient "
                                        r"to ZeRO once, .*DDP and FSDP have no such hook \(--engine deepspeed\)$")
