@@ -11,7 +11,7 @@ import copy
 import importlib.util
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -27,6 +27,8 @@ ZERO2 = json.loads((REPO / "ds_configs" / "zero2.json").read_text())
 class Case:
     argv: object  # tmp_path -> argv
     pattern: str
+    env: dict = field(default_factory=dict)
+    """Environment variables the case sets (``TORCHDYNAMO_DISABLE=0``: conftest sets 1, which ``--compile`` refuses first)."""
 
 
 def cfg_with(**changes) -> dict:
@@ -160,6 +162,52 @@ CASES["--tensor-parallel with a pipeline"] = Case(run(*TP, "1", "--pipeline-stag
                                                   r"--tensor-parallel 1 with --pipeline-stages 1: AutoTP does not combine with DeepSpeed's pipeline")
 CASES["--tensor-parallel with --checkpoint"] = Case(run(*TP, "1", "--checkpoint", "{tmp}/ckpt"),
                                                     r"--checkpoint with --tensor-parallel 1: not measured yet")
+SP = ("--workload", "llama", "--size", "tiny", "--seq-len", "32", "--ds-config", "ds_configs/zero1.json")
+"""A run ``--sequence-parallel`` and the tiling options may take (one rank: S=1 engages Ulysses' rules)."""
+CASES["--sequence-parallel 0"] = Case(run(*SP, "--sequence-parallel", "0"), r"--sequence-parallel must be a positive integer, got 0$")
+CASES["--sequence-parallel non-numeric"] = Case(run(*SP, "--sequence-parallel", "two"),
+                                                r"argument --sequence-parallel: invalid int value: 'two'$")
+CASES["--sequence-parallel not dividing"] = Case(run(*SP, "--sequence-parallel", "2"),
+                                                 r"--sequence-parallel 2 does not divide the world size 1: every data-parallel "
+                                                 r"replica needs a whole sequence-parallel group$")
+CASES["--sequence-parallel mnist"] = Case(run("--sequence-parallel", "1", "--ds-config", "ds_configs/zero1.json"),
+                                          r"--sequence-parallel: workload mnist is not a causal language model \(gpt2 and llama are\)$")
+CASES["--sequence-parallel engine ddp"] = Case(run(*SP, "--sequence-parallel", "1", "--engine", "ddp"),
+                                               r"--engine ddp with --sequence-parallel 1: sequence parallelism is DeepSpeed-Ulysses "
+                                               r"here \(--engine deepspeed\)$")
+CASES["--sequence-parallel with a pipeline"] = Case(run(*PP, "1", "--sequence-parallel", "1",
+                                                        "--ds-config", "ds_configs/zero1.json"),
+                                                    r"--sequence-parallel 1 with --pipeline-stages 1: DeepSpeed's pipeline engine "
+                                                    r"takes no sequence-parallel groups$")
+CASES["--sequence-parallel with AutoTP"] = Case(run(*SP, "--sequence-parallel", "1", "--tensor-parallel", "1"),
+                                                r"--sequence-parallel 1 with --tensor-parallel 1: DeepSpeed's Ulysses groups "
+                                                r"\(parallel_state_sp\) have no tensor-parallel dimension")
+CASES["--sequence-parallel attn eager"] = Case(run(*SP, "--sequence-parallel", "1", "--attn", "eager"),
+                                               r"--attn eager with --sequence-parallel 1: Ulysses drops the 4-D attention mask "
+                                               r"eager needs .*; use --attn sdpa or flash_attention_2$")
+CASES["--sequence-parallel with --checkpoint"] = Case(run(*SP, "--sequence-parallel", "1", "--checkpoint", "{tmp}/ckpt"),
+                                                      r"--checkpoint with --sequence-parallel 1: not measured yet$")
+CASES["--sequence-parallel with --compile"] = Case(run(*SP, "--sequence-parallel", "1", "--compile"),
+                                                   r"--compile with --sequence-parallel 1: not measured yet$",
+                                                   env={"TORCHDYNAMO_DISABLE": "0"})
+THREE_RANKS = {"RANK": "0", "WORLD_SIZE": "3", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "3", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": "29999"}
+"""Rank 0 of 3 from the environment: S=3 divides the world, and what the model's heads say is reached."""
+CASES["--sequence-parallel not dividing the heads"] = Case(
+    run("--workload", "llama", "--size", "tiny", "--seq-len", "33", "--sequence-parallel", "3", "--ds-config",
+        "ds_configs/zero1.json"), r"--sequence-parallel 3 does not divide the model's 4 attention "
+    r"heads: Ulysses gives every rank of a group an equal share of the heads$", env=THREE_RANKS)
+CASES["--sequence-parallel with KV heads it cannot split"] = Case(
+    run("--workload", "llama", "--size", "llama3.2-3b", "--seq-len", "33", "--sequence-parallel", "3", "--ds-config",
+        "ds_configs/zero1.json"), r"--sequence-parallel 3 with the model's 8 KV heads: Ulysses needs the KV heads to "
+    r"divide S \(they are replicated\) or S to divide them$", env=THREE_RANKS)
+CASES["--tiled-mlp engine ddp"] = Case(run(*SP, "--tiled-mlp", "--engine", "ddp"),
+                                       r"--engine ddp with --tiled-mlp: DeepSpeed's tiled compute hands each weight's gradient "
+                                       r"to ZeRO once, .*DDP and FSDP have no such hook \(--engine deepspeed\)$")
+CASES["--tiled-loss mnist"] = Case(run("--tiled-loss", "--ds-config", "ds_configs/zero1.json"),
+                                   r"--tiled-loss: workload mnist is not a causal language model \(gpt2 and llama are\)$")
+CASES["--tiled-mlp with --compile"] = Case(run(*SP, "--tiled-mlp", "--compile"), r"--tiled-mlp with --compile: not measured yet$",
+                                           env={"TORCHDYNAMO_DISABLE": "0"})
 CASES["autotp_size in the config"] = Case(run(*TP[:-1], "--set", "tensor_parallel.autotp_size=2"),
                                          r"tensor_parallel.autotp_size 2: give it as --tensor-parallel 2 instead")
 CASES["llama unknown size"] = Case(run("--workload", "llama", "--size", "llama2-7b"),
@@ -604,8 +652,10 @@ def test_there_are_at_least_80_cases():
 
 
 @pytest.mark.parametrize("name", CASES, ids=list(CASES))
-def test_bad_input(name, tmp_path, capsys, no_side_effects):
+def test_bad_input(name, tmp_path, capsys, no_side_effects, monkeypatch):
     case = CASES[name]
+    for var, value in case.env.items():
+        monkeypatch.setenv(var, value)
     code = cli.main(case.argv(tmp_path))
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("ds-bench: error:")]

@@ -9,6 +9,7 @@ environment; a run that passed its checks would reach ``init_distributed``, whic
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 
@@ -108,9 +109,15 @@ def test_capacity_skips_a_layout_with_the_tables_sentence(tmp_path, capsys, two_
 
 
 def test_the_docs_list_every_rule():
+    """docs/engines-and-layouts.md's table is ``tools/legality_table.py``'s: every rule, its example, sentence
+    and source as the table says them now."""
+    spec = importlib.util.spec_from_file_location("legality_table", REPO / "tools" / "legality_table.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
     page = (REPO / "docs" / "engines-and-layouts.md").read_text()
     missing = [r.name for r in RULES if f"| {r.name} |" not in page]
-    assert missing == [], f"docs/engines-and-layouts.md lacks rules {missing}: regenerate its legality table"
+    assert missing == [], f"docs/engines-and-layouts.md lacks rules {missing}: python tools/legality_table.py"
+    assert "\n".join(tool.rows()) in page, "docs/engines-and-layouts.md's legality table is stale: python tools/legality_table.py"
 
 
 def test_a_legacy_spelling_counts_as_deepspeed_reads_it(tmp_path):

@@ -12,6 +12,23 @@ Conventions, shared by every workload:
 - *Model* FLOPs, as in PaLM's MFU: activation checkpointing recomputes the forward pass, but that
   recomputation is not counted; MFU stays comparable across memory-saving choices.
   ``gpt2_hardware_flops_per_token`` gives the recomputing count (an extra forward) for reference.
+- Attention, the term that grows with the sequence: per layer and token the score product Q K^T and
+  the value product A V, 2 x (heads x head width) x T FLOPs each forward, 12 x L x (heads x head width)
+  x T for training (PaLM's 12 L H Q T). Causal masking does not halve it here: the whole T x T score
+  matrix is counted, though only its lower half is useful work and a kernel that skips masked blocks
+  (FlashAttention, whose own benchmark counts causal attention at half) does about half. That is PaLM's
+  convention (appendix B) and torchtitan's (``get_dense_model_nparams_and_flops``: "we follow the
+  convention and do not account for sparsity in causal attention"), and ``FlopCounterMode`` counts the
+  same (its SDPA formulas take the whole matrix, ``is_causal`` or not; torch's math kernel computes all
+  of it and masks after), so ds_bench's MFU compares with theirs and its formulas with the counter.
+  Megatron-LM's ``num_floating_point_operations`` (``megatron/training/training.py``) now halves it
+  ("causal mask (only half of the mask is non-zero)"; Narayanan et al. 2021 counted it whole): at long
+  sequences ds_bench's MFU reads above Megatron-LM's for the same run by (6 N + 12 L H Q T) / (6 N + 6 L
+  H Q T), 1.07 for Llama 3.1 8B at 4,096 tokens, 1.36 at 32,768, 1.70 at 131,072 (attention 13%, 53%,
+  82% of its FLOPs). ``tests/test_flops.py`` checks the term against the counter at 128 and 2,048
+  tokens, where it is 1% and 14% of a tiny model's FLOPs, through torch's math SDPA kernel: the counter
+  has no formula for the fused CPU kernel (``_scaled_dot_product_flash_attention_for_cpu``, torch 2.13)
+  and counts no attention there at all.
 
 Run ``python -m ds_bench.workloads`` for the GPT-2 figures at the standard sizes.
 """
@@ -74,7 +91,9 @@ def gpt2_flops_per_token(n_layer: int, d_model: int, d_ff: int, vocab: int, seq_
     6 N: forward 2 N (one multiply-add per weight) x 3 for training. 12 L d T: per layer the score
     product Q K^T and the value product A V each cost 2 d T per token forward (d = heads x head
     width, T = sequence length), 4 L d T forward, x 3 for training. The full T x T score matrix is
-    counted, causal mask or not, as PaLM and the FLOPs counters do.
+    counted, causal mask or not: the useful work (and FlashAttention's) is half of the 12 L d T term,
+    Megatron-LM's current formula halves it, PaLM, torchtitan and ``FlopCounterMode`` do not (module
+    docstring, "Attention").
     """
     return 6.0 * gpt2_matmul_params(n_layer, d_model, d_ff, vocab) + 12.0 * n_layer * d_model * seq_len
 

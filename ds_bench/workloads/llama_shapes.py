@@ -94,6 +94,11 @@ def flops_per_token(s: LlamaShape, seq_len: int) -> float:
     projections (in N: 2 d g k, not 2 d h k) but not the attention products, which every query
     head computes against the whole sequence (Q K^T and A V, 2 Q T each per head and token forward,
     4 L H Q T forward, x 3). SwiGLU's three projections are in N (3 d f per block).
+
+    Causal masking does not halve 12 L H Q T here: the whole T x T score matrix is counted, as PaLM,
+    torchtitan and ``FlopCounterMode`` count it, though only its lower half is useful work and
+    FlashAttention computes about that half; Megatron-LM's current formula halves it
+    (``ds_bench.workloads.flops``, "Attention": what that does to MFU at long sequences).
     """
     return 6.0 * matmul_params(s) + 12.0 * s.n_layer * s.heads * s.head_dim * seq_len
 
