@@ -171,7 +171,16 @@ CASES["--sequence-parallel not dividing"] = Case(run(*SP, "--sequence-parallel",
                                                  r"--sequence-parallel 2 does not divide the world size 1: every data-parallel "
                                                  r"replica needs a whole sequence-parallel group$")
 CASES["--sequence-parallel mnist"] = Case(run("--sequence-parallel", "1", "--ds-config", "ds_configs/zero1.json"),
-                                          r"--sequence-parallel: workload mnist is not a causal language model \(gpt2 and llama are\)$")
+                                          r"--sequence-parallel: workload mnist is not a causal language model \(llama is\)$")
+CASES["--sequence-parallel gpt2"] = Case(run("--workload", "gpt2", "--size", "tiny", "--sequence-parallel", "1",
+                                             "--ds-config", "ds_configs/zero1.json"),
+                                         r"--sequence-parallel: DeepSpeed-Ulysses' HF wrapper cannot shard workload gpt2 "
+                                         r"\(llama it can\): it returns the attention output as \[batch, tokens, width\]")
+CASES["--checkpoint-offload without checkpointing"] = Case(run(*SP, "--checkpoint-offload"),
+                                                           r"--checkpoint-offload needs --activation-checkpointing")
+CASES["--checkpoint-offload on CPU ranks"] = Case(run(*SP, "--checkpoint-offload", "--activation-checkpointing"),
+                                                  r"--checkpoint-offload on CPU ranks: their activations are in host "
+                                                  r"memory already")
 CASES["--sequence-parallel engine ddp"] = Case(run(*SP, "--sequence-parallel", "1", "--engine", "ddp"),
                                                r"--engine ddp with --sequence-parallel 1: sequence parallelism is DeepSpeed-Ulysses "
                                                r"here \(--engine deepspeed\)$")
