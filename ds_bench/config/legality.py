@@ -155,6 +155,11 @@ RULES: tuple[Rule, ...] = (
     Rule("tiling and AutoTP", lambda l, w: _tiled(l) and _tp(l, w),
          "{tiles} with --tensor-parallel {tensor_parallel}: not measured yet", "not measured yet",
          _ex(tiled_mlp=True, tensor_parallel=2)),
+    Rule("the tiled loss and fp16", lambda l, w: l.tiled_loss and l.precision == "fp16",
+         "--tiled-loss with fp16: DeepSpeed's TiledFusedLogitsLoss takes the LM head's gradient in forward, before "
+         "fp16's loss scale multiplies the loss; use bf16 or fp32",
+         f"{DEEPSPEED}, ulysses_sp.py TiledFusedLogitsLoss.backward scales only the hidden states' gradient",
+         _ex(tiled_loss=True, precision="fp16")),
     Rule("tiling and compile", lambda l, w: _tiled(l) and l.compile,
          "{tiles} with --compile: not measured yet", "not measured yet", _ex(tiled_mlp=True, compile=True)),
     Rule("checkpoint offload needs a GPU",

@@ -68,26 +68,33 @@ def token_sum(engine, batch: dict, weight: torch.Tensor, tiled: bool) -> torch.T
     if not tiled:
         logits = engine(**inputs, return_dict=True).logits
         return _cross_entropy_sum(logits, labels) * weight
-    from deepspeed.runtime.sequence_parallel.ulysses_sp import TiledFusedLogitsLoss
-
     model = engine.module
     hidden = model.base_model(**inputs, return_dict=True).last_hidden_state
     head = model.get_output_embeddings()
+    # The tiles' weight gradients are taken in forward with an incoming gradient of 1, while DeepSpeed's backward
+    # divides the loss by the accumulation steps (scale_wrt_gas), which only reaches the hidden states' gradient:
+    # so the tiles compute weight / k and the result is multiplied back by k (measured: without it the head's
+    # gradient is k times too large at k = 2, and the losses leave the untiled run's after 3 steps).
+    k = engine.gradient_accumulation_steps() if hasattr(engine, "gradient_accumulation_steps") else 1
+    return k * _tiled_loss_sum(model, hidden, labels, head, lambda x, y: _cross_entropy_sum(head(x), y) * (weight / k))
 
-    def tile_loss(model_, x, y):
-        return _cross_entropy_sum(head(x), y) * weight
+
+def _tiled_loss_sum(model, hidden, labels, head, tile_loss) -> torch.Tensor:
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import TiledFusedLogitsLoss
 
     shards = loss_tiles(labels.numel(), head.weight.shape[0])
     tied = head.weight is model.get_input_embeddings().weight
     if not tied:
-        return TiledFusedLogitsLoss.apply(tile_loss, model, hidden, labels, None, shards, [head.weight], "sum")
+        return TiledFusedLogitsLoss.apply(lambda _, x, y: tile_loss(x, y), model, hidden, labels, None, shards,
+                                          [head.weight], "sum")
     # A tied head's weight gets the embedding's gradient later, in backward. DeepSpeed lets ZeRO reduce it once
     # the last tile is done (ds_grad_is_ready), and ZeRO-3 then copies, not adds, a second reduction in the same
     # micro-step (stage3.py, micro_step_id 0): the head's share would be lost (measured: SP=2 left SP=1's
     # losses at ZeRO-3). So it is held back here and reduced once, with the embedding's share, in backward.
     head.weight.ds_grad_is_ready = False
     try:
-        return TiledFusedLogitsLoss.apply(tile_loss, model, hidden, labels, None, shards, [], "sum")
+        return TiledFusedLogitsLoss.apply(lambda _, x, y: tile_loss(x, y), model, hidden, labels, None, shards, [],
+                                          "sum")
     finally:
         head.weight.ds_grad_is_ready = True
 
