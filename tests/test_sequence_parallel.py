@@ -19,10 +19,11 @@ from tests.conftest import explain, records, run_cmd
 
 SEQ = 256
 RUN = ["-m", "ds_bench", "run", "--workload", "llama", "--size", "tiny", "--seq-len", str(SEQ), "--micro-batch", "1",
-       "--set", "bf16.enabled=false", "--set", "gradient_accumulation_steps=2", "--steps", "5", "--warmup", "1",
-       "--lr", "3e-3", "--seed", "3"]
-"""Two micro-steps per step: DeepSpeed divides each micro-step's loss by 2 in backward, which a tiled loss must
-see too (its head gradient is taken in forward: ``ds_bench.engines.tiling.token_sum``)."""
+       "--set", "bf16.enabled=false", "--steps", "5", "--warmup", "1", "--lr", "3e-3", "--seed", "3"]
+ACCUMULATION = {"zero1": 2, "zero3": 1}
+"""Two micro-steps per step at ZeRO-1: DeepSpeed divides each micro-step's loss by 2 in backward, which a tiled
+loss must see too (its head gradient is taken in forward: ``ds_bench.engines.tiling.token_sum``); one at ZeRO-3,
+where the legality table refuses the tiled loss with accumulation."""
 TILED = ["--tiled-mlp", "--tiled-loss", "--activation-checkpointing"]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
@@ -34,8 +35,9 @@ def sp_runs(request, tmp_path_factory, shakespeare):
     config, port = request.param
     folder = tmp_path_factory.mktemp(f"llama_sp_{config}")
     env = {"DS_BENCH_CACHE": str(tmp_path_factory.mktemp("llama_cache")), **OFFLINE}
-    run = [*RUN, "--ds-config", f"ds_configs/{config}.json", "--data", str(shakespeare)]
-    out = {}
+    run = [*RUN, "--ds-config", f"ds_configs/{config}.json", "--data", str(shakespeare),
+           "--set", f"gradient_accumulation_steps={ACCUMULATION[config]}"]
+    out = {"accumulation": ACCUMULATION[config]}
     for name, argv in (("one", [sys.executable, *run]),
                        ("two", ["torchrun", "--nproc_per_node", "2", "--master_port", str(port), *run,
                                 "--sequence-parallel", "2"]),
@@ -52,17 +54,17 @@ def sp_runs(request, tmp_path_factory, shakespeare):
 def test_two_sequence_parallel_ranks_reproduce_one_rank(sp_runs, variant):
     """Same losses to 1e-5 relative over every step, split or not, tiled or not: the sharding, the group's loss
     and DeepSpeed's gradient averaging (and the tiles' backward) add up to one rank's whole sequence."""
-    one, (two, summary) = sp_runs["one"][0], sp_runs[variant]
+    one, (two, summary), k = sp_runs["one"][0], sp_runs[variant], sp_runs["accumulation"]
     assert (one["status"], two["status"]) == ("ok", "ok")
     assert (two["sequence_parallel"], two["data_parallel_size"], two["world_size"]) == (2, 1, 2)
-    assert two["train_batch_size"] == one["train_batch_size"] == 2  # one replica: 2 micro-steps of one sequence
+    assert two["train_batch_size"] == one["train_batch_size"] == k  # one replica: k micro-steps of one sequence
     curve_one, curve_two = one["metrics"]["loss_curve"], two["metrics"]["loss_curve"]
     print(f"loss 1 rank {curve_one}\nloss 2 SP ranks ({variant}) {curve_two}")
     assert len(curve_one) == len(curve_two) == 5 and all(math.isfinite(x) for x in curve_one)
     for a, b in zip(curve_one, curve_two):
         assert b == pytest.approx(a, rel=1e-5)
     assert curve_one[-1] < 0.99 * curve_one[0]  # it trains: real text, from ln(50257) = 10.8 down
-    # tokens per step = micro-batch x accumulation x data-parallel x sequence: two whole sequences
+    # tokens per step = micro-batch x accumulation x data-parallel x sequence: k whole sequences
     assert two["metrics"]["tokens_per_s"] == pytest.approx(two["metrics"]["samples_per_s"] * SEQ)
     assert "1 data-parallel (each sequence over 2 ranks)" in summary
     expected = ["activation_checkpointing", "tiled_mlp", "tiled_loss"] if variant == "tiled" else None
@@ -75,17 +77,17 @@ def test_two_sequence_parallel_ranks_reproduce_one_rank(sp_runs, variant):
 def test_the_all_to_alls_are_timed_and_counted_as_modelled(sp_runs, variant):
     """Every all-to-all Ulysses makes is timed (``ds_bench.measure.sp_comm``): as many per step as the comm
     verdict counts (4 + 4 per layer, 4 more with checkpointing), each rank's slice of q, k, v and the output."""
-    two, summary = sp_runs[variant]
+    (two, summary), k = sp_runs[variant], sp_runs["accumulation"]
     comm = two["sequence_parallel_comm"]
     print(variant, comm, two["comm_bound"]["bus_bytes_per_step"])
     shape = llama_shapes.SHAPES["tiny"]
     per_layer = 12 if variant == "tiled" else 8
-    assert comm["calls_per_step"] == per_layer * shape.n_layer * 2
+    assert comm["calls_per_step"] == per_layer * shape.n_layer * k
     assert 0 < comm["all_to_all_ms"] < two["metrics"]["step_ms_max"] and 0 < comm["share_of_step"] < 1
     assert f"{comm['calls_per_step']} all-to-alls per step" in summary
-    # per pass: q and output (4 heads), k and v (max(2 KV heads, S=2)), 16 wide, 128 tokens each; fp32; 2 micro-steps
+    # per pass: q and output (4 heads), k and v (max(2 KV heads, S=2)), 16 wide, 128 tokens each; fp32; k micro-steps
     elements = per_layer // 4 * shape.n_layer * (2 * 4 + 2 * 2) * 16 * (SEQ // 2)
-    assert two["comm_bound"]["bus_bytes_per_step"]["sp_all_to_all"] == (2 - 1) / 2 * elements * 4 * 2
+    assert two["comm_bound"]["bus_bytes_per_step"]["sp_all_to_all"] == (2 - 1) / 2 * elements * 4 * k
 
 
 class _Engine(torch.nn.Module):

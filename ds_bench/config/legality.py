@@ -160,6 +160,12 @@ RULES: tuple[Rule, ...] = (
          "fp16's loss scale multiplies the loss; use bf16 or fp32",
          f"{DEEPSPEED}, ulysses_sp.py TiledFusedLogitsLoss.backward scales only the hidden states' gradient",
          _ex(tiled_loss=True, precision="fp16")),
+    Rule("the tiled loss, ZeRO-3 and accumulation", lambda l, w: l.tiled_loss and l.stage == 3 and l.grad_accum > 1,
+         "--tiled-loss with ZeRO stage 3 and {grad_accum} accumulation steps: ZeRO-3 takes the LM head's gradient "
+         "hook, fired by the backward TiledFusedLogitsLoss runs inside forward, for a whole backward pass and "
+         "accumulates the micro-steps wrongly (measured); use gradient_accumulation_steps 1 or ZeRO 0-2",
+         f"{DEEPSPEED}, zero/stage3.py update_hook_state_and_maybe_run_epilogue; measured: SP=2 losses 1e-2 off "
+         "SP=1's by step 5", _ex(tiled_loss=True, stage=3, grad_accum=2)),
     Rule("tiling and compile", lambda l, w: _tiled(l) and l.compile,
          "{tiles} with --compile: not measured yet", "not measured yet", _ex(tiled_mlp=True, compile=True)),
     Rule("checkpoint offload needs a GPU",
