@@ -32,8 +32,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                        "ranks"),
     "scaling": ("ds_bench.commands.scaling", "one config at 1, 2, 4, ... ranks (or nodes): per-device throughput "
                                              "and weak-scaling efficiency, table and plot"),
-    "capacity": ("ds_bench.commands.capacity", "the largest model of a family that trains on these ranks, per "
-                                               "layout (ZeRO stage, offload, pipeline stages)"),
+    "capacity": ("ds_bench.commands.capacity", "the largest model of a family (or, --scale seq, the longest "
+                                               "sequence) that trains on these ranks, per layout (ZeRO stage, "
+                                               "offload, parallel degrees, memory options)"),
     "roofline": ("ds_bench.commands.roofline", "measured ceiling of every device of the job: dense matmul TFLOP/s "
                                                "per dtype and copy GB/s (runs then report mfu_vs_measured)"),
     "doctor": ("ds_bench.commands.doctor", "per-rank network/device/version report and an all_reduce check"),

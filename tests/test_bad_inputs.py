@@ -458,6 +458,17 @@ CASES["sweep compile with dynamo disabled"] = Case(cmd(*SWEEP_GPT2, "--compile",
                                                    r"--compile on with TORCHDYNAMO_DISABLE set")  # conftest sets it
 CASES["sweep compile after --"] = Case(cmd(*SWEEP_GPT2, "--", "--compile"),
                                        r"run argument --compile after '--': the sweep sets it per point")
+CASES["sweep tiled-mlp maybe"] = Case(cmd(*SWEEP_GPT2, "--tiled-mlp", "maybe"), r"--tiled-mlp 'maybe': 'maybe' is not one of off, on")
+CASES["sweep tiled-loss after --"] = Case(cmd(*SWEEP_GPT2, "--", "--tiled-loss"),
+                                          r"run argument --tiled-loss after '--': the sweep sets it per point")
+CASES["sweep tiled-mlp for mnist"] = Case(cmd(*SWEEP, *MNIST, "--tiled-mlp", "off,on"),
+                                          r"--tiled-mlp: workload mnist is not a causal language model")
+CASES["sweep sequence-parallel for mnist"] = Case(cmd(*SWEEP, *MNIST, "--sequence-parallel", "1,2"),
+                                                  r"--sequence-parallel: workload mnist is not a causal language model")
+CASES["sweep seq-len 0"] = Case(cmd(*SWEEP_GPT2, "--seq-len", "256,0"), r"--seq-len '256,0': '0' must be a positive integer")
+CASES["sweep seq-len text"] = Case(cmd(*SWEEP_GPT2, "--seq-len", "long"), r"--seq-len 'long': 'long' is not an integer")
+CASES["sweep seq-len after -- beside its own"] = Case(cmd(*SWEEP_GPT2, "--seq-len", "64,128", "--", "--seq-len", "32"),
+                                                      r"run argument --seq-len after '--': the sweep sets it per point")
 CASES["sweep unknown workload"] = Case(cmd(*SWEEP, "--workload", "bert", "--ds-config", "zero1.json"), r"--workload 'bert' is unknown")
 CASES["sweep workload without config"] = Case(cmd(*SWEEP, "--workload", "mnist"), r"--ds-config is required with --workload")
 CASES["sweep missing config"] = Case(cmd(*SWEEP, "--workload", "mnist", "--ds-config", "nope.json"), r"--ds-config nope\.json: file not found")
@@ -626,6 +637,39 @@ CASES["capacity family of another workload"] = Case(capacity("--family", "llama3
                                                     r"--family llama3 is a family of workload llama, not gpt2: add --workload llama")
 CASES["capacity owned tensor parallel"] = Case(capacity("--workload", "llama", "--", "--tensor-parallel", "2"),
                                                r"run argument --tensor-parallel after '--': ds-bench capacity sets it")
+CASES["capacity tiled-mlp maybe"] = Case(capacity("--tiled-mlp", "maybe"), r"--tiled-mlp 'maybe': 'maybe' is not one of off, on")
+CASES["capacity owned tiled-loss"] = Case(capacity("--", "--tiled-loss"),
+                                          r"run argument --tiled-loss after '--': ds-bench capacity sets it for every probe")
+CASES["capacity sequence parallel 0"] = Case(capacity("--sequence-parallel", "1,0"), r"--sequence-parallel '1,0': '0' must be a positive")
+SHAPE = ("--layers", "3", "--hidden", "64", "--heads", "2")
+
+
+def no_shape(argv):
+    """``argv`` (a builder) without the capacity helper's base shape."""
+    def build(tmp: Path) -> list[str]:
+        out = argv(tmp)
+        for flag in SHAPE[::2]:
+            at = out.index(flag)
+            del out[at:at + 2]
+        return out
+    return build
+
+
+CASES["capacity seq without a model"] = Case(no_shape(capacity("--scale", "seq")),
+                                             r"--scale seq needs the model: --size NAME, or --layers, --hidden and --heads")
+CASES["capacity seq size and shape"] = Case(capacity("--scale", "seq", "--size", "tiny"),
+                                            r"--size and --layers/--hidden/--heads both name the model of --scale seq")
+CASES["capacity seq size unknown"] = Case(no_shape(capacity("--scale", "seq", "--size", "huge")),
+                                          r"--size 'huge' is not a size of workload gpt2; known: .*tiny")
+CASES["capacity seq granularity 0"] = Case(capacity("--scale", "seq", "--seq-granularity", "0"),
+                                           r"--seq-granularity must be a positive integer, got 0")
+CASES["capacity seq maximum below start"] = Case(capacity("--scale", "seq", "--seq-len", "2048", "--max-seq-len", "1024"),
+                                                 r"--max-seq-len 1024 is below --seq-len 2048")
+CASES["capacity seq start not sharded evenly"] = Case(
+    capacity("--workload", "llama", "--scale", "seq", "--seq-len", "1001", "--sequence-parallel", "1,2"),
+    r"--seq-len 1001 is not a multiple of 2 \(the --sequence-parallel degrees\)")
+CASES["capacity size without seq"] = Case(no_shape(capacity("--size", "tiny")), r"--size is for --scale seq")
+CASES["capacity max-seq-len without seq"] = Case(capacity("--max-seq-len", "4096"), r"--max-seq-len is for --scale seq")
 
 
 # --- compare ----------------------------------------------------------------------------------------

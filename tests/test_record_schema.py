@@ -190,9 +190,9 @@ def test_the_capacity_search_writes_valid_probe_and_layout_records(tmp_path):
 
     members = scaled_family("hidden", 2, 64, 2, 2, seq_len=64)
     layout = Layout(1, "none", "fp32", 1)
-    fake = SimpleNamespace(spec=SimpleNamespace(members=members, family="hidden"), capacity_id="c1", layout=layout,
-                           world=2, capacity=2**31, probes={}, predict=lambda m: None,
-                           _write_largest_config=lambda best: None)
+    fake = SimpleNamespace(spec=SimpleNamespace(members=members, family="hidden", scale="hidden", seq_len=64),
+                           capacity_id="c1", layout=layout, world=2, capacity=2**31, probes={}, predict=lambda m: None,
+                           member=lambda i: members[i], _write_largest_config=lambda best: None)
     run = RunRecord(workload="gpt2", status="ok", run_id="r1", params=members[0].params, ds_config={"a": 1},
                     metrics={"step_ms_median": 250.0, "tokens_per_s": 512.0, "peak_mem_bytes": 2**29,
                              "baseline_mem_bytes": 2**27, "tflops_per_device": 0.01})

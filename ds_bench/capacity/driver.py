@@ -9,7 +9,8 @@ over-predicts by up to 1.8x, ``jobs.predict``), and the rest is bisected (``capa
 A layout with a degree the memory model does not split by (a pipeline) is not predicted (``predict.models``):
 only run.
 The results file is the state (``jobs.ledger``): a probe recorded for the same search, layout and member
-is not run again; ``timeout`` and ``crashed`` probes are.
+is not run again; ``timeout`` and ``crashed`` probes are. ``--scale seq`` is the same search along sequence
+lengths (``capacity.seq_driver.SeqSearch``: its own policy and prediction, these probes and records).
 """
 
 from __future__ import annotations
@@ -59,19 +60,23 @@ class LayoutSearch:
             self._calibrate()
         return search.answer(n, self._with_predictions(known))
 
+    def member(self, i: int) -> Member:
+        """The member a probe index names: the family's ``i``-th."""
+        return self.spec.members[i]
+
     def summary(self, answer: search.Answer) -> CapacityRecord:
         """The layout's ``kind: capacity`` record: the largest member that ran and the next one's fate."""
         best = self.probes.get(answer.largest) if answer.largest is not None else None
-        nxt = self.spec.members[answer.next] if answer.next is not None else None
+        nxt = self.member(answer.next) if answer.next is not None else None
         nxt_probe = self.probes.get(answer.next) if answer.next is not None else None
         config = self._write_largest_config(best) if best else None
         return CapacityRecord(
             kind="capacity", capacity=self.capacity_id, layout=self.layout.key, point=self.layout.to_dict(),
             pipeline_stages=self.layout.pipeline_stages, data_parallel_size=self.layout.data_parallel(self.world),
-            world_size=self.world, family=self.spec.family, status="ok" if best else "failed",
-            largest=_member(self.spec.members[answer.largest], best) if best else None,
-            next=_member(nxt, nxt_probe).model_copy(update={"why": answer.why,
-                                                            "reason": nxt_probe and nxt_probe.reason}) if nxt else None,
+            world_size=self.world, family=self.spec.family, scale=self.spec.scale, status="ok" if best else "failed",
+            largest=_member(self.member(answer.largest), best) if best else None,
+            next=_member(nxt, nxt_probe, self.predict(nxt)).model_copy(
+                update={"why": answer.why, "reason": nxt_probe and nxt_probe.reason}) if nxt else None,
             capacity_bytes=self.capacity, config=config, time=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
     def summary_skipped(self, why: str) -> CapacityRecord:
@@ -109,9 +114,10 @@ class LayoutSearch:
                                           self.world, self.per_node, self.spec.device_type, scaled)
 
     def _probe(self, i: int) -> CapacityProbeRecord:
-        s, m = self.spec, self.spec.members[i]
+        s, m = self.spec, self.member(i)
         tag = new_tag(f"capacity-{self.capacity_id}", f"{self.layout.key} {m.name}")
-        run_args = run_argv(s, tag, self._write_config(), self.layout, (*m.run_args, "--seq-len", str(s.seq_len)))
+        seq = ("--seq-len", str(m.seq_len or s.seq_len))
+        run_args = run_argv(s, tag, self._write_config(), self.layout, (*m.run_args, *seq))
         log = os.path.join(s.output_path(".logs"), f"{slug(self.layout.key)}-{slug(m.name)}-{tag[-6:]}.log")
         attempt = run_attempt(s, run_args, tag, log)
         record = probe_record(self, i, attempt)
@@ -133,12 +139,12 @@ class LayoutSearch:
 
 
 def probe_record(search_: LayoutSearch, index: int, attempt) -> CapacityProbeRecord:
-    m, run = search_.spec.members[index], attempt.run
+    m, run = search_.member(index), attempt.run
     metrics = run.metrics if run is not None else RunMetrics()
     ok = attempt.status == "ok"
     return CapacityProbeRecord(
         kind="capacity_probe", capacity=search_.capacity_id, layout=search_.layout.key, index=index, member=m.name,
-        run_args=list(m.run_args), params=(run and run.params) or m.params,
+        run_args=list(m.run_args), seq_len=m.seq_len or search_.spec.seq_len, params=(run and run.params) or m.params,
         largest_layer_params=(run and run.largest_layer_params) or m.largest_layer_params,
         status=attempt.status, reason=attempt.reason, world_size=search_.world,
         peak_mem_bytes=metrics.peak_mem_bytes if ok else None, baseline_mem_bytes=metrics.baseline_mem_bytes,
@@ -158,13 +164,15 @@ def probe_line(record: CapacityProbeRecord, capacity: int) -> str:
     return f"{head}  {record.status}: {(record.reason or '-').splitlines()[0][:100]}"
 
 
-def _member(m: Member, probe: CapacityProbeRecord | None) -> CapacityMember:
-    """A member as the ``capacity`` record names it, with its probe's figures (None where it was not run)."""
+def _member(m: Member, probe: CapacityProbeRecord | None, predicted: int | None = None) -> CapacityMember:
+    """A member as the ``capacity`` record names it, with its probe's figures (None where it was not run but
+    ``predicted``, the prediction that kept it from running)."""
+    seq = {"seq_len": m.seq_len} if m.seq_len else {}
     if probe is None:
         return CapacityMember(member=m.name, params=m.params, status=None, peak_mem_bytes=None,
-                              predicted_mem_bytes=None, step_s=None, tokens_per_s=None, tflops_per_device=None,
-                              run_id=None)
-    return CapacityMember(member=m.name, params=probe.params or m.params, status=probe.status,
+                              predicted_mem_bytes=predicted, step_s=None, tokens_per_s=None, tflops_per_device=None,
+                              run_id=None, **seq)
+    return CapacityMember(member=m.name, **seq, params=probe.params or m.params, status=probe.status,
                           peak_mem_bytes=probe.peak_mem_bytes, predicted_mem_bytes=probe.predicted_mem_bytes,
                           step_s=probe.step_s, tokens_per_s=probe.tokens_per_s,
                           tflops_per_device=probe.tflops_per_device, run_id=probe.run_id)

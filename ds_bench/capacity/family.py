@@ -5,7 +5,9 @@
   3.2-3B, 3.1-8B, 3.1-70B; workload llama);
 - ``--scale layers``: the base shape (``--layers L --hidden H --heads A``) with k x L layers,
   k = 1 .. ``--max-scale``;
-- ``--scale hidden``: k x H wide with k x A heads (the head width stays H / A), k = 1 .. ``--max-scale``.
+- ``--scale hidden``: k x H wide with k x A heads (the head width stays H / A), k = 1 .. ``--max-scale``;
+- ``--scale seq``: one model (``--size`` or the base shape) at sequence lengths the search chooses
+  (``capacity.seq_search``), a member per length (``seq_member``: ``seq 8192``), made as the search asks.
 
 The shapes are the workload's (``--workload gpt2``, or ``llama``: ``llama_shapes.custom_shape``). Each member
 carries the ``ds-bench run`` arguments that build it and its parameter count (``gpt2_shapes.gpt2_param_count``,
@@ -14,6 +16,7 @@ carries the ``ds-bench run`` arguments that build it and its parameter count (``
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ds_bench.workloads import llama_shapes
@@ -21,7 +24,7 @@ from ds_bench.workloads.gpt2_shapes import SHAPES, VOCAB, Shape, custom_shape, g
 
 FAMILIES = {"gpt3": "gpt2", "llama3": "llama"}
 """Named family -> the workload whose sizes it is."""
-SCALES = ("layers", "hidden")
+SCALES = ("layers", "hidden", "seq")
 
 
 @dataclass(frozen=True)
@@ -36,17 +39,21 @@ class Member:
     largest_layer_params: int
     """The token embedding, V x H: the largest single parameter (the sweep's prediction uses it for
     ZeRO-3's gathered layer)."""
+    vocab: int = 0
+    """Rows of the embedding and the LM head: the loss's width (``jobs.seq_memory``)."""
+    seq_len: int = 0
+    """The member's own ``--seq-len`` (``--scale seq``); 0: the search's."""
 
 
 def member(name: str, run_args: tuple[str, ...], shape: Shape) -> Member:
     return Member(name, run_args, shape.n_layer, shape.n_embd, shape.n_head,
                   gpt2_param_count(shape.n_layer, shape.n_embd, VOCAB, shape.n_positions),
-                  max(VOCAB, shape.n_positions, 4 * shape.n_embd) * shape.n_embd)
+                  max(VOCAB, shape.n_positions, 4 * shape.n_embd) * shape.n_embd, VOCAB)
 
 
 def llama_member(name: str, run_args: tuple[str, ...], shape: llama_shapes.LlamaShape) -> Member:
     return Member(name, run_args, shape.n_layer, shape.hidden, shape.heads, llama_shapes.param_count(shape),
-                  max(shape.vocab, shape.intermediate) * shape.hidden)
+                  max(shape.vocab, shape.intermediate) * shape.hidden, shape.vocab)
 
 
 def named_family(family: str, seq_len: int) -> list[Member]:
@@ -71,3 +78,23 @@ def scaled_family(scale: str, layers: int, hidden: int, heads: int, max_scale: i
         out.append(llama_member(name, args, llama_shapes.custom_shape(*shape)) if workload == "llama"
                    else member(name, args, custom_shape(*shape, seq_len)))
     return out
+
+
+def seq_member(workload: str, model: tuple[str, ...], seq_len: int) -> Member:
+    """``--scale seq``'s member ``seq T``: the model ``model`` (``("--size", NAME)`` or ``("--layers", L,
+    "--hidden", H, "--heads", A)``) of ``workload`` at sequence length ``seq_len`` (GPT-2's learned positions
+    grow past 1,024 with it)."""
+    if model[0] == "--size":
+        name = model[1]
+        m = (llama_member(name, model, llama_shapes.SHAPES[name]) if workload == "llama"
+             else member(name, model, named_shape(name, seq_len)))
+    else:
+        layers, hidden, heads = (int(v) for v in model[1::2])
+        m = (llama_member("", model, llama_shapes.custom_shape(layers, hidden, heads)) if workload == "llama"
+             else member("", model, custom_shape(layers, hidden, heads, seq_len)))
+    return dataclasses.replace(m, name=f"seq {seq_len}", seq_len=seq_len)
+
+
+def model_name(model: tuple[str, ...]) -> str:
+    """``--size`` NAME or ``--layers L --hidden H --heads A`` as the table names them: ``tiny``, ``2 x 64 x 4``."""
+    return model[1] if model[0] == "--size" else " x ".join(model[1::2])

@@ -1,5 +1,6 @@
-"""``ds-bench capacity``: for each layout asked (ZeRO stage, offload, pipeline stages, at micro-batch 1
-unless given), the largest model of a family that trains on these ranks (``capacity.driver``), as a
+"""``ds-bench capacity``: for each layout asked (ZeRO stage, offload, parallel degrees, memory options, at
+micro-batch 1 unless given), the largest model of a family that trains on these ranks (``capacity.driver``),
+or with ``--scale seq`` the longest sequence one model trains with (``capacity.seq_driver``), as a
 table in the spirit of BigScience's GPT-2 experiments: ranks, layout, the largest size that ran, the
 next size and why it failed, time per iteration, tokens/s, TFLOP/s per device, peak memory against
 the capacity, predicted/measured memory.
@@ -7,6 +8,8 @@ the capacity, predicted/measured memory.
     ds-bench capacity --ds-config zero1.json --stages 0,3 --family gpt3 --micro-batch 1
     ds-bench capacity --ds-config zero1.json --stages 0,3 --offload none,optimizer --scale layers \\
         --layers 2 --hidden 64 --heads 2 --seq-len 64 --cpu-mem-limit 1GiB
+    ds-bench capacity --ds-config zero3.json --workload llama --size llama3.2-1b --scale seq \\
+        --sequence-parallel 1,8 --tiled-mlp off,on --tiled-loss on --seq-len 16384
 
 Every probe appends a ``capacity_probe`` record to ``--results`` (the search's state: re-running the
 same command goes on from there, and Ctrl-C keeps finished probes); each layout then a ``capacity``
@@ -16,8 +19,10 @@ record; ``ds-bench report`` prints their table again. Exit 0 when some layout tr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from ds_bench.capacity.driver import LayoutSearch
+from ds_bench.capacity.seq_driver import SeqSearch
 from ds_bench.capacity.spec import CapacitySpec, from_args
 from ds_bench.config.layout import Layout
 from ds_bench.config.legality import Where
@@ -38,7 +43,8 @@ def main(args: argparse.Namespace) -> int:
     spec = from_args(args, gpu, gpu or this_cpu_has_native_bf16())
     world, per_node = spawn.world_of(spec)
     capacity = predict.device_capacity_bytes(spec.device_type, per_node, spec.cpu_mem_limit)
-    print(f"capacity {spec.capacity_id()}: {spec.family}, {len(spec.members)} member(s), {world} rank(s), "
+    size = "" if spec.scale == "seq" else f", {len(spec.members)} member(s)"
+    print(f"capacity {spec.capacity_id()}: {spec.family}{size}, {world} rank(s), "
           f"{capacity / 2**30:.2f} GiB per rank, results {spec.results}", flush=True)
     if args.dry_run:
         print(dry_run_text(spec, world))
@@ -60,8 +66,9 @@ def main(args: argparse.Namespace) -> int:
 
 def _search(spec: CapacitySpec, layout: Layout, where: Where, per_node: int, capacity: int,
             done: dict) -> CapacityRecord:
-    why = skip_reason(layout, where)
-    search = LayoutSearch(spec, layout, where.world_size, per_node, capacity, done)
+    why = _skip_reason(spec, layout, where)
+    search = (SeqSearch if spec.scale == "seq" else LayoutSearch)(spec, layout, where.world_size, per_node, capacity,
+                                                                  done)
     if why is not None:
         print(f"{layout.key}: skipped: {why}", flush=True)
         return search.summary_skipped(why)
@@ -73,11 +80,23 @@ def load_probes(path: str, capacity_id: str) -> dict[tuple[str, int], CapacityPr
     return ledger.load(path, CapacityProbeRecord, lambda r: r.capacity == capacity_id, lambda r: (r.layout, r.index))
 
 
+def _skip_reason(spec: CapacitySpec, layout: Layout, where: Where) -> str | None:
+    """The legality table's sentence, the layout read with the sequence its probes run (``--scale seq``: the
+    start, every length a multiple of the same degrees)."""
+    return skip_reason(dataclasses.replace(layout, seq_len=spec.seq_len), where)
+
+
 def dry_run_text(spec: CapacitySpec, world: int) -> str:
     lines, where = ["layouts:"], study_where(spec, world)
     for layout in spec.layouts:
-        why = skip_reason(layout, where)
+        why = _skip_reason(spec, layout, where)
         lines.append(f"  {layout.key}" + (f"  skipped: {why}" if why else ""))
+    if spec.scale == "seq":
+        m, lengths = spec.members[0], spec.lengths
+        return "\n".join([*lines, f"sequence lengths of {' '.join(m.run_args)} ({m.params / 1e6:.1f}M parameters): "
+                                   f"doubled from {lengths.start} to at most {lengths.top}, then bisected to a "
+                                   f"granularity of {lengths.step} (multiples of {lengths.multiple}: every "
+                                   "--sequence-parallel degree divides them)"])
     lines.append("family, smallest first:")
     lines += [f"  {m.name:<18} {m.params / 1e6:10.1f}M parameters  ({' '.join(m.run_args)})" for m in spec.members]
     return "\n".join(lines)

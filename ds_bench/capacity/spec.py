@@ -2,10 +2,11 @@
 flag (exit 2) before any job is launched or any file written.
 
 A layout is a sweep point (``config.layout.Layout``: ZeRO stage, offload, precision, micro-batch,
-accumulation, pipeline stages, tensor-parallel degree) whose model is what the search varies; the family is
+accumulation, parallel degrees, memory options) whose model is what the search varies; the family is
 ``--family gpt3|llama3`` or ``--scale layers|hidden`` from a base shape of ``--workload gpt2|llama``
-(``ds_bench.capacity.family``). ``run`` options after
-``--`` pass to every probe, checked by ``run``'s own parser; the ones capacity sets itself are refused.
+(``ds_bench.capacity.family``), or ``--scale seq``: one model's longest sequence (``capacity.seq_spec``). ``run``
+options after ``--`` pass to every probe, checked by ``run``'s own parser; the ones capacity sets itself are
+refused.
 """
 
 from __future__ import annotations
@@ -13,22 +14,26 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 
 from ds_bench.capacity.family import FAMILIES, SCALES, Member, named_family, scaled_family
+from ds_bench.capacity.seq_search import Lengths
+from ds_bench.capacity.seq_spec import seq_family
 from ds_bench.config import argcheck
-from ds_bench.config.layout import DEGREES, OFFLOADS, PRECISIONS, Layout
+from ds_bench.config.layout import DEGREES, OFFLOADS, PRECISIONS, SWITCHES, Layout
 from ds_bench.config.parsers import config_path, memory_cap, parse_list
 from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
-from ds_bench.jobs.flags import StudySpec, add_degree_arguments, add_job_arguments, degrees_of, job_options
+from ds_bench.jobs.flags import StudySpec, add_degree_arguments, add_job_arguments, add_switch_arguments, degrees_of
+from ds_bench.jobs.flags import job_options, switches_of
 from ds_bench.jobs.points import families
 
 OWNED = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
          "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit", "size": "--size", "seq_len": "--seq-len",
          "layers": "--layers", "hidden": "--hidden", "heads": "--heads", "workload": "--workload",
-         **{d.field: d.flag for d in DEGREES}}
+         **{d.field: d.flag for d in DEGREES}, **{s.field: f"--{s.word}" for s in SWITCHES}}
 """Run options capacity sets for every probe (its own flags of the same names)."""
 
 
@@ -41,6 +46,7 @@ class CapacitySpec(StudySpec):
     """Each a ``Layout`` whose model is what the search varies: stage, offload, precision, micro-batch,
     accumulation, parallel degrees."""
     members: tuple[Member, ...]
+    """The family, smallest first; ``--scale seq``: the model at the start length (``capacity.family.seq_member``)."""
     family: str
     """``gpt3`` or ``scale layers from 2 x 64 x 2``: what the table says it searched."""
     seq_len: int
@@ -52,10 +58,22 @@ class CapacitySpec(StudySpec):
     prune: bool = True
     device_type: str = "cpu"
     workload: str = "gpt2"
+    scale: str | None = None
+    """``--scale`` (``layers``, ``hidden``, ``seq``); None for a ``--family``."""
+    max_seq_len: int = 0
+    seq_granularity: int = 0
+
+    @property
+    def lengths(self) -> Lengths:
+        """``--scale seq``'s lengths: each a multiple of every layout's sequence-parallel degree."""
+        multiple = math.lcm(*(layout.sequence_parallel for layout in self.layouts))
+        return Lengths(self.seq_len, self.max_seq_len, self.seq_granularity, multiple)
 
     def capacity_id(self) -> str:
-        """What makes two searches comparable: config, family, run arguments, ranks, steps, memory cap."""
-        key = json.dumps([self.base, [m.run_args for m in self.members], self.seq_len, self.run_args, self.nproc,
+        """What makes two searches comparable: config, family, run arguments, ranks, steps, memory cap; for
+        ``--scale seq`` not its lengths (a search with another start or maximum goes on from the same probes)."""
+        seq = "seq" if self.scale == "seq" else self.seq_len
+        key = json.dumps([self.base, [m.run_args for m in self.members], seq, self.run_args, self.nproc,
                           self.launcher, self.hostfile, self.steps, self.warmup, self.cpu_mem_limit]
                          + ([self.workload] if self.workload != "gpt2" else []),  # gpt2's ids as before --workload
                          sort_keys=True, default=str)
@@ -69,6 +87,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stages", default=None, help="ZeRO stages, e.g. 0,3 (default: the base config's)")
     p.add_argument("--offload", default="none", help="none,optimizer,all (default none)")
     add_degree_arguments(p, what="layout")
+    add_switch_arguments(p, what="layout")
     p.add_argument("--workload", default="gpt2", choices=("gpt2", "llama"),
                    help="whose shapes the family is (default gpt2; llama for --family llama3 and --tensor-parallel)")
     p.add_argument("--precision", default=None, help="fp32 or bf16 (default: the base config's)")
@@ -76,12 +95,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps (default 1)")
     p.add_argument("--family", default=None,
                    help="named family to search: gpt3 (GPT-3 paper shapes; gpt2) or llama3 (Meta's sizes; llama)")
-    p.add_argument("--scale", default=None, help="layers | hidden: grow the base shape (--layers/--hidden/--heads)")
+    p.add_argument("--scale", default=None, help="layers | hidden: grow the base shape (--layers/--hidden/--heads); "
+                                                 "seq: the longest sequence the model (--size, or the base shape) "
+                                                 "trains with")
+    p.add_argument("--size", default=None, help="--scale seq: a named size of the workload (llama: tiny, "
+                                                "llama3.2-1b ...; gpt2: tiny, small ... gpt3-*)")
     p.add_argument("--layers", type=int, default=None, help="base shape for --scale: transformer blocks")
     p.add_argument("--hidden", type=int, default=None, help="base shape for --scale: width")
     p.add_argument("--heads", type=int, default=None, help="base shape for --scale: attention heads")
     p.add_argument("--max-scale", type=int, default=8, help="--scale: up to this many times the base (default 8)")
-    p.add_argument("--seq-len", type=int, default=1024, help="sequence length (default 1024)")
+    p.add_argument("--seq-len", type=int, default=1024,
+                   help="sequence length (default 1024); --scale seq: the first length probed")
+    p.add_argument("--max-seq-len", type=int, default=None,
+                   help="--scale seq: the longest length probed (default 1048576)")
+    p.add_argument("--seq-granularity", type=int, default=None,
+                   help="--scale seq: the bisection stops when the longest that fit and the shortest that did not "
+                        "are this close (default 256); every length probed is a multiple of every "
+                        "--sequence-parallel degree (each rank holds an equal slice), the step rounded up to one")
     p.add_argument("--steps", type=int, default=4, help="steps per probe, warm-up included (default 4)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--cpu-mem-limit", default=None, metavar="SIZE", help="cap each CPU rank's memory, e.g. 3GiB")
@@ -100,39 +130,55 @@ def from_args(args: argparse.Namespace, gpu: bool, native_bf16: bool) -> Capacit
         raise UserError(f"--ds-config {args.ds_config}: file not found (as given, or in ds_configs/)")
     base = ds_config.apply_overrides(ds_config.load_json(path), tuple(args.overrides))
     axes = axes_of(base)
-    family, members = _family(args)
-    cap = memory_cap(args.cpu_mem_limit)
     precision = args.precision or ("fp32" if axes["precision"] == "bf16" and not (gpu or native_bf16)
                                    else axes["precision"])
+    layouts = _layouts(args, axes["stage"], precision)
+    family, members, seq = _family(args, math.lcm(*(layout.sequence_parallel for layout in layouts)))
     return CapacitySpec(
-        ds_config=path, base=base, layouts=_layouts(args, axes["stage"], precision), members=tuple(members),
-        family=family, workload=args.workload, seq_len=args.seq_len, run_args=_run_args(args), nproc=args.nproc or (
-            _gpus() if gpu else 2), **job, steps=args.steps, warmup=args.warmup, cpu_mem_limit=cap, prune=args.prune,
-        device_type="cuda" if gpu else "cpu")
+        ds_config=path, base=base, layouts=layouts, members=tuple(members), family=family, workload=args.workload,
+        seq_len=args.seq_len, run_args=_run_args(args), nproc=args.nproc or (_gpus() if gpu else 2), **job,
+        steps=args.steps, warmup=args.warmup, cpu_mem_limit=memory_cap(args.cpu_mem_limit), prune=args.prune,
+        device_type="cuda" if gpu else "cpu", scale=args.scale, **seq)
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
     for flag, value in (("--micro-batch", args.micro_batch), ("--grad-accum", args.grad_accum),
-                        ("--seq-len", args.seq_len), ("--max-scale", args.max_scale)):
+                        ("--seq-len", args.seq_len), ("--max-scale", args.max_scale),
+                        ("--max-seq-len", args.max_seq_len), ("--seq-granularity", args.seq_granularity)):
         argcheck.at_least(flag, value, 1)
     argcheck.steps("--steps", args.steps, args.warmup)
 
 
-def _family(args: argparse.Namespace) -> tuple[str, list[Member]]:
-    shape = {"--layers": args.layers, "--hidden": args.hidden, "--heads": args.heads}
+def _family(args: argparse.Namespace, multiple: int) -> tuple[str, list[Member], dict]:
+    """What the table says was searched, the members, and ``--scale seq``'s spec fields (``multiple``: every
+    length's divisor, the sequence-parallel degrees' least common multiple)."""
     if (args.family is None) == (args.scale is None):
-        raise UserError("give one of --family gpt3 or --scale layers|hidden (with --layers, --hidden, --heads)")
+        raise UserError("give one of --family gpt3 or --scale layers|hidden|seq (with --layers, --hidden, --heads)")
+    if args.scale == "seq":
+        shaped = any(v is not None for v in (args.layers, args.hidden, args.heads))
+        return seq_family(args, multiple, _base_shape(args) if shaped else None)
+    for flag, value in (("--size", args.size), ("--max-seq-len", args.max_seq_len),
+                        ("--seq-granularity", args.seq_granularity)):
+        if value is not None:
+            raise UserError(f"{flag} is for --scale seq (the model whose longest sequence is searched)")
     if args.family is not None:
         if args.family not in FAMILIES:
             raise UserError(f"--family {args.family!r} is unknown; known: {', '.join(FAMILIES)}")
         if FAMILIES[args.family] != args.workload:
             raise UserError(f"--family {args.family} is a family of workload {FAMILIES[args.family]}, not "
                             f"{args.workload}: add --workload {FAMILIES[args.family]}")
-        if any(v is not None for v in shape.values()):
+        if any(v is not None for v in (args.layers, args.hidden, args.heads)):
             raise UserError("--layers/--hidden/--heads give the base shape of --scale; --family has its own shapes")
-        return args.family, named_family(args.family, args.seq_len)
+        return args.family, named_family(args.family, args.seq_len), {}
     if args.scale not in SCALES:
         raise UserError(f"--scale {args.scale!r} is unknown; known: {', '.join(SCALES)}")
+    layers, hidden, heads = _base_shape(args)
+    members = scaled_family(args.scale, layers, hidden, heads, args.max_scale, args.seq_len, args.workload)
+    return f"scale {args.scale} from {layers} x {hidden} x {heads}", members, {}
+
+
+def _base_shape(args: argparse.Namespace) -> tuple[int, int, int]:
+    shape = {"--layers": args.layers, "--hidden": args.hidden, "--heads": args.heads}
     missing = [flag for flag, v in shape.items() if v is None]
     if missing:
         raise UserError(f"--scale {args.scale} needs the base shape: {', '.join(missing)} missing")
@@ -140,9 +186,7 @@ def _family(args: argparse.Namespace) -> tuple[str, list[Member]]:
         argcheck.at_least(flag, value, 1)
     if args.hidden % args.heads:
         raise UserError(f"--hidden {args.hidden} is not divisible by --heads {args.heads}")
-    members = scaled_family(args.scale, args.layers, args.hidden, args.heads, args.max_scale, args.seq_len,
-                            args.workload)
-    return f"scale {args.scale} from {args.layers} x {args.hidden} x {args.heads}", members
+    return args.layers, args.hidden, args.heads
 
 
 def _layouts(args: argparse.Namespace, base_stage: int, precision: str) -> tuple[Layout, ...]:
@@ -154,8 +198,10 @@ def _layouts(args: argparse.Namespace, base_stage: int, precision: str) -> tuple
     from ds_bench.workloads import REGISTRY
 
     REGISTRY[args.workload].check_degrees({name: max(values) for name, values in degrees.items()})
+    switches = switches_of(args)
     return tuple(f.with_micro_batch(args.micro_batch)
-                 for f in families(stages, offloads, (precision,), (args.grad_accum,), degrees=degrees))
+                 for f in families(stages, offloads, (precision,), (args.grad_accum,), degrees=degrees,
+                                   switches=switches))
 
 
 def _run_args(args: argparse.Namespace) -> tuple[str, ...]:

@@ -1,7 +1,9 @@
-"""``ds-bench capacity``: the largest model of a family that trains on these ranks, per layout
-(``ds_bench.capacity``; flags in ``ds_bench.capacity.spec``)::
+"""``ds-bench capacity``: the largest model of a family, or with ``--scale seq`` the longest sequence, that trains
+on these ranks, per layout (``ds_bench.capacity``; flags in ``ds_bench.capacity.spec``)::
 
     ds-bench capacity --family gpt3 --ds-config ds_configs/zero3.json --stages 2,3 --offload none,optimizer
+    ds-bench capacity --scale seq --workload llama --size llama3.2-1b --ds-config ds_configs/zero3.json \\
+        --sequence-parallel 1,8 --tiled-mlp off,on --tiled-loss on --seq-len 16384
 """
 
 from __future__ import annotations

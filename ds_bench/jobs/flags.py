@@ -1,9 +1,11 @@
 """The studies' shared flags, each defined once: the job flags (where and how each job runs, where the
-study records, how long a job may take) and the parallel-degree axes (one per ``config.layout.DEGREES``).
+study records, how long a job may take), the parallel-degree axes (one per ``config.layout.DEGREES``) and the
+memory-option axes (one per ``config.layout.SWITCHES``).
 
-``ds-bench sweep``, ``bench``, ``capacity`` and ``scaling`` add them with ``add_job_arguments`` and
-``add_degree_arguments`` and read them back, checked, with ``job_options`` and ``degrees_of``; a new
-parallel degree in ``DEGREES`` is a new axis flag of every study with no edit here.
+``ds-bench sweep``, ``bench``, ``capacity`` and ``scaling`` add them with ``add_job_arguments``,
+``add_degree_arguments`` and ``add_switch_arguments`` and read them back, checked, with ``job_options``,
+``degrees_of`` and ``switches_of``; a new parallel degree in ``DEGREES`` or switch in ``SWITCHES`` is a new axis
+flag of every study that adds them, with no edit here.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import os
 from dataclasses import dataclass
 
 from ds_bench.config import argcheck
-from ds_bench.config.layout import DEGREES
+from ds_bench.config.layout import DEGREES, SWITCHES
 from ds_bench.config.parsers import parse_duration, parse_list
 from ds_bench.config.run_flags import add_iface_argument
 from ds_bench.jobs.launch import LAUNCHERS
@@ -89,3 +91,16 @@ def degrees_of(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
             argcheck.at_least(d.flag, v, 1)
         out[d.field] = values
     return out
+
+
+def add_switch_arguments(p: argparse.ArgumentParser, what: str = "point") -> None:
+    """One ``off|on|off,on`` flag per memory option, e.g. ``--tiled-mlp off,on``."""
+    for s in SWITCHES:
+        p.add_argument(f"--{s.word}", dest=s.field, default="off",
+                       help=f"off, on or off,on: {s.what}, per {what} (default off; labels {s.word})")
+
+
+def switches_of(args: argparse.Namespace) -> dict[str, tuple[bool, ...]]:
+    """``{"tiled_mlp": (False, True), ...}`` from the switch flags, each value ``off`` or ``on``."""
+    return {s.field: tuple(v == "on" for v in parse_list(f"--{s.word}", getattr(args, s.field), allowed=("off", "on")))
+            for s in SWITCHES}

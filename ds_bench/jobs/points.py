@@ -3,8 +3,9 @@ it skips and why (``skip_reason``), and ``--micro-batch auto``'s search.
 
 Engines (``ds_bench.engines``): DeepSpeed points span every stage and offload; DDP is one family
 per precision and accumulation (stage 0, no offload: it replicates); FSDP takes the sweep's stages
-2 and 3 (3 when it has neither) and offload none or all (``ds_bench.engines.torch_settings``). A DeepSpeed
-point's key has no engine word, so ledgers written before the engine axis still match.
+2 and 3 (3 when it has neither) and offload none or all (``ds_bench.engines.torch_settings``); the parallel
+degrees and the memory switches (Ulysses, AutoTP, a pipeline, ALST's tiling) are DeepSpeed points' only. A
+DeepSpeed point's key has no engine word, so ledgers written before the engine axis still match.
 """
 
 from __future__ import annotations
@@ -12,23 +13,29 @@ from __future__ import annotations
 import itertools
 
 from ds_bench.config import legality
-from ds_bench.config.layout import DEGREES, Layout
+from ds_bench.config.layout import DEGREES, SWITCHES, Layout
 from ds_bench.config.legality import Where
 
 
 def families(stages, offloads, precisions, grad_accums, engines=("deepspeed",), degrees: dict | None = None,
-             attns=("",), compiles=(False,)) -> list[Layout]:
+             attns=("",), compiles=(False,), switches: dict | None = None, seq_lens=(0,)) -> list[Layout]:
     """One layout per family (micro-batch 0, a placeholder), engine by engine, in axis order; ``degrees``
-    maps a ``DEGREES`` field to its values (``{"pipeline_stages": (1, 2)}``), used beyond 1 only by DeepSpeed
-    (its pipeline engine, AutoTP)."""
+    maps a ``DEGREES`` field to its values (``{"pipeline_stages": (1, 2)}``) and ``switches`` a ``SWITCHES`` field
+    to its (``{"tiled_mlp": (False, True)}``), both used beyond 1 / off only by DeepSpeed (its pipeline engine,
+    AutoTP, Ulysses, ALST's tiling); ``seq_lens``: each family's ``Layout.seq_len`` (0: the run's own)."""
     out: list[Layout] = []
     for engine in engines:
         e_stages, e_offloads = engine_axes(engine, stages, offloads)
-        values = [(degrees or {}).get(d.field, (1,)) if engine == "deepspeed" else (1,) for d in DEGREES]
-        for *split, s, o, p, g, a, c in itertools.product(*values, e_stages, e_offloads, precisions, grad_accums,
-                                                          attns, compiles):
-            out.append(Layout(s, o, p, 0, g, engine, attn=a, compile=c,
-                              **{d.field: v for d, v in zip(DEGREES, split)}))
+        own = engine == "deepspeed"
+        values = [(degrees or {}).get(d.field, (1,)) if own else (1,) for d in DEGREES]
+        toggles = [(switches or {}).get(w.field, (False,)) if own else (False,) for w in SWITCHES]
+        n = len(DEGREES)
+        for combo in itertools.product(*values, e_stages, e_offloads, precisions, grad_accums, attns, compiles,
+                                       *toggles, seq_lens):
+            s, o, p, g, a, c = combo[n:n + 6]
+            out.append(Layout(s, o, p, 0, g, engine, attn=a, compile=c, seq_len=combo[-1],
+                              **dict(zip((d.field for d in DEGREES), combo[:n])),
+                              **dict(zip((w.field for w in SWITCHES), combo[n + 6:-1]))))
     return out
 
 
@@ -42,10 +49,10 @@ def engine_axes(engine: str, stages, offloads) -> tuple[tuple, tuple]:
 
 
 def grid(stages, offloads, precisions, micro_batches, grad_accums, engines=("deepspeed",), degrees: dict | None = None,
-         attns=("",), compiles=(False,)) -> list[Layout]:
+         attns=("",), compiles=(False,), switches: dict | None = None, seq_lens=(0,)) -> list[Layout]:
     """The full grid for explicit micro-batches, family by family, micro-batches ascending."""
     return [f.with_micro_batch(m) for f in families(stages, offloads, precisions, grad_accums, engines, degrees,
-                                                    attns, compiles)
+                                                    attns, compiles, switches, seq_lens)
             for m in sorted(micro_batches)]
 
 

@@ -82,9 +82,12 @@ class Calibration:
     """The key(s) of the point(s) it was measured on."""
 
 
-MODELLED = ("tensor_parallel",)
-"""The parallel degrees the memory model splits the model states by (``tensor_parallel_share``); a layout
-with another (a pipeline stage holds its own layers) is not predicted."""
+MODELLED = ("tensor_parallel", "sequence_parallel")
+"""The parallel degrees the memory model knows the model states of: AutoTP's split (``tensor_parallel_share``);
+Ulysses splits none: ZeRO partitions over every rank of the sequence and data-parallel groups
+(deepspeed 0.19.8 ``runtime/engine.py``: ``seq_data_parallel_group`` is the optimizer's ``dp_process_group`` and
+ZeRO-3's partition group), so a rank's states are data parallelism's over the world size. A layout with
+another degree (a pipeline stage holds its own layers) is not predicted."""
 
 
 def models(layout: Layout) -> bool:

@@ -1,6 +1,7 @@
 """The records of ``ds-bench capacity`` (``ds_bench.capacity``): a ``capacity_probe`` per member run
 on a layout (the search's state), and one ``capacity`` record per layout when the search ends: the
-largest family member that trained and what became of the next size."""
+largest family member that trained and what became of the next size. With ``--scale seq`` a member is the
+model at one sequence length (``seq 8192``), the probe's ``index`` that length."""
 
 from __future__ import annotations
 
@@ -20,10 +21,12 @@ class CapacityProbeRecord(Record):
     layout: str
     """The layout's key, e.g. ``pp2 z1 off=none fp32 mbs=1``."""
     index: int
-    """The member's position in the family, smallest first."""
+    """The member's position in the family, smallest first; with ``--scale seq`` its sequence length."""
     member: str
     run_args: list[str] = Field(default_factory=list)
     """The ``ds-bench run`` flags that build the member (``--layers``, ``--hidden``, ``--heads``...)."""
+    seq_len: int | None = None
+    """Tokens per sequence the probe ran (``--seq-len``); None in records written before it was kept."""
     params: int | None = None
     largest_layer_params: int | None = None
     status: str
@@ -55,6 +58,8 @@ class CapacityMember(Block):
     """A family member as a ``capacity`` record names it: its probe's figures (None where it was not run)."""
 
     member: str
+    seq_len: int | None = None
+    """``--scale seq``: the member's sequence length."""
     params: int | None = None
     status: str | None = None
     peak_mem_bytes: int | None = None
@@ -80,6 +85,9 @@ class CapacityRecord(Record):
     data_parallel_size: int | None = None
     world_size: int | None = None
     family: str | None = None
+    scale: str | None = None
+    """``--scale``: ``layers``, ``hidden`` or ``seq`` (the longest sequence: ``largest`` and ``next`` are lengths of
+    one model); None for a ``--family`` and in records written before it was kept."""
     status: str
     """``ok`` (a member trained), ``failed`` (none did) or ``skipped`` (DeepSpeed cannot train the layout here)."""
     reason: str | None = None

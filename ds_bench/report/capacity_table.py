@@ -5,6 +5,8 @@ size, time per iteration, throughput, TFLOP/s per device, memory).
 Units: parameters in millions (M) or billions (B); s/iter is the median optimizer step (warm-up
 excluded); tokens/s over all ranks; TFLOP/s per device from model FLOPs (``ds_bench.workloads.flops``);
 peak and capacity in GiB (2^30 bytes) per rank; predicted/measured is the memory prediction's ratio.
+A ``--scale seq`` search's table names sequence lengths in tokens instead of sizes: the longest that ran and the
+next length (``SEQ_HEADERS``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ds_bench.record.schema import CapacityMember, CapacityRecord
 
 HEADERS = ["ranks", "layout", "largest that ran", "params", "next size", "why not", "s/iter", "tokens/s",
            "TFLOP/s/dev", "peak / capacity GiB", "predicted/measured"]
+SEQ_HEADERS = [{"largest that ran": "longest sequence", "next size": "next length"}.get(h, h) for h in HEADERS]
 
 
 def params_text(n: int | None) -> str:
@@ -31,15 +34,16 @@ def layout_text(r: CapacityRecord) -> str:
 
 
 def row(r: CapacityRecord) -> list:
-    found = r.largest is not None
+    found, seq = r.largest is not None, r.scale == "seq"
     best, nxt = r.largest or CapacityMember(member="-"), r.next or CapacityMember(member="")
+    last = "(--max-seq-len)" if seq else "(family's last)"
     peak, cap = best.peak_mem_bytes, r.capacity_bytes
     ratio = (best.predicted_mem_bytes / peak) if best.predicted_mem_bytes and peak else None
     why = nxt.why or ("-" if found else r.reason or r.status)
     if why == "predicted":
         why = f"predicted {nxt.predicted_mem_bytes / 2**30:.2f} GiB" if nxt.predicted_mem_bytes else why
-    return [r.world_size, layout_text(r), best.member, params_text(best.params),
-            nxt.member or ("(family's last)" if found else "-"), why,
+    return [r.world_size, layout_text(r), _name(best, seq), params_text(best.params),
+            _name(nxt, seq) or (last if found else "-"), why,
             f"{best.step_s:.3f}" if best.step_s else "-",
             f"{best.tokens_per_s:,.0f}" if best.tokens_per_s else "-",
             f"{best.tflops_per_device:.3g}" if best.tflops_per_device else "-",
@@ -47,8 +51,14 @@ def row(r: CapacityRecord) -> list:
             f"{ratio:.2f}" if ratio else "-"]
 
 
+def _name(m: CapacityMember, seq: bool) -> str:
+    """A member as a cell: its name, or under ``--scale seq`` its length in tokens."""
+    return str(m.seq_len) if seq and m.seq_len else m.member
+
+
 def table(records: list[CapacityRecord]) -> str:
-    return tabulate([row(r) for r in records], headers=HEADERS, tablefmt="simple", disable_numparse=True)
+    headers = SEQ_HEADERS if any(r.scale == "seq" for r in records) else HEADERS
+    return tabulate([row(r) for r in records], headers=headers, tablefmt="simple", disable_numparse=True)
 
 
 def show_last(path: str) -> int:

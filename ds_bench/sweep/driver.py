@@ -2,22 +2,26 @@
 
 Per family (stage, offload, precision, accumulation), micro-batches ascending, or for ``auto``
 doubling from 1 then bisecting on the first out-of-memory (``points.next_auto_micro_batch``). Each
-point is first checked without running anything: an invalid combination, a config ``run`` would
+point is first checked without running anything: an invalid combination (the legality table, read with the
+sequence the point runs: ``Sweep.with_seq``), a config ``run`` would
 reject (``ds_config.prepare``, the run's own check), a micro-batch above one that already ran out of
 memory, or a predicted peak above the device's memory (``sweep.memory``; ``--no-prune`` runs it
 anyway) ends it as ``skipped`` with the reason. Otherwise it runs ``--repeats`` times
 (``jobs.runner``) and each attempt is appended to the results file, the sweep's state (``jobs.ledger``).
+A point with its own sequence (``seq=N``: a ``--seq-len`` axis, a ``--point``) runs it instead of the sweep's
+one ``--seq-len``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from ds_bench.config.deepspeed.derive import write_derived
 from ds_bench.config.layout import Layout
 from ds_bench.errors import UserError
 from ds_bench.jobs import ledger, predict, spawn
-from ds_bench.jobs.points import families, next_auto_micro_batch, skip_reason, study_where
+from ds_bench.jobs.points import next_auto_micro_batch, skip_reason, study_where
 from ds_bench.jobs.runner import new_tag, run_argv, run_attempt, slug
 from ds_bench.record import store as results
 from ds_bench.record.schema import SweepPointRecord
@@ -43,7 +47,7 @@ class Sweep:
     # --- the grid -------------------------------------------------------------------------------
     def run(self) -> None:
         s = self.spec
-        fams = families(s.stages, s.offloads, s.precisions, s.grad_accums, s.engines, s.degrees, s.attns, s.compiles)
+        fams = s.families()
         planned = (len(fams) * (len(s.micro_batches) if s.micro_batches else 4) + len(s.extra_points)) * s.repeats
         with self.progress.open(planned):
             for family in fams:
@@ -88,12 +92,19 @@ class Sweep:
         return {"ok": "fits"}.get(status, status)
 
     def _skip_reason(self, point: Layout, smallest_oom: int | None) -> str | None:
-        reason = skip_reason(point, self.where)
+        reason = skip_reason(self.with_seq(point), self.where)
         if reason is None and smallest_oom is not None and point.micro_batch > smallest_oom:
             reason = f"micro-batch {smallest_oom} already ran out of memory"
         if reason is None:
             reason = self._config_rejected(point)
         return reason
+
+    def with_seq(self, point: Layout) -> Layout:
+        """The point with the sequence its run gets (a legality rule reads it): its own, else the sweep's one
+        ``--seq-len`` (0 where the sweep has none: the workload's own)."""
+        if point.seq_len:
+            return point
+        return dataclasses.replace(point, seq_len=int(_seq_arg(self.spec.run_args) or 0))
 
     def _config_rejected(self, point: Layout) -> str | None:
         from ds_bench import engines
@@ -114,6 +125,8 @@ class Sweep:
         s = self.spec
         self.attempts += 1
         tag = new_tag(f"sweep-{self.sweep_id}", point.key, repeat)
+        if point.seq_len:  # its own sequence, not the sweep's one --seq-len (a --point seq=N)
+            s = dataclasses.replace(s, run_args=_without_seq(s.run_args))
         run_args = run_argv(s, tag, self._config_file(point), point)  # the config was written by the check
         log_path = os.path.join(s.output_path(".logs"), f"{slug(point.key)}-r{repeat}-{tag[-6:]}.log")
         done = run_attempt(s, run_args, tag, log_path)
@@ -137,6 +150,29 @@ class Sweep:
 def load_ledger(path: str, sweep_id: str) -> dict:
     """The latest record of each (point key, repeat) of this sweep."""
     return ledger.load(path, SweepPointRecord, lambda r: r.sweep == sweep_id, lambda r: (r.key, r.repeat))
+
+
+def _seq_arg(run_args) -> str | None:
+    """The value of ``--seq-len`` among run arguments (the last one given, as argparse reads them), or None."""
+    value = None
+    for i, a in enumerate(run_args):
+        if a == "--seq-len" and i + 1 < len(run_args):
+            value = run_args[i + 1]
+        elif a.startswith("--seq-len="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def _without_seq(run_args) -> tuple[str, ...]:
+    out, skip = [], False
+    for a in run_args:
+        if not skip and a == "--seq-len":
+            skip = True
+            continue
+        if not skip and not a.startswith("--seq-len="):
+            out.append(a)
+        skip = False
+    return tuple(out)
 
 
 def _smallest_oom(fits: dict[int, str]) -> int | None:

@@ -46,27 +46,24 @@ def main(args: argparse.Namespace) -> int:
 
 def _check_baseline(spec) -> None:
     """A baseline must be a point the sweep can have (with ``auto`` micro-batches, checked at the end)."""
-    from ds_bench.jobs.points import grid
-
     if spec.baseline is None or spec.micro_batches is None:
         return
-    keys = [p.key for p in grid(spec.stages, spec.offloads, spec.precisions, spec.micro_batches, spec.grad_accums,
-                                spec.engines, spec.degrees, spec.attns, spec.compiles)]
+    keys = [f.with_micro_batch(m).key for f in spec.families() for m in sorted(spec.micro_batches)]
     keys += [p.key for p in spec.extra_points]
     if spec.baseline not in keys:
         raise UserError(f"--baseline {spec.baseline!r}: not a point of this sweep; points: {', '.join(keys)}")
 
 
 def dry_run_text(sweep) -> str:
-    from ds_bench.jobs.points import families, skip_reason
+    from ds_bench.jobs.points import skip_reason
 
     s = sweep.spec
     lines = [f"families (micro-batch {'auto' if s.micro_batches is None else ','.join(map(str, s.micro_batches))}, "
              f"{s.repeats} repeat(s) each):"]
     where = sweep.where
-    for f in families(s.stages, s.offloads, s.precisions, s.grad_accums, s.engines, s.degrees, s.attns, s.compiles):
-        why = skip_reason(f.with_micro_batch(1), where)
+    for f in s.families():
+        why = skip_reason(sweep.with_seq(f.with_micro_batch(1)), where)
         lines.append(f"  {f.family_label()}" + (f"  skipped: {why}" if why else ""))
-    lines += [f"  point {p.key}" + (f"  skipped: {w}" if (w := skip_reason(p, where)) else "")
+    lines += [f"  point {p.key}" + (f"  skipped: {w}" if (w := skip_reason(sweep.with_seq(p), where)) else "")
               for p in s.extra_points]
     return "\n".join(lines)

@@ -1,12 +1,14 @@
 """What the sweep knows of its points' memory: calibrated on the first ok point (model size, baseline,
 activations), again once a second micro-batch of that point's family ran ok (two peaks separate
 the fixed per-step cost from the per-sample one: ``jobs.predict.calibrate``), and predicting every
-later point's peak from that; each split of the model (its parallel degrees) calibrated on its own points.
+later point's peak from that; each split of the model (its parallel degrees), each sequence length (a
+``--seq-len`` axis) and each set of memory options (``--tiled-mlp``, ``--tiled-loss``) calibrated on its own points:
+activations per sample are their own.
 """
 
 from __future__ import annotations
 
-from ds_bench.config.layout import Layout
+from ds_bench.config.layout import SWITCHES, Layout
 from ds_bench.jobs import predict
 from ds_bench.record.schema import RunMetrics, RunRecord, SweepPointRecord
 
@@ -69,7 +71,10 @@ class _Fit:
 
 
 def _split(layout: Layout) -> tuple:
-    return tuple(sorted(layout.degrees().items()))
+    """What a calibration is shared by (the module docstring): the degrees, and the sequence and switches where
+    a sweep varies them (a sweep without leaves the key as it was)."""
+    seq = (("seq_len", layout.seq_len),) if layout.seq_len else ()
+    return tuple(sorted(layout.degrees().items())) + seq + tuple(s.field for s in SWITCHES if getattr(layout, s.field))
 
 
 def _as_run(point_record: SweepPointRecord) -> RunRecord:

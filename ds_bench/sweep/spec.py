@@ -2,7 +2,8 @@
 
 Every axis defaults to the base config's own value (``derive.axes_of``). Without ``--workload`` the
 sweep is this machine's preset (``preset``): what ``make bench`` runs. ``run`` options after ``--``
-pass through to every point and are checked by ``run``'s own parser first.
+pass through to every point and are checked by ``run``'s own parser first (``common_args``: also ``--seq-len``,
+one value a run option of every point, several an axis).
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ import os
 from dataclasses import dataclass, field
 
 from ds_bench.config import argcheck
-from ds_bench.config.layout import ATTENTION, DEGREES, ENGINES, OFFLOADS, PRECISIONS, Layout, parse_key
+from ds_bench.config.layout import ATTENTION, ENGINES, OFFLOADS, PRECISIONS, SWITCHES, Layout, parse_key
 from ds_bench.config.parsers import CONFIG_DIR, config_path, memory_cap, parse_list
-from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
-from ds_bench.jobs.flags import StudySpec, add_degree_arguments, add_job_arguments, degrees_of, job_options
+from ds_bench.jobs.flags import StudySpec, add_degree_arguments, add_job_arguments, add_switch_arguments, degrees_of
+from ds_bench.jobs.flags import job_options, switches_of
+from ds_bench.jobs.points import families
+from ds_bench.sweep.common_args import common_run_args, seq_axis
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,16 @@ class SweepSpec(StudySpec):
     """``--attn``: attention implementations (empty: the workload's default)."""
     compiles: tuple[bool, ...] = (False,)
     """``--compile off,on``: eager and/or compiled points."""
+    switches: dict = field(default_factory=dict)
+    """Each memory option's values (``jobs.flags.switches_of``): ``{"tiled_mlp": (False, True)}``."""
+    seq_lens: tuple[int, ...] = (0,)
+    """``--seq-len`` with several values: each family's ``Layout.seq_len``; (0,): one value or none, a run
+    argument of every point (``run_args``)."""
+
+    def families(self) -> list[Layout]:
+        """The grid's families (``jobs.points.families``), every axis of the sweep."""
+        return families(self.stages, self.offloads, self.precisions, self.grad_accums, self.engines, self.degrees,
+                        self.attns, self.compiles, self.switches, self.seq_lens)
 
     def sweep_id(self, base_config: dict) -> str:
         """What makes two measurements comparable: workload, run arguments, the base config's
@@ -77,6 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--micro-batch", default=None, help="e.g. 1,2,4,8 or auto (default: the base config's, else auto)")
     p.add_argument("--grad-accum", default=None, help="gradient accumulation steps, e.g. 1,4")
     add_degree_arguments(p)
+    add_switch_arguments(p)
     p.add_argument("--engines", default=None,
                    help="deepspeed,ddp,fsdp: DDP and FSDP baselines beside ZeRO from the same config (default "
                         "deepspeed; the preset: all three). DDP: one point per precision; FSDP: stages 2 and 3")
@@ -94,7 +108,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=20, help="steps per point, warm-up included (default 20)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--size", default=None, help="named model size of the workload")
-    p.add_argument("--seq-len", type=int, default=None, help="GPT-2 sequence length")
+    p.add_argument("--seq-len", default=None,
+                   help="sequence length (gpt2, llama): one value goes to every point as it is; a list, e.g. "
+                        "1024,4096, is an axis: each point runs one (its key says seq=4096)")
     p.add_argument("--data", default=None, help="data path (default synthetic)")
     add_job_arguments(p, results="results/sweep.jsonl", master_port=29600)
 
@@ -126,7 +142,7 @@ def from_args(args: argparse.Namespace, run_tail: list[str], gpu: bool, native_b
     axes = _axes(args, base, gpu or native_bf16, notes)
     spec = SweepSpec(
         workload=args.workload, ds_config=path, overrides=tuple(args.overrides), **axes,
-        run_args=_run_args(args, run_tail), nproc=args.nproc or default_nproc(gpu), **job, steps=args.steps,
+        run_args=common_run_args(args, run_tail), nproc=args.nproc or default_nproc(gpu), **job, steps=args.steps,
         warmup=args.warmup, repeats=args.repeats, headroom_pct=args.headroom, baseline=args.baseline, prune=args.prune,
         max_micro_batch=args.max_micro_batch, cpu_mem_limit=memory_cap(args.cpu_mem_limit),
         device_type="cuda" if gpu else "cpu", notes=tuple(notes))
@@ -143,6 +159,9 @@ def _check_variants(spec: SweepSpec) -> None:
     if spec.attns != ("",):
         REGISTRY[spec.workload].check_attention_flag()
     REGISTRY[spec.workload].check_degrees({name: max(values) for name, values in spec.degrees.items()})
+    for s in SWITCHES:
+        if True in spec.switches.get(s.field, ()):
+            REGISTRY[spec.workload].check_long_context_flag(f"--{s.word}")
     if True in spec.compiles:
         argcheck.at_least("--warmup (with --compile on)", spec.warmup, 1)
         check_compile_environment("--compile on")
@@ -184,7 +203,8 @@ def _axes(args: argparse.Namespace, base: dict, bf16_native: bool, notes: list[s
         degrees=degrees_of(args),
         attns=parse_list("--attn", args.attn, allowed=ATTENTION) if args.attn else ("",),
         compiles=tuple(v == "on" for v in parse_list("--compile", args.compile, allowed=("off", "on")))
-        if args.compile else (False,))
+        if args.compile else (False,),
+        switches=switches_of(args), seq_lens=seq_axis(args.seq_len))
 
 
 def _extra_points(texts, spec: SweepSpec) -> tuple[Layout, ...]:
@@ -196,26 +216,6 @@ def _extra_points(texts, spec: SweepSpec) -> tuple[Layout, ...]:
             out.append(parse_key(text, defaults))
         except ValueError as e:
             raise UserError(f"--point {text!r}: {e}") from None
-    return tuple(out)
-
-
-def _run_args(args: argparse.Namespace, tail: list[str]) -> tuple[str, ...]:
-    out = []
-    for flag, value in (("--size", args.size), ("--seq-len", args.seq_len), ("--data", args.data)):
-        if value is not None:
-            out += [flag, str(value)]
-    out += list(tail)
-    try:
-        _, given = parse_run_tail(["--workload", args.workload, "--ds-config", "-"], out)
-    except UserError as e:
-        raise UserError(f"run arguments ({' '.join(out)}): {e}") from None
-    owned = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
-             "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit", "engine": "--engine", "attn": "--attn",
-             "compile": "--compile", **{d.field: d.flag for d in DEGREES}}
-    for name, flag in owned.items():
-        if name in given:
-            raise UserError(f"run argument {flag} after '--': the sweep sets it per point; "
-                            f"use the sweep's own {flag} (or the axis option)")
     return tuple(out)
 
 
