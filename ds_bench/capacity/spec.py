@@ -89,7 +89,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_degree_arguments(p, what="layout")
     add_switch_arguments(p, what="layout")
     p.add_argument("--workload", default="gpt2", choices=("gpt2", "llama"),
-                   help="whose shapes the family is (default gpt2; llama for --family llama3 and --tensor-parallel)")
+                   help="whose shapes the family is (default gpt2; llama for --family llama3, --tensor-parallel and "
+                        "--sequence-parallel)")
     p.add_argument("--precision", default=None, help="fp32 or bf16 (default: the base config's)")
     p.add_argument("--micro-batch", type=int, default=1, help="per-device micro-batch (default 1)")
     p.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps (default 1)")

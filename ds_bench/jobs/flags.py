@@ -96,7 +96,7 @@ def degrees_of(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
 def add_switch_arguments(p: argparse.ArgumentParser, what: str = "point") -> None:
     """One ``off|on|off,on`` flag per memory option, e.g. ``--tiled-mlp off,on``."""
     for s in SWITCHES:
-        p.add_argument(f"--{s.word}", dest=s.field, default="off",
+        p.add_argument(f"--{s.word}", dest=s.field, default="off", metavar="off|on|off,on",
                        help=f"off, on or off,on: {s.what}, per {what} (default off; labels {s.word})")
 
 
