@@ -71,6 +71,12 @@ class GPT2Workload(CausalLMWorkload):
     def hidden_size(self) -> int:
         return self.config.n_embd
 
+    @property
+    def attention_shape(self) -> tuple[int, int, int, int]:
+        """Multi-head attention: as many KV heads as heads."""
+        c = self.config
+        return c.n_layer, c.n_head, c.n_head, c.n_embd // c.n_head
+
     def weight_std(self):
         """HF GPT-2's: 0.02, the residual projections 0.02 / sqrt(2 n_layer)."""
         return hf_init.gpt2_std(self.config.n_layer, self.config.initializer_range)
