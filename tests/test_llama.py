@@ -225,7 +225,7 @@ def test_two_tensor_parallel_ranks_reproduce_one_rank(tp_runs):
 
 @pytest.mark.dist
 def test_the_tensor_parallel_all_reduces_are_timed_and_counted_as_modelled(tp_runs):
-    """Every all-reduce AutoTP makes is timed (``ds_bench.measure.tp_comm``): as many per step as the comm
+    """Every all-reduce AutoTP makes is timed (``ds_bench.measure.layout_comm``): as many per step as the comm
     verdict's model counts (``Workload.tensor_parallel_all_reduces``), and a real share of the step."""
     one, two, summary = tp_runs
     comm = two["tensor_parallel_comm"]

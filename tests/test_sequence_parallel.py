@@ -75,7 +75,7 @@ def test_two_sequence_parallel_ranks_reproduce_one_rank(sp_runs, variant):
 @pytest.mark.dist
 @pytest.mark.parametrize("variant", ["two", "tiled"])
 def test_the_all_to_alls_are_timed_and_counted_as_modelled(sp_runs, variant):
-    """Every all-to-all Ulysses makes is timed (``ds_bench.measure.sp_comm``): as many per step as the comm
+    """Every all-to-all Ulysses makes is timed (``ds_bench.measure.layout_comm``): as many per step as the comm
     verdict counts (4 + 4 per layer, 4 more with checkpointing), each rank's slice of q, k, v and the output."""
     (two, summary), k = sp_runs[variant], sp_runs["accumulation"]
     comm = two["sequence_parallel_comm"]

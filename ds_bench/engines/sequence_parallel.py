@@ -6,7 +6,7 @@ Ulysses (Jacobs et al. 2023, arXiv 2309.14509) gives each of the S ranks of a gr
 of every sequence. Outside attention every layer is token-wise, so a rank computes its slice alone; around
 attention an all-to-all trades the slices of all heads for all tokens of H/S heads (q, k and v: 3), attention
 runs on whole sequences, and one more all-to-all trades back (4 per layer in forward, 4 in backward:
-``ds_bench.measure.sp_comm`` counts them). DeepSpeed's HF integration
+``ds_bench.measure.layout_comm`` counts them). DeepSpeed's HF integration
 (``UlyssesSPAttentionHF.register_with_transformers``) wraps the model's attention implementation (sdpa or
 flash_attention_2: eager's 4-D mask is refused by the legality table) and returns the ``mpu`` whose groups
 ``deepspeed.initialize`` uses. So S must divide the attention heads, and the KV heads must divide S or be

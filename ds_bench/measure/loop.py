@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ds_bench.measure.stage_timers import StageTimers
-from ds_bench.measure.comm_timer import CommTimer
+from ds_bench.measure.layout_comm import CommTimer
 from ds_bench.workloads.base import Batch, Workload
 
 PHASES = ("data", "forward", "backward", "optimizer")
@@ -78,7 +78,7 @@ class LoopTimes:
     stage_s: dict[str, list[float]] = field(default_factory=dict)
     """Pipeline runs: seconds per measured step of each instruction timer (``ds_bench.measure.stage_timers``);
     tensor- and sequence-parallel runs: AutoTP's all-reduce or Ulysses' all-to-all seconds and count per measured
-    step (``ds_bench.measure.tp_comm``, ``ds_bench.measure.sp_comm``)."""
+    step (``ds_bench.measure.layout_comm``)."""
     pipeline_stage: int | None = None
     """Pipeline runs: this rank's stage."""
 
@@ -107,7 +107,7 @@ def run_loop(engine, workload: Workload, batches: Iterator[Batch], *, steps: int
     ``after_step(steps_done)``, whose time is in no step and is taken out of the window. ``pipeline``:
     each step is one ``engine.train_batch`` over ``batches`` of ``(inputs, labels)``, its instructions timed
     by ``stage_timers`` if given; otherwise ``stage_timers`` may be a collective's timer (AutoTP's all-reduces,
-    Ulysses' all-to-alls: ``ds_bench.measure.comm_timer``), begun and read around each step the same way.
+    Ulysses' all-to-alls: ``ds_bench.measure.layout_comm``), begun and read around each step the same way.
     ``micro_step_context``: a context entered around each micro-step's forward and backward (ALST's checkpoint
     offload, ``ds_bench.engines.tiling``)."""
     clock = clock or DeviceClock(torch.device("cpu"))

@@ -135,7 +135,7 @@ class Compiled(Block):
 
 
 class TensorParallelComm(Block):
-    """Tensor-parallel runs: AutoTP's all-reduces on rank 0 (``ds_bench.measure.tp_comm``), medians over the
+    """Tensor-parallel runs: AutoTP's all-reduces on rank 0 (``ds_bench.measure.layout_comm``), medians over the
     measured steps; each all-reduce timed as the layer makes it (on a GPU from device events read after the
     step's one synchronize)."""
 
@@ -148,7 +148,7 @@ class TensorParallelComm(Block):
 
 
 class SequenceParallelComm(Block):
-    """Sequence-parallel runs: Ulysses' all-to-alls on rank 0 (``ds_bench.measure.sp_comm``), medians over the
+    """Sequence-parallel runs: Ulysses' all-to-alls on rank 0 (``ds_bench.measure.layout_comm``), medians over the
     measured steps, each timed as the attention makes it (on a GPU from device events read after the step's one
     synchronize)."""
 

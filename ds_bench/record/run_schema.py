@@ -185,11 +185,11 @@ class RunRecord(Stamped):
     tensor_parallel: int | None = None
     """``--tensor-parallel`` (``ds_bench.engines.tensor_parallel``): ranks sharing each layer; None: none."""
     tensor_parallel_comm: TensorParallelComm | None = None
-    """Tensor-parallel runs: time and count of AutoTP's all-reduces per step (``ds_bench.measure.tp_comm``)."""
+    """Tensor-parallel runs: time and count of AutoTP's all-reduces per step (``ds_bench.measure.layout_comm``)."""
     sequence_parallel: int | None = None
     """``--sequence-parallel`` (``ds_bench.engines.sequence_parallel``): ranks sharing each sequence; None: none."""
     sequence_parallel_comm: SequenceParallelComm | None = None
-    """Sequence-parallel runs: time and count of Ulysses' all-to-alls per step (``ds_bench.measure.sp_comm``)."""
+    """Sequence-parallel runs: time and count of Ulysses' all-to-alls per step (``ds_bench.measure.layout_comm``)."""
     memory_options: list[str] | None = None
     """The long-context memory options that ran (``activation_checkpointing``, ``checkpoint_offload``,
     ``tiled_mlp``, ``tiled_loss``: ``ds_bench.engines.tiling``); None: none."""

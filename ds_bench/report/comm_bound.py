@@ -25,7 +25,7 @@ With T-way tensor parallelism (AutoTP) the data-parallel collectives above move 
 Psi over its n/T data-parallel ranks, and each T-rank group all-reduces activations in every
 micro-step: 2 per block in the forward pass (after the attention output and the MLP down projections)
 and, in the backward, one per column-parallel projection's input gradient: q, k, v, gate and up, 5 (Megatron-LM
-fuses them into 2, Shoeybi et al. 2019 sec. 3; AutoTP does not, measured by ``ds_bench.measure.tp_comm``),
+fuses them into 2, Shoeybi et al. 2019 sec. 3; AutoTP does not, measured by ``ds_bench.measure.layout_comm``),
 plus the vocabulary-parallel embedding's and LM head's 2 (``Workload.tensor_parallel_all_reduces``), each of
 micro-batch x sequence x hidden elements in the compute dtype, 2(T-1)/T x S bus bytes; activation
 checkpointing recomputes the forward's 2 (``tp_all_reduce``).
@@ -34,7 +34,7 @@ With S-way Ulysses sequence parallelism the data-parallel collectives stay over 
 reduces gradients over the sequence-data-parallel group: every rank holds the whole model), and each rank
 sends into all-to-alls in every micro-step: per layer 4 in forward (q, k, v to whole sequences of H/S heads,
 the output back) and 4 in backward, 4 more with activation checkpointing
-(``CausalLMWorkload.sequence_parallel_all_to_alls``, counted by ``ds_bench.measure.sp_comm``), its slice of
+(``CausalLMWorkload.sequence_parallel_all_to_alls``, counted by ``ds_bench.measure.layout_comm``), its slice of
 micro-batch x T/S tokens x heads x head width each (k and v: max(KV heads, S)); an all_to_all whose rank buffer
 is S bytes moves (S-1)/S x S bus bytes (``sp_all_to_all``, timed at ``ds-bench comm``'s all_to_all busbw).
 

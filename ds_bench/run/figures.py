@@ -11,7 +11,7 @@ import socket
 from ds_bench.cluster import process
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_config import RunConfig
-from ds_bench.measure import ceilings, compile_stats, peaks, slow_ranks, sp_comm, stage_timers, tp_comm
+from ds_bench.measure import ceilings, compile_stats, layout_comm, peaks, slow_ranks, stage_timers
 from ds_bench.measure.loop import timing
 from ds_bench.measure.metrics import summarize
 from ds_bench.record import store as results
@@ -45,9 +45,10 @@ def run_metrics(run: Started, workload, built: Built, reports: list, loop_starte
     if built.stages is not None:
         extra["pipeline_layout"] = stage_timers.per_stage(reports, built.stages)
     if run.engine.tensor_parallel:
-        extra["tensor_parallel_comm"] = tp_comm.per_step(reports[0].stage_s, reports[0].step_s)
+        extra["tensor_parallel_comm"] = layout_comm.per_step("tensor_parallel", reports[0].stage_s, reports[0].step_s)
     if run.engine.sequence_parallel:
-        extra["sequence_parallel_comm"] = sp_comm.per_step(reports[0].stage_s, reports[0].step_s)
+        extra["sequence_parallel_comm"] = layout_comm.per_step("sequence_parallel", reports[0].stage_s,
+                                                                 reports[0].step_s)
     return metrics, extra
 
 

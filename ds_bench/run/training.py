@@ -22,7 +22,7 @@ from ds_bench.engines.compiled import compile_engine
 from ds_bench.engines.pipeline import clip_on_the_whole_model
 from ds_bench.machine import memory
 from ds_bench.engines import sequence_parallel, tiling
-from ds_bench.measure import checkpoint, compile_stats, sp_comm, stage_timers, tp_comm
+from ds_bench.measure import checkpoint, compile_stats, layout_comm, stage_timers
 from ds_bench.measure.loop import DeviceClock, run_loop
 from ds_bench.run.figures import run_metrics
 from ds_bench.run.run_record import rank_report, record_failure
@@ -115,8 +115,8 @@ def train(run: Started, workload, engine) -> tuple[list, float]:
                             rank=state.rank, world_size=state.world_size)  # resumes: returns the step reached
     clock = DeviceClock(state.device)
     timers = (stage_timers.StageTimers(engine, clock) if run.engine.pipeline is not None
-              else tp_comm.timer(clock) if run.engine.tensor_parallel
-              else sp_comm.timer(clock) if run.engine.sequence_parallel else None)
+              else layout_comm.timer("tensor_parallel", clock) if run.engine.tensor_parallel
+              else layout_comm.timer("sequence_parallel", clock) if run.engine.sequence_parallel else None)
     watch = compile_stats.CompileWatch() if cfg.compile else None
     with faults.StepWatchdog(cfg.step_timeout_s, lambda done: _stalled(run)) as watchdog:
         batches = _batches(run, workload, engine)

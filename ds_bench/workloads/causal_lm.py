@@ -61,7 +61,7 @@ class CausalLMWorkload(Workload):
         return self.attention_shape[1:3]
 
     def sequence_parallel_all_to_alls(self) -> int:
-        """Ulysses' all-to-alls per micro-step (measured: ``ds_bench.measure.sp_comm``): per layer 4 in forward
+        """Ulysses' all-to-alls per micro-step (measured: ``ds_bench.measure.layout_comm``): per layer 4 in forward
         (q, k and v gathered to whole sequences of H/S heads, the attention output scattered back) and 4 in
         backward (their gradients), 4 more with activation checkpointing (the forward, recomputed)."""
         return (8 + (4 if self.cfg.activation_checkpointing else 0)) * self.attention_shape[0]

@@ -81,7 +81,7 @@ class LlamaWorkload(CausalLMWorkload):
 
     def tensor_parallel_all_reduces(self) -> int:
         """AutoTP's all-reduces per micro-step, each of micro-batch x sequence x hidden elements (measured:
-        ``ds_bench.measure.tp_comm``): per block 2 in forward (the row-parallel attention output and MLP down
+        ``ds_bench.measure.layout_comm``): per block 2 in forward (the row-parallel attention output and MLP down
         projections) and 5 in backward (the column-parallel q, k, v, gate and up projections' input
         gradients, one each: AutoTP does not fuse them as Megatron-LM's 2 + 2 do, Shoeybi et al. 2019 sec. 3),
         2 more with activation checkpointing (the forward's, recomputed); and 2 outside the blocks: the

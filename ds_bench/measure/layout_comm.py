@@ -1,0 +1,115 @@
+"""A parallel layout's own collectives timed as the run makes them: their time and count per step.
+
+- AutoTP (``--tensor-parallel``): DeepSpeed's tensor-parallel layers (``deepspeed/module_inject/layers.py``: a
+  row-parallel ``LinearAllreduce`` all-reduces its output in forward, a column-parallel ``LinearLayer`` its
+  input's gradient in backward) call ``all_reduce``. Per micro-step on a Llama block: forward 2 (the attention
+  output and MLP down projections), backward 5 (the q, k, v, gate and up projections' input gradients, each on
+  its own: AutoTP does not fuse them as Megatron-LM's column-parallel QKV and gate/up do, Shoeybi et al. 2019
+  sec. 3), each of micro-batch x sequence x hidden elements (``LlamaWorkload.tensor_parallel_all_reduces``).
+- Ulysses (``--sequence-parallel``): DeepSpeed's Ulysses attention (``ulysses_sp.py``) exchanges q, k, v and
+  the attention output through ``deepspeed.sequence.layer._dim_zero_all_to_all``, a registered operator whose
+  forward and backward both call ``all_to_all_single``. Per micro-step and layer 4 in forward and 4 in
+  backward, 4 more with activation checkpointing (``CausalLMWorkload.sequence_parallel_all_to_alls``;
+  measured on 2 CPU ranks, tiny Llama, 2 layers: 16 per micro-step).
+
+How they are taken: the layers reach the collective through their module's ``dist`` (``deepspeed.comm``).
+``CommTimer`` gives that module, for the run, a stand-in for ``dist`` that passes every call through and puts
+each call of the timed collective between two ``DeviceClock`` marks. A mark never blocks: on CPU ranks it is
+the host clock and the call's host time is its time (gloo's collectives on CPU tensors return once done, the
+wait for the slower peer included); on a GPU it is a CUDA event on the stream, read after the loop's one
+synchronize at the end of the step (``ds_bench.measure.loop``), so the timing adds no synchronize. An
+``async_op`` call is counted but not timed: its time overlaps compute.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Timed:
+    """Which collective of which DeepSpeed module a layout's timer takes, and the record's names for it."""
+
+    module: str
+    op: str
+    timer: str
+    """The timer's name in ``LoopTimes.stage_s``."""
+    what: str
+    """The record block's ``{what}_ms`` field."""
+
+    @property
+    def calls(self) -> str:
+        return f"{self.timer}_calls"
+
+
+TIMED = {
+    "tensor_parallel": Timed("deepspeed.module_inject.layers", "all_reduce", "tp_all_reduce", "all_reduce"),
+    "sequence_parallel": Timed("deepspeed.sequence.layer", "all_to_all_single", "sp_all_to_all", "all_to_all"),
+}
+"""By ``Layout`` degree field: the collectives each layout makes of its own (module docstring)."""
+
+
+def timer(degree: str, clock) -> CommTimer:
+    """This rank's timer of ``degree``'s collective (``TIMED``)."""
+    t = TIMED[degree]
+    return CommTimer(clock, importlib.import_module(t.module), t.op, t.timer, t.calls)
+
+
+def per_step(degree: str, times_s: dict[str, list[float]], step_s: list[float]) -> dict | None:
+    """The record's ``tensor_parallel_comm`` or ``sequence_parallel_comm`` from one rank's timers: ``{what}_ms``,
+    ``calls_per_step`` and ``share_of_step``, medians over the measured steps."""
+    t = TIMED[degree]
+    if t.timer not in times_s or not step_s:
+        return None
+    comm, steps = np.asarray(times_s[t.timer], dtype=float), np.asarray(step_s, dtype=float)
+    return {f"{t.what}_ms": float(np.median(comm)) * 1e3, "calls_per_step": int(np.median(times_s[t.calls])),
+            "share_of_step": float(np.median(comm / steps))}
+
+class CommTimer:
+    """This rank's timer of ``op`` in ``module.dist``: ``begin`` before a step, ``read`` once it is synchronized."""
+
+    def __init__(self, clock, module, op: str, timer: str, calls: str):
+        self.clock, self.op, self.timer, self.calls = clock, op, timer, calls
+        self.marks, self.untimed = [], 0
+        if isinstance(module.dist, _TimedComm):  # a later engine in this process: its timer takes over
+            module.dist._timers = self
+        else:
+            module.dist = _TimedComm(module.dist, self)
+
+    def begin(self) -> None:
+        self.marks, self.untimed = [], 0
+
+    def read(self) -> dict[str, float]:
+        """Seconds in the collective since ``begin``, and how many calls there were."""
+        return {self.timer: sum(self.clock.seconds(start, end) for start, end in self.marks),
+                self.calls: float(len(self.marks) + self.untimed)}
+
+
+class _TimedComm:
+    """``deepspeed.comm`` with its timer's collective timed (module docstring); anything else passes through."""
+
+    def __init__(self, comm, timers: CommTimer):
+        self._comm, self._timers = comm, timers
+
+    def __getattr__(self, name):
+        if name != self._timers.op:
+            return getattr(self._comm, name)
+        return self._timed(getattr(self._comm, name))
+
+    def _timed(self, call):
+        timers = self._timers
+
+        def timed(*args, **kwargs):
+            if kwargs.get("async_op"):
+                timers.untimed += 1
+                return call(*args, **kwargs)
+            start = timers.clock.mark()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                timers.marks.append((start, timers.clock.mark()))
+        return timed
+
