@@ -192,6 +192,7 @@ def test_the_table_names_lengths():
 
 
 @pytest.mark.dist
+@pytest.mark.full  # LayoutSearch's real probes run in make test (tests/test_capacity.py); this is --scale seq's
 def test_a_real_search_finds_the_longest_sequence_that_ran(tmp_path):
     """Ulysses over 2 CPU ranks with ALST's tiled MLP and loss, ZeRO-3 fp32, a 2 x 64 x 4 Llama: 256 tokens, then
     512, the maximum; each probe a real run with the layout's flags, the answer the longest that ran."""

@@ -86,7 +86,7 @@ ATTENTION_SHARE = {128: 0.01, 2048: 0.14}
 width 64; measured 0.98-0.99% and 13.7%)."""
 
 
-@pytest.mark.parametrize("name", ["llama", "gpt2"])
+@pytest.mark.parametrize("name", ["llama", pytest.param("gpt2", marks=pytest.mark.full)])
 @pytest.mark.parametrize("seq_len", sorted(ATTENTION_SHARE))
 def test_the_attention_term_matches_the_counter_at_two_lengths(name, seq_len):
     """The workload's own model (SDPA, no mask: ``is_causal=True``), one training forward + backward of one

@@ -17,9 +17,10 @@ from ds_bench.engines import sequence_parallel, tiling
 from ds_bench.workloads import llama_shapes
 from tests.conftest import explain, records, run_cmd
 
-SEQ = 256
+SEQ = 192
+"""96 tokens per rank at S=2: 2 MLP tiles at width 64."""
 RUN = ["-m", "ds_bench", "run", "--workload", "llama", "--size", "tiny", "--seq-len", str(SEQ), "--micro-batch", "1",
-       "--set", "bf16.enabled=false", "--steps", "5", "--warmup", "1", "--lr", "3e-3", "--seed", "3"]
+       "--set", "bf16.enabled=false", "--steps", "4", "--warmup", "1", "--lr", "3e-3", "--seed", "3"]
 ACCUMULATION = {"zero1": 2, "zero3": 1}
 """Two micro-steps per step at ZeRO-1: DeepSpeed divides each micro-step's loss by 2 in backward, which a tiled
 loss must see too (its head gradient is taken in forward: ``ds_bench.engines.tiling.token_sum``); one at ZeRO-3,
@@ -60,10 +61,10 @@ def test_two_sequence_parallel_ranks_reproduce_one_rank(sp_runs, variant):
     assert two["train_batch_size"] == one["train_batch_size"] == k  # one replica: k micro-steps of one sequence
     curve_one, curve_two = one["metrics"]["loss_curve"], two["metrics"]["loss_curve"]
     print(f"loss 1 rank {curve_one}\nloss 2 SP ranks ({variant}) {curve_two}")
-    assert len(curve_one) == len(curve_two) == 5 and all(math.isfinite(x) for x in curve_one)
+    assert len(curve_one) == len(curve_two) == 4 and all(math.isfinite(x) for x in curve_one)
     for a, b in zip(curve_one, curve_two):
         assert b == pytest.approx(a, rel=1e-5)
-    assert curve_one[-1] < 0.99 * curve_one[0]  # it trains: real text, from ln(50257) = 10.8 down
+    assert curve_one[-1] < 0.998 * curve_one[0]  # it trains: real text, from ln(50257) = 10.8 down
     # tokens per step = micro-batch x accumulation x data-parallel x sequence: k whole sequences
     assert two["metrics"]["tokens_per_s"] == pytest.approx(two["metrics"]["samples_per_s"] * SEQ)
     assert "1 data-parallel (each sequence over 2 ranks)" in summary
@@ -85,26 +86,16 @@ def test_the_all_to_alls_are_timed_and_counted_as_modelled(sp_runs, variant):
     assert comm["calls_per_step"] == per_layer * shape.n_layer * k
     assert 0 < comm["all_to_all_ms"] < two["metrics"]["step_ms_max"] and 0 < comm["share_of_step"] < 1
     assert f"{comm['calls_per_step']} all-to-alls per step" in summary
-    # per pass: q and output (4 heads), k and v (max(2 KV heads, S=2)), 16 wide, 128 tokens each; fp32; k micro-steps
+    # per pass: q and output (4 heads), k and v (max(2 KV heads, S=2)), 16 wide, 96 tokens each; fp32; k micro-steps
     elements = per_layer // 4 * shape.n_layer * (2 * 4 + 2 * 2) * 16 * (SEQ // 2)
     assert two["comm_bound"]["bus_bytes_per_step"]["sp_all_to_all"] == (2 - 1) / 2 * elements * 4 * k
 
 
-class _Engine(torch.nn.Module):
-    """What ``tiling.token_sum`` reads of a DeepSpeed engine: a callable holding the HF model as ``module``."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.module = model
-
-    def forward(self, **kwargs):
-        return self.module(**kwargs)
-
-
 @pytest.mark.parametrize("tied", [True, False])
 def test_the_tiled_loss_is_the_plain_loss_and_gradient_in_many_tiles(monkeypatch, tied):
-    """One process, no DeepSpeed engine: ``TiledFusedLogitsLoss`` over 8 tiles (the tile cap made tiny) gives the
-    plain cross entropy's value and every weight's gradient (the head's taken inside its forward), tied or not."""
+    """One process, no DeepSpeed engine: the model as ``--tiled-loss`` trains it (``TiledLossModel``:
+    ``TiledFusedLogitsLoss`` over 8 tiles, the tile cap made tiny) gives the plain cross entropy's value and every
+    weight's gradient (the head's taken inside its forward), tied or not."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
@@ -117,8 +108,9 @@ def test_the_tiled_loss_is_the_plain_loss_and_gradient_in_many_tiles(monkeypatch
         monkeypatch.setattr(tiling, "LOSS_TILE_BYTES", tile_bytes)
         torch.manual_seed(0)
         model = LlamaForCausalLM(config)
-        engine = _Engine(model)
-        loss = sequence_parallel.group_loss(tiling.token_sum(engine, batch, weight, tiled=tile_bytes < 2**20), batch)
+        tiled = tile_bytes < 2**20
+        engine = tiling.with_tiled_loss(model) if tiled else model
+        loss = sequence_parallel.group_loss(tiling.token_sum(engine, batch, weight, tiled), batch)
         loss.backward()
         grads.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
     assert tiling.loss_tiles(2 * 64, 512) == 8  # the tiled pass above really had 8 tiles

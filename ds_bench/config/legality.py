@@ -174,6 +174,10 @@ RULES: tuple[Rule, ...] = (
          "CheckpointHiddenStatesOffload never offloads on a CPU accelerator)",
          f"{DEEPSPEED}, runtime/activation_checkpointing/offload_activations.py: 'cpu-like accelerators have no "
          "streams; offload_input never offloads there'", _ex(), frozenset({"checkpoint_offload"})),
+    Rule("checkpoint offload and a pipeline", lambda l, w: "checkpoint_offload" in w.run_options and _pp(l, w),
+         "--checkpoint-offload with --pipeline-stages {pipeline_stages}: a pipeline stage's blocks are not HF "
+         "checkpointing layers, whose inputs DeepSpeed's offload marks", "ds_bench's pipeline GPT-2 is its own "
+         "PipelineModule", _ex(pipeline_stages=2), frozenset({"checkpoint_offload"})),
     Rule("DDP does not offload", lambda l, w: l.engine == "ddp" and l.offload != "none",
          "--engine ddp with offload={offload}: DDP keeps parameters, gradients and optimizer state on the device; "
          "remove the offload, or use --engine deepspeed or fsdp", "torch DistributedDataParallel",

@@ -107,19 +107,20 @@ def register(sp: SequenceParallelPlan | None, model: torch.nn.Module, micro_batc
         micro_batch_size=micro_batch, seq_length=seq_len, seq_length_is_variable=True)
 
 
-def shard(input_ids: torch.Tensor, group_rank: int, size: int, gradient_scale: int = 1) -> dict[str, torch.Tensor]:
+def shard(input_ids: torch.Tensor, group_rank: int, size: int, gradient_scale: int = 1) -> dict:
     """One rank's slice of a ``[batch, T]`` token batch (pure): its ``input_ids``, their ``position_ids`` in
     the whole sequence, their ``shift_labels`` (the next token, shifted before the split; ``IGNORE`` after
     the last); and, for the loss, ``tokens`` (the predicted tokens of the whole batch, what the loss is
-    averaged over), ``gradient_scale`` and ``group_size`` (S), as 0-d integer tensors."""
+    averaged over), ``gradient_scale`` and ``group_size`` (S), as Python integers: they stay on the host, so
+    reading them never waits for the device."""
     batch, length = input_ids.shape
     labels = torch.cat([input_ids[:, 1:], torch.full((batch, 1), IGNORE, dtype=input_ids.dtype)], dim=1)
     positions = torch.arange(length).unsqueeze(0).expand(batch, length)
     width = length // size
     part = slice(group_rank * width, (group_rank + 1) * width)
     return {"input_ids": input_ids[:, part].contiguous(), "position_ids": positions[:, part].contiguous(),
-            "shift_labels": labels[:, part].contiguous(), "tokens": torch.tensor(batch * (length - 1)),
-            "gradient_scale": torch.tensor(gradient_scale), "group_size": torch.tensor(size)}
+            "shift_labels": labels[:, part].contiguous(), "tokens": batch * (length - 1),
+            "gradient_scale": gradient_scale, "group_size": size}
 
 
 def shard_batches(batches: Iterator[dict], group_rank: int, size: int, gradient_scale: int = 1) -> Iterator[dict]:
@@ -128,17 +129,17 @@ def shard_batches(batches: Iterator[dict], group_rank: int, size: int, gradient_
         yield shard(batch["input_ids"], group_rank, size, gradient_scale)
 
 
-def token_weight(batch: dict) -> torch.Tensor:
-    """What each token's cross entropy is multiplied by on this rank, in fp32: ``gradient_scale / tokens``."""
-    return batch["gradient_scale"].float() / batch["tokens"].float()
+def token_weight(batch: dict) -> float:
+    """What each token's cross entropy is multiplied by on this rank: ``gradient_scale / tokens``."""
+    return batch["gradient_scale"] / batch["tokens"]
 
 
 def group_loss(weighted_sum: torch.Tensor, batch: dict) -> torch.Tensor:
     """The loss of a sharded batch from this rank's token sum times ``token_weight`` (module docstring): its
     gradient is that; its value is the mean over the whole sequence's tokens (the group's sums all-reduced,
     outside autograd), the same on every rank of the group."""
-    total = weighted_sum.detach() / batch["gradient_scale"].float()
-    if int(batch["group_size"]) > 1:
+    total = weighted_sum.detach() / batch["gradient_scale"]
+    if batch["group_size"] > 1:
         import deepspeed.comm as dist
         from deepspeed.runtime.sequence_parallel import parallel_state_sp
 

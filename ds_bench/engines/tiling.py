@@ -58,37 +58,65 @@ def checkpoint_offload():
     return get_checkpoint_hidden_states_offloading_ctx_manager()
 
 
-def token_sum(engine, batch: dict, weight: torch.Tensor, tiled: bool) -> torch.Tensor:
+def token_sum(engine, batch: dict, weight: float, tiled: bool) -> torch.Tensor:
     """This rank's cross entropy summed over its tokens (``batch``: ``input_ids``, ``position_ids``,
-    ``shift_labels``), times ``weight`` (a 0-d tensor: what the gradient of each token's loss is, see
-    ``sequence_parallel.group_loss``). The weight goes inside a tiled loss: its tiles' weight gradients are
-    taken in forward, before anything outside could scale them."""
-    inputs = {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"], "use_cache": False}
+    ``shift_labels``), times ``weight`` (what the gradient of each token's loss is, see
+    ``sequence_parallel.group_loss``). ``tiled``: ``engine`` holds a ``TiledLossModel`` (``with_tiled_loss``), and
+    the weight goes inside it: its tiles' weight gradients are taken in forward, before anything outside could
+    scale them."""
+    inputs = {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"]}
     labels = batch["shift_labels"]
     if not tiled:
-        logits = engine(**inputs, return_dict=True).logits
+        logits = engine(**inputs, use_cache=False, return_dict=True).logits
         return _cross_entropy_sum(logits, labels) * weight
-    model = engine.module
-    hidden = model.base_model(**inputs, return_dict=True).last_hidden_state
-    head = model.get_output_embeddings()
-    # The tiles' weight gradients are taken in forward with an incoming gradient of 1, while DeepSpeed's backward
-    # divides the loss by the accumulation steps (scale_wrt_gas), which only reaches the hidden states' gradient:
-    # so the tiles compute weight / k and the result is multiplied back by k (measured: without it the head's
-    # gradient is k times too large at k = 2, and the losses leave the untiled run's after 3 steps).
     k = engine.gradient_accumulation_steps() if hasattr(engine, "gradient_accumulation_steps") else 1
-    with _whole(head.weight):
-        return k * _tiled_loss_sum(model, hidden, labels, head,
-                                   lambda x, y: _cross_entropy_sum(torch.nn.functional.linear(x, head.weight), y)
-                                   * (weight / k))
+    return engine(**inputs, shift_labels=labels, weight=weight, accumulation=k)
+
+
+def with_tiled_loss(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` (an HF causal LM) wrapped so that its forward is the tiled loss (``TiledLossModel``): what
+    ``deepspeed.initialize`` gets with ``--tiled-loss``, so the loss runs inside the engine's forward and its
+    bookkeeping (ZeRO's micro-step and gradient-accumulation state, the backward prologue) sees it."""
+    return TiledLossModel(model)
+
+
+class TiledLossModel(torch.nn.Module):
+    """An HF causal LM whose forward returns its tiled, weighted token sum (``token_sum``); ``model`` is the HF
+    model (its parameters' names gain a ``model.`` prefix)."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+        self.config = model.config
+
+    def forward(self, input_ids, position_ids, shift_labels, weight: float, accumulation: int = 1) -> torch.Tensor:
+        hidden = self.model.base_model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
+                                       return_dict=True).last_hidden_state
+        head = self.model.get_output_embeddings()
+        # The tiles' weight gradients are taken in forward with an incoming gradient of 1, while DeepSpeed's
+        # backward divides the loss by the accumulation steps k (scale_wrt_gas), which only reaches the hidden
+        # states' gradient: so the tiles compute weight / k and the result is multiplied back by k (measured:
+        # without it the head's gradient is k times too large at k = 2, the losses off by 2e-3 at step 8).
+        k = accumulation
+        with _whole(head.weight):
+            return k * _tiled_loss_sum(self.model, hidden, shift_labels, head,
+                                       lambda x, y: _cross_entropy_sum(torch.nn.functional.linear(x, head.weight), y)
+                                       * (weight / k))
 
 
 def _whole(weight: torch.Tensor):
-    """The head's weight gathered once for every tile under ZeRO-3 (a no-op otherwise). The tiles multiply by it
-    directly, not through the module: ZeRO-3's module hooks keep each call's output alive for their backward
-    bookkeeping, which would keep every tile's logits (measured: no saving at ZeRO-3 through the module)."""
+    """The head's weight whole for every tile under ZeRO-3 (a no-op otherwise): gathered once, unless it is
+    already (a tied head: the embedding's forward gathered it, and ZeRO-3 still holds it for that module). The
+    tiles multiply by it directly, not through the module: ZeRO-3's module hooks keep each call's output alive
+    for their backward bookkeeping, which would keep every tile's logits (measured: no saving at ZeRO-3
+    through the module)."""
     import contextlib
 
     if not hasattr(weight, "ds_id"):
+        return contextlib.nullcontext()
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+    if weight.ds_status == ZeroParamStatus.AVAILABLE:
         return contextlib.nullcontext()
     import deepspeed
 

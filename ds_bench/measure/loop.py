@@ -91,9 +91,10 @@ class LoopTimes:
 
 
 def to_device(batch: Batch, device: torch.device, float_dtype: torch.dtype) -> Batch:
-    """Move a batch, casting floating inputs to the engine's compute dtype (bf16/fp16 runs)."""
+    """Move a batch's tensors, casting floating inputs to the engine's compute dtype (bf16/fp16 runs); anything
+    else (a sharded batch's token counts) stays as it is."""
     return {k: v.to(device, dtype=float_dtype if v.is_floating_point() else None, non_blocking=True)
-            for k, v in batch.items()}
+            if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
 def run_loop(engine, workload: Workload, batches: Iterator[Batch], *, steps: int, warmup: int,

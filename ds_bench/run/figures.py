@@ -46,7 +46,7 @@ def run_metrics(run: Started, workload, built: Built, reports: list, loop_starte
         extra["pipeline_layout"] = stage_timers.per_stage(reports, built.stages)
     if run.engine.tensor_parallel:
         extra["tensor_parallel_comm"] = layout_comm.per_step("tensor_parallel", reports[0].stage_s, reports[0].step_s)
-    if run.engine.sequence_parallel:
+    if run.engine.sequence_parallel and run.engine.sequence_parallel.size > 1:
         extra["sequence_parallel_comm"] = layout_comm.per_step("sequence_parallel", reports[0].stage_s,
                                                                  reports[0].step_s)
     return metrics, extra

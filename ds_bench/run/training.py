@@ -73,9 +73,11 @@ def build(run: Started, workload) -> Built:
                   default=0)
     flops, hw_flops = workload.model_flops_per_sample(model), workload.hardware_flops_per_sample(model)
     engine_started = time.perf_counter()
-    mpu = sequence_parallel.register(run.engine.sequence_parallel, model, run.ds_cfg["train_micro_batch_size_per_gpu"],
-                                     workload.seq_len if run.engine.sequence_parallel else 0)  # Ulysses' groups
-    engine = engines.build(run.engine, model, run.ds_cfg, run.state.device, run.cfg.lr or workload.default_lr, mpu)
+    sp = run.engine.sequence_parallel
+    mpu = sequence_parallel.register(sp, model, run.ds_cfg["train_micro_batch_size_per_gpu"],
+                                     workload.seq_len if sp else 0)  # Ulysses' groups
+    trained = tiling.with_tiled_loss(model) if run.cfg.tiled_loss else model  # the tiled loss is its forward
+    engine = engines.build(run.engine, trained, run.ds_cfg, run.state.device, run.cfg.lr or workload.default_lr, mpu)
     backend = compile_engine(engine, run.engine.name) if run.cfg.compile else None  # lazy: compiles in step 1
     sharded = run.engine.tensor_parallel is not None  # AutoTP replaced the layers inside initialize
     return Built(engine, params, largest, flops, hw_flops, compile_backend=backend, build={
@@ -116,7 +118,7 @@ def train(run: Started, workload, engine) -> tuple[list, float]:
     clock = DeviceClock(state.device)
     timers = (stage_timers.StageTimers(engine, clock) if run.engine.pipeline is not None
               else layout_comm.timer("tensor_parallel", clock) if run.engine.tensor_parallel
-              else layout_comm.timer("sequence_parallel", clock) if run.engine.sequence_parallel else None)
+              else layout_comm.timer("sequence_parallel", clock) if _ulysses(run) else None)
     watch = compile_stats.CompileWatch() if cfg.compile else None
     with faults.StepWatchdog(cfg.step_timeout_s, lambda done: _stalled(run)) as watchdog:
         batches = _batches(run, workload, engine)
@@ -170,6 +172,11 @@ def _batches(run: Started, workload, engine):
         return workload.batches(run.state.rank, run.state.world_size, micro_batch)
     grid = engine.grid
     return workload.pipeline_batches(grid.get_data_parallel_rank(), grid.get_data_parallel_world_size(), micro_batch)
+
+
+def _ulysses(run: Started) -> bool:
+    """Whether Ulysses runs (``--sequence-parallel 1`` engages its rules and batches, and no all-to-all)."""
+    return run.engine.sequence_parallel is not None and run.engine.sequence_parallel.size > 1
 
 
 def _preload_libraries(names: tuple[str, ...]) -> None:

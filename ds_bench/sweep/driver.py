@@ -19,6 +19,7 @@ import os
 
 from ds_bench.config.deepspeed.derive import write_derived
 from ds_bench.config.layout import Layout
+from ds_bench.config.run_config import RunConfig
 from ds_bench.errors import UserError
 from ds_bench.jobs import ledger, predict, spawn
 from ds_bench.jobs.points import next_auto_micro_batch, skip_reason, study_where
@@ -101,10 +102,10 @@ class Sweep:
 
     def with_seq(self, point: Layout) -> Layout:
         """The point with the sequence its run gets (a legality rule reads it): its own, else the sweep's one
-        ``--seq-len`` (0 where the sweep has none: the workload's own)."""
+        ``--seq-len``, else ``ds-bench run``'s default."""
         if point.seq_len:
             return point
-        return dataclasses.replace(point, seq_len=int(_seq_arg(self.spec.run_args) or 0))
+        return dataclasses.replace(point, seq_len=int(_seq_arg(self.spec.run_args) or RunConfig.seq_len))
 
     def _config_rejected(self, point: Layout) -> str | None:
         from ds_bench import engines

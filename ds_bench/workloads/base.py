@@ -68,7 +68,8 @@ class Workload(ABC):
             self.check_tensor_parallel_flag()
         if cfg.sequence_parallel is not None:
             self.check_sequence_parallel_flag()
-        tiles = [flag for flag, on in (("--tiled-mlp", cfg.tiled_mlp), ("--tiled-loss", cfg.tiled_loss)) if on]
+        tiles = [flag for flag, on in (("--tiled-mlp", cfg.tiled_mlp), ("--tiled-loss", cfg.tiled_loss),
+                                       ("--checkpoint-offload", cfg.checkpoint_offload)) if on]
         if tiles:
             self.check_long_context_flag("/".join(tiles))
 
@@ -87,7 +88,7 @@ class Workload(ABC):
 
     @classmethod
     def check_long_context_flag(cls, flag: str) -> None:
-        """The tiling options (a run's, or a study's axis) need an HF causal LM."""
+        """The tiling options and checkpoint offload (a run's, or a study's axis) need an HF causal LM."""
         if not cls.long_context:
             raise UserError(f"{flag}: workload {cls.name} is not a causal language model (gpt2 and llama are)")
 

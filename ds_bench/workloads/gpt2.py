@@ -55,6 +55,9 @@ class GPT2Workload(CausalLMWorkload):
                 raise UserError("--size and --model are exclusive: the shape comes from --model's config.json")
             self.size = None
             self.config = pretrained_config(cfg.model_path, cfg.seq_len)
+            if cfg.tiled_mlp and self.config.resid_pdrop > 0:
+                raise UserError(f"--tiled-mlp with --model {cfg.model_path}: its MLP ends in dropout (resid_pdrop "
+                                f"{self.config.resid_pdrop}), and TiledMLP recomputes it in backward with another mask")
             self.default_lr = FINETUNE_LR
             self.partitioned_build = False
         else:
