@@ -176,6 +176,9 @@ CASES["--sequence-parallel gpt2"] = Case(run("--workload", "gpt2", "--size", "ti
                                              "--ds-config", "ds_configs/zero1.json"),
                                          r"--sequence-parallel: DeepSpeed-Ulysses' HF wrapper cannot shard workload gpt2 "
                                          r"\(llama it can\): it returns the attention output as \[batch, tokens, width\]")
+CASES["--tiled-loss with fp16"] = Case(run(*SP, "--tiled-loss", "--set", "bf16.enabled=false", "--set", "fp16.enabled=true"),
+                                       r"--tiled-loss with fp16: DeepSpeed's TiledFusedLogitsLoss takes the LM head's "
+                                       r"gradient in forward")
 CASES["--checkpoint-offload without checkpointing"] = Case(run(*SP, "--checkpoint-offload"),
                                                            r"--checkpoint-offload needs --activation-checkpointing")
 CASES["--checkpoint-offload on CPU ranks"] = Case(run(*SP, "--checkpoint-offload", "--activation-checkpointing"),

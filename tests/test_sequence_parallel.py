@@ -21,10 +21,10 @@ SEQ = 192
 """96 tokens per rank at S=2: 2 MLP tiles at width 64."""
 RUN = ["-m", "ds_bench", "run", "--workload", "llama", "--size", "tiny", "--seq-len", str(SEQ), "--micro-batch", "1",
        "--set", "bf16.enabled=false", "--steps", "4", "--warmup", "1", "--lr", "3e-3", "--seed", "3"]
-ACCUMULATION = {"zero1": 2, "zero3": 1}
-"""Two micro-steps per step at ZeRO-1: DeepSpeed divides each micro-step's loss by 2 in backward, which a tiled
-loss must see too (its head gradient is taken in forward: ``ds_bench.engines.tiling.token_sum``); one at ZeRO-3,
-where the legality table refuses the tiled loss with accumulation."""
+ACCUMULATION = {"zero1": 2, "zero3": 2}
+"""Two micro-steps per step: DeepSpeed divides each micro-step's loss by 2 in backward, which a tiled loss must
+see too (its head gradient is taken in forward: ``ds_bench.engines.tiling.TiledLossModel``), and ZeRO-3 adds the
+second micro-step's gradients to the first's only if the loss ran inside the engine's forward (measured)."""
 TILED = ["--tiled-mlp", "--tiled-loss", "--activation-checkpointing"]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 

@@ -160,24 +160,18 @@ RULES: tuple[Rule, ...] = (
          "fp16's loss scale multiplies the loss; use bf16 or fp32",
          f"{DEEPSPEED}, ulysses_sp.py TiledFusedLogitsLoss.backward scales only the hidden states' gradient",
          _ex(tiled_loss=True, precision="fp16")),
-    Rule("the tiled loss, ZeRO-3 and accumulation", lambda l, w: l.tiled_loss and l.stage == 3 and l.grad_accum > 1,
-         "--tiled-loss with ZeRO stage 3 and {grad_accum} accumulation steps: ZeRO-3 takes the LM head's gradient "
-         "hook, fired by the backward TiledFusedLogitsLoss runs inside forward, for a whole backward pass and "
-         "accumulates the micro-steps wrongly (measured); use gradient_accumulation_steps 1 or ZeRO 0-2",
-         f"{DEEPSPEED}, zero/stage3.py update_hook_state_and_maybe_run_epilogue; measured: SP=2 losses 1e-2 off "
-         "SP=1's by step 5", _ex(tiled_loss=True, stage=3, grad_accum=2)),
     Rule("tiling and compile", lambda l, w: _tiled(l) and l.compile,
          "{tiles} with --compile: not measured yet", "not measured yet", _ex(tiled_mlp=True, compile=True)),
+    Rule("checkpoint offload and a pipeline", lambda l, w: "checkpoint_offload" in w.run_options and _pp(l, w),
+         "--checkpoint-offload with --pipeline-stages {pipeline_stages}: a pipeline stage's blocks are not HF "
+         "checkpointing layers, whose inputs DeepSpeed's offload marks", "ds_bench's pipeline GPT-2 is its own "
+         "PipelineModule", _ex(pipeline_stages=2), frozenset({"checkpoint_offload"})),
     Rule("checkpoint offload needs a GPU",
          lambda l, w: "checkpoint_offload" in w.run_options and w.device_type == "cpu",
          "--checkpoint-offload on CPU ranks: their activations are in host memory already (DeepSpeed's "
          "CheckpointHiddenStatesOffload never offloads on a CPU accelerator)",
          f"{DEEPSPEED}, runtime/activation_checkpointing/offload_activations.py: 'cpu-like accelerators have no "
          "streams; offload_input never offloads there'", _ex(), frozenset({"checkpoint_offload"})),
-    Rule("checkpoint offload and a pipeline", lambda l, w: "checkpoint_offload" in w.run_options and _pp(l, w),
-         "--checkpoint-offload with --pipeline-stages {pipeline_stages}: a pipeline stage's blocks are not HF "
-         "checkpointing layers, whose inputs DeepSpeed's offload marks", "ds_bench's pipeline GPT-2 is its own "
-         "PipelineModule", _ex(pipeline_stages=2), frozenset({"checkpoint_offload"})),
     Rule("DDP does not offload", lambda l, w: l.engine == "ddp" and l.offload != "none",
          "--engine ddp with offload={offload}: DDP keeps parameters, gradients and optimizer state on the device; "
          "remove the offload, or use --engine deepspeed or fsdp", "torch DistributedDataParallel",
@@ -209,13 +203,10 @@ RULES: tuple[Rule, ...] = (
         ("resume", "--resume", "not measured yet", "not measured yet"),
         ("model_path", "--model", "pretrained weights are not loaded into pipeline stages yet; use --size or "
                                   "--layers", "not built yet"))),
-    *(Rule(f"AutoTP and {flag}", lambda l, w, o=option: _tp(l, w) and o in w.run_options,
-           f"{flag} with --tensor-parallel {{tensor_parallel}}: not measured yet", "not measured yet",
-           _ex(tensor_parallel=2), frozenset({option}))
-      for option, flag in (("breakdown", "--breakdown"), ("checkpoint", "--checkpoint"), ("resume", "--resume"))),
-    *(Rule(f"Ulysses and {flag}", lambda l, w, o=option: _sp(l, w) and o in w.run_options,
-           f"{flag} with --sequence-parallel {{sequence_parallel}}: not measured yet", "not measured yet",
-           _ex(sequence_parallel=2), frozenset({option}))
+    *(Rule(f"{name} and {flag}", lambda l, w, o=option, engaged=engaged: engaged(l, w) and o in w.run_options,
+           f"{flag} with --{degree.replace('_', '-')} {{{degree}}}: not measured yet", "not measured yet",
+           _ex(**{degree: 2}), frozenset({option}))
+      for name, degree, engaged in (("AutoTP", "tensor_parallel", _tp), ("Ulysses", "sequence_parallel", _sp))
       for option, flag in (("breakdown", "--breakdown"), ("checkpoint", "--checkpoint"), ("resume", "--resume"))),
 )
 """Checked in this order; the first that holds is what is said."""

@@ -40,7 +40,8 @@ class RankReport:
     """Pipeline runs: this rank's stage."""
     stage_s: dict[str, list[float]] = field(default_factory=dict)
     """Pipeline runs: each instruction timer's seconds per measured step (``ds_bench.measure.stage_timers``);
-    tensor-parallel runs: AutoTP's all-reduce seconds and count (``ds_bench.measure.layout_comm``)."""
+    tensor- and sequence-parallel runs: AutoTP's all-reduce or Ulysses' all-to-all seconds and count
+    (``ds_bench.measure.layout_comm``)."""
     compiled: dict | None = None
     """``--compile``: this rank's counts (``ds_bench.measure.compile_stats.summarize``)."""
 

@@ -155,6 +155,6 @@ class SequenceParallelComm(Block):
     all_to_all_ms: float
     """Milliseconds per step in Ulysses' all-to-alls, the wait for the slower rank of the group included."""
     calls_per_step: int
-    """All-to-alls per step (per layer 4 in forward, 4 in backward, per micro-step)."""
+    """All-to-alls per step (per layer and micro-step 4 in forward, 4 in backward, 4 more with checkpointing)."""
     share_of_step: float
     """``all_to_all_ms`` over the rank's own step time."""

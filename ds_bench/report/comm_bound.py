@@ -36,7 +36,8 @@ sends into all-to-alls in every micro-step: per layer 4 in forward (q, k, v to w
 the output back) and 4 in backward, 4 more with activation checkpointing
 (``CausalLMWorkload.sequence_parallel_all_to_alls``, counted by ``ds_bench.measure.layout_comm``), its slice of
 micro-batch x T/S tokens x heads x head width each (k and v: max(KV heads, S)); an all_to_all whose rank buffer
-is S bytes moves (S-1)/S x S bus bytes (``sp_all_to_all``, timed at ``ds-bench comm``'s all_to_all busbw).
+is S bytes moves (S-1)/S x S bus bytes (``sp_all_to_all``, timed at ``ds-bench comm``'s all_to_all busbw over
+all its ranks: an S-rank group inside a node is faster than that across nodes, so the bound is pessimistic there).
 
 The bound takes each collective at the busbw of the comm run's largest message (its best case) and
 counts no latency, no overlap penalty and no offload traffic (PCIe, not the network), so the true

@@ -106,7 +106,8 @@ class LlamaWorkload(CausalLMWorkload):
         return self.seq_len * llama_shapes.flops_per_token(self.shape, self.seq_len)
 
     def hardware_flops_per_sample(self, model: nn.Module) -> float:
-        """With ``--activation-checkpointing``: + one forward of the blocks (``llama_shapes.hardware_flops_per_token``)."""
+        """With ``--activation-checkpointing``: + one forward of the blocks (``llama_shapes.hardware_flops_per_token``).
+        Not counted: ``--tiled-mlp``'s recomputed MLP forward (``ds_bench.engines.tiling``), so HFU reads low with it."""
         if not self.cfg.activation_checkpointing:
             return self.model_flops_per_sample(model)
         return self.seq_len * llama_shapes.hardware_flops_per_token(self.shape, self.seq_len)
