@@ -18,10 +18,10 @@ import torch
 from ds_bench import engines
 from ds_bench.cluster import faults, process
 from ds_bench.config.deepspeed import prepare as ds_config
+from ds_bench.engines import sequence_parallel, tiling
 from ds_bench.engines.compiled import compile_engine
 from ds_bench.engines.pipeline import clip_on_the_whole_model
 from ds_bench.machine import memory
-from ds_bench.engines import sequence_parallel, tiling
 from ds_bench.measure import checkpoint, compile_stats, layout_comm, stage_timers
 from ds_bench.measure.loop import DeviceClock, run_loop
 from ds_bench.run.figures import run_metrics
