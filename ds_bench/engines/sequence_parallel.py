@@ -88,9 +88,15 @@ def with_stage(sp: SequenceParallelPlan, zero_stage: int) -> SequenceParallelPla
     return dataclasses.replace(sp, zero_stage=zero_stage)
 
 
+def ulysses(sp: SequenceParallelPlan | None) -> bool:
+    """Whether Ulysses runs: ``--sequence-parallel 1`` engages the rules and the sharded batches, and no
+    all-to-all."""
+    return sp is not None and sp.size > 1
+
+
 def deepspeed_config(sp: SequenceParallelPlan | None, ds_cfg: dict) -> dict:
     """The config ``deepspeed.initialize`` gets (pure): ``sequence_parallel_size`` with Ulysses."""
-    if sp is None or sp.size == 1:
+    if not ulysses(sp):
         return ds_cfg
     return {**ds_cfg, "sequence_parallel_size": sp.size}
 
@@ -98,7 +104,7 @@ def deepspeed_config(sp: SequenceParallelPlan | None, ds_cfg: dict) -> dict:
 def register(sp: SequenceParallelPlan | None, model: torch.nn.Module, micro_batch: int, seq_len: int):
     """Wrap ``model``'s attention in Ulysses (after joining, before ``deepspeed.initialize``); the ``mpu`` it
     returns, or None without sequence parallelism."""
-    if sp is None or sp.size == 1:
+    if not ulysses(sp):
         return None
     from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
 

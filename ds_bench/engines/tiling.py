@@ -21,6 +21,7 @@ every sharded or tiled run computes.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import types
 
@@ -110,8 +111,6 @@ def _whole(weight: torch.Tensor):
     tiles multiply by it directly, not through the module: ZeRO-3's module hooks keep each call's output alive
     for their backward bookkeeping, which would keep every tile's logits (measured: no saving at ZeRO-3
     through the module)."""
-    import contextlib
-
     if not hasattr(weight, "ds_id"):
         return contextlib.nullcontext()
     from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
@@ -128,19 +127,23 @@ def _tiled_loss_sum(model, hidden, labels, head, tile_loss) -> torch.Tensor:
 
     shards = loss_tiles(labels.numel(), head.weight.shape[0])
     tied = head.weight is model.get_input_embeddings().weight
-    if not tied:
+    with _held_back(head.weight) if tied else contextlib.nullcontext():
         return TiledFusedLogitsLoss.apply(lambda _, x, y: tile_loss(x, y), model, hidden, labels, None, shards,
-                                          [head.weight], "sum")
-    # A tied head's weight gets the embedding's gradient later, in backward. DeepSpeed lets ZeRO reduce it once
-    # the last tile is done (ds_grad_is_ready), and ZeRO-3 then copies, not adds, a second reduction in the same
-    # micro-step (stage3.py, micro_step_id 0): the head's share would be lost (measured: SP=2 left SP=1's
-    # losses at ZeRO-3). So it is held back here and reduced once, with the embedding's share, in backward.
-    head.weight.ds_grad_is_ready = False
+                                          [] if tied else [head.weight], "sum")
+
+
+@contextlib.contextmanager
+def _held_back(weight: torch.Tensor):
+    """A tied head's weight gets the embedding's gradient later, in backward. DeepSpeed lets ZeRO reduce a tiled
+    weight once the last tile is done (``ds_grad_is_ready``), and ZeRO-3 then copies, not adds, a second reduction
+    in the same micro-step (stage3.py, micro_step_id 0): the head's share would be lost (measured: SP=2 left SP=1's
+    losses at ZeRO-3). So the tiles are given no weight to reduce and it is held back while they run: reduced
+    once, with the embedding's share, in backward."""
+    weight.ds_grad_is_ready = False
     try:
-        return TiledFusedLogitsLoss.apply(lambda _, x, y: tile_loss(x, y), model, hidden, labels, None, shards, [],
-                                          "sum")
+        yield
     finally:
-        head.weight.ds_grad_is_ready = True
+        weight.ds_grad_is_ready = True
 
 
 def loss_tiles(tokens: int, vocab: int) -> int:

@@ -68,7 +68,8 @@ def loss_bytes(layout: Layout, seq_len: int, vocab: int) -> int:
 
 
 def loss_tiles(tokens: int, vocab: int) -> int:
-    """How many tiles ``--tiled-loss`` cuts a rank's tokens into (``ds_bench.engines.tiling.loss_tiles``)."""
+    """How many tiles ``--tiled-loss`` cuts a rank's tokens into (``ds_bench.engines.tiling.loss_tiles``, imported
+    when called: that module imports torch, which a dry run need not)."""
     from ds_bench.engines.tiling import loss_tiles as tiles
 
     return tiles(tokens, vocab)

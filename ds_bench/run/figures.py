@@ -11,6 +11,7 @@ import socket
 from ds_bench.cluster import process
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_config import RunConfig
+from ds_bench.engines import sequence_parallel
 from ds_bench.measure import ceilings, compile_stats, layout_comm, peaks, slow_ranks, stage_timers
 from ds_bench.measure.loop import timing
 from ds_bench.measure.metrics import summarize
@@ -46,7 +47,7 @@ def run_metrics(run: Started, workload, built: Built, reports: list, loop_starte
         extra["pipeline_layout"] = stage_timers.per_stage(reports, built.stages)
     if run.engine.tensor_parallel:
         extra["tensor_parallel_comm"] = layout_comm.per_step("tensor_parallel", reports[0].stage_s, reports[0].step_s)
-    if run.engine.sequence_parallel and run.engine.sequence_parallel.size > 1:
+    if sequence_parallel.ulysses(run.engine.sequence_parallel):
         extra["sequence_parallel_comm"] = layout_comm.per_step("sequence_parallel", reports[0].stage_s,
                                                                  reports[0].step_s)
     return metrics, extra

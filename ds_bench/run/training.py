@@ -118,7 +118,8 @@ def train(run: Started, workload, engine) -> tuple[list, float]:
     clock = DeviceClock(state.device)
     timers = (stage_timers.StageTimers(engine, clock) if run.engine.pipeline is not None
               else layout_comm.timer("tensor_parallel", clock) if run.engine.tensor_parallel
-              else layout_comm.timer("sequence_parallel", clock) if _ulysses(run) else None)
+              else layout_comm.timer("sequence_parallel", clock)
+              if sequence_parallel.ulysses(run.engine.sequence_parallel) else None)
     watch = compile_stats.CompileWatch() if cfg.compile else None
     with faults.StepWatchdog(cfg.step_timeout_s, lambda done: _stalled(run)) as watchdog:
         batches = _batches(run, workload, engine)
@@ -172,11 +173,6 @@ def _batches(run: Started, workload, engine):
         return workload.batches(run.state.rank, run.state.world_size, micro_batch)
     grid = engine.grid
     return workload.pipeline_batches(grid.get_data_parallel_rank(), grid.get_data_parallel_world_size(), micro_batch)
-
-
-def _ulysses(run: Started) -> bool:
-    """Whether Ulysses runs (``--sequence-parallel 1`` engages its rules and batches, and no all-to-all)."""
-    return run.engine.sequence_parallel is not None and run.engine.sequence_parallel.size > 1
 
 
 def _preload_libraries(names: tuple[str, ...]) -> None:
