@@ -2,11 +2,11 @@
 
 A layout is the engine (DeepSpeed, DDP or FSDP), the ZeRO stage, what is offloaded, the precision,
 the micro-batch and gradient accumulation, the parallel degrees (``DEGREES``: pipeline stages,
-tensor-parallel and sequence-parallel ranks), the attention kernel, the compile switch, the long-context
+tensor-, sequence- and expert-parallel ranks), the attention kernel, the compile switch, the long-context
 memory options (``SWITCHES``: ALST's tiled MLP and tiled loss) and, where a study varies it, the sequence
 length. ``ds-bench run``'s flags
 produce one (``from_run``); a sweep point, a capacity layout and a scaling study's configuration are
-one. Its ``key`` (``[ddp|fsdp] [pp2] [tp2] [sp2] z1 off=none bf16 mbs=4 [ga=2] [seq=N] [attn=X] [compile]
+one. Its ``key`` (``[ddp|fsdp] [pp2] [tp2] [sp2] [ep2] z1 off=none bf16 mbs=4 [ga=2] [seq=N] [attn=X] [compile]
 [tiled-mlp] [tiled-loss]``) names it
 in records, logs and tables and is what a resumed study matches finished work on; ``label`` adds the
 data-parallel degree once the world size is known (``pp2 dp1 z1 off=none bf16 mbs=4``). Both are written by
@@ -54,6 +54,8 @@ DEGREES = (
     Degree("tensor_parallel", "tp", "--tensor-parallel", True, "DeepSpeed AutoTP degree (llama)"),
     Degree("sequence_parallel", "sp", "--sequence-parallel", True,
            "DeepSpeed Ulysses sequence-parallel degree (llama)"),
+    Degree("expert_parallel", "ep", "--expert-parallel", False,
+           "DeepSpeed expert-parallel degree (moe): ranks each block's experts are sharded over"),
 )
 """Every parallel degree beyond data parallelism, in key order."""
 
@@ -96,6 +98,9 @@ class Layout:
     """DeepSpeed AutoTP degree (``--tensor-parallel``); 1: none."""
     sequence_parallel: int = 1
     """DeepSpeed Ulysses degree (``--sequence-parallel``); 1: none."""
+    expert_parallel: int = 1
+    """DeepSpeed expert-parallel degree (``--expert-parallel``); 1: every rank holds every expert. It does not
+    split a data-parallel replica: the non-expert parameters are replicated on every rank."""
     tiled_mlp: bool = False
     """``--tiled-mlp`` of the run (``SWITCHES``)."""
     tiled_loss: bool = False

@@ -69,6 +69,11 @@ def _sp(l: Layout, w: Where) -> bool:
     return l.sequence_parallel > 1 or "sequence_parallel" in w.engaged
 
 
+def _ep(l: Layout, w: Where) -> bool:
+    """Expert parallelism's engine in use: EP > 1, or a moe run under DeepSpeed (its MoE layer even at EP = 1)."""
+    return l.expert_parallel > 1 or "expert_parallel" in w.engaged
+
+
 def _tiled(l: Layout) -> bool:
     return l.tiled_mlp or l.tiled_loss
 
@@ -144,6 +149,37 @@ RULES: tuple[Rule, ...] = (
          "--sequence-parallel {sequence_parallel} does not divide --seq-len {seq_len}: every rank of a group holds "
          "an equal slice of the sequence", f"{DEEPSPEED}, ulysses_sp.py reshapes to [S, T/S, ...]",
          _ex(sequence_parallel=2, seq_len=1001)),
+    Rule("expert parallelism is DeepSpeed's", lambda l, w: l.expert_parallel > 1 and l.engine != "deepspeed",
+         "--engine {engine} with --expert-parallel {expert_parallel}: expert parallelism is DeepSpeed's here "
+         "(--engine deepspeed); DDP and FSDP train HF's own MoE blocks, every expert on every rank",
+         "ds_bench: DDP and FSDP are run without an all-to-all dispatch", _ex(engine="ddp", stage=0, expert_parallel=2)),
+    Rule("experts and a pipeline", lambda l, w: _ep(l, w) and _pp(l, w),
+         "--expert-parallel {expert_parallel} with --pipeline-stages {pipeline_stages}: ds_bench's pipeline model "
+         "is GPT-2's, which has no experts", "ds_bench's pipeline GPT-2 is its own PipelineModule",
+         _ex(expert_parallel=2, pipeline_stages=2)),
+    Rule("experts and AutoTP", lambda l, w: _ep(l, w) and _tp(l, w),
+         "--expert-parallel {expert_parallel} with --tensor-parallel {tensor_parallel}: DeepSpeed's MoE layer takes "
+         "its tensor-parallel groups from a Megatron mpu, which AutoTP does not give",
+         f"{DEEPSPEED}, deepspeed/moe/layer.py _create_process_groups reads groups.mpu",
+         _ex(expert_parallel=2, tensor_parallel=2)),
+    Rule("experts and Ulysses", lambda l, w: _ep(l, w) and _sp(l, w),
+         "--expert-parallel {expert_parallel} with --sequence-parallel {sequence_parallel}: not measured yet "
+         "(Ulysses runs on llama, experts on moe)", "not measured yet", _ex(expert_parallel=2, sequence_parallel=2)),
+    Rule("DeepSpeed's MoE layer and ZeRO-3", lambda l, w: _ep(l, w) and l.stage == 3,
+         "--workload moe under ZeRO stage 3: DeepSpeed refuses its MoE layer there ('Native DeepSpeed MoE is not "
+         "supported with ZeRO Stage 3'; its AutoEP, which is, does not run with the transformers installed here: "
+         "--moe-path); use ZeRO stage 1 or 2", f"{DEEPSPEED}, deepspeed/runtime/engine.py asserts it",
+         _ex(expert_parallel=2, stage=3)),
+    Rule("experts over ranks and ZeRO-0", lambda l, w: l.expert_parallel > 1 and l.stage == 0,
+         "--expert-parallel {expert_parallel} with ZeRO stage 0: DeepSpeed's stage-0 gradient clipping takes the "
+         "norm of this rank's experts only, so the update differs from EP=1's (measured); use ZeRO stage 1 or 2",
+         f"{DEEPSPEED}: 2 CPU ranks, gradient_clipping 1.0, EP=2 off EP=1 by 5e-5 after one step; equal with "
+         "clipping off or at ZeRO 1 and 2", _ex(expert_parallel=2, stage=0)),
+    Rule("experts and compile", lambda l, w: _ep(l, w) and l.compile,
+         "--compile with --workload moe: not measured yet", "not measured yet", _ex(expert_parallel=2, compile=True)),
+    Rule("EP degree divides the ranks", lambda l, w: l.expert_parallel > 1 and _indivisible(l, w, "expert_parallel"),
+         "--expert-parallel {expert_parallel} does not divide the world size {world_size}: every expert-parallel "
+         "group holds every expert once", "arithmetic", _ex(expert_parallel=3)),
     Rule("tiling is DeepSpeed's", lambda l, w: _tiled(l) and l.engine != "deepspeed",
          "--engine {engine} with " "{tiles}: DeepSpeed's tiled compute hands each weight's gradient to ZeRO once, "
          "after the last tile (ds_grad_is_ready); DDP and FSDP have no such hook (--engine deepspeed)",
@@ -206,7 +242,8 @@ RULES: tuple[Rule, ...] = (
     *(Rule(f"{name} and {flag}", lambda l, w, o=option, engaged=engaged: engaged(l, w) and o in w.run_options,
            f"{flag} with --{degree.replace('_', '-')} {{{degree}}}: not measured yet", "not measured yet",
            _ex(**{degree: 2}), frozenset({option}))
-      for name, degree, engaged in (("AutoTP", "tensor_parallel", _tp), ("Ulysses", "sequence_parallel", _sp))
+      for name, degree, engaged in (("AutoTP", "tensor_parallel", _tp), ("Ulysses", "sequence_parallel", _sp),
+                                    ("the MoE layer", "expert_parallel", _ep))
       for option, flag in (("breakdown", "--breakdown"), ("checkpoint", "--checkpoint"), ("resume", "--resume"))),
 )
 """Checked in this order; the first that holds is what is said."""
@@ -241,9 +278,18 @@ def refuse_run(cfg, world_size: int, device_type: str) -> None:
         axes = axes_of(ds_cfg)
     except (UserError, AttributeError, TypeError, ValueError):
         return  # a malformed config: ds_config.prepare names what is wrong with it
-    engaged = frozenset(d.field for d in DEGREES if getattr(cfg, d.field) is not None)
+    engaged = frozenset(d.field for d in DEGREES if getattr(cfg, d.field) is not None) | moe_engaged(cfg)
     layout = dataclasses.replace(from_run(cfg, axes), seq_len=cfg.seq_len)  # the sequence a group slices
     refuse(layout, Where(world_size, device_type, run_options(cfg), engaged))
+
+
+MOE_WORKLOAD = "moe"
+
+
+def moe_engaged(flags) -> frozenset[str]:
+    """A moe run under DeepSpeed uses the expert-parallel engine (DeepSpeed's MoE layer) even at EP = 1."""
+    moe = getattr(flags, "workload", None) == MOE_WORKLOAD and getattr(flags, "engine", "deepspeed") == "deepspeed"
+    return frozenset({"expert_parallel"}) if moe else frozenset()
 
 
 def run_options(flags) -> frozenset[str]:

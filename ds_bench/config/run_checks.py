@@ -86,3 +86,25 @@ def check_timeout(flag: str, seconds: float) -> None:
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise UserError(message)
+
+
+MOE_PATHS = ("auto", "autoep", "moe-layer")
+"""``--moe-path`` (``ds_bench.engines.expert_parallel.PATHS``)."""
+
+
+def check_moe_flags(cfg) -> None:
+    """The moe flags' own values (against the model's experts: ``ds_bench.engines.expert_parallel.resolve``)."""
+    for flag, value in (("--expert-parallel", cfg.expert_parallel), ("--experts", cfg.experts), ("--top-k", cfg.top_k)):
+        _require(value is None or value >= 1, f"{flag} must be a positive integer, got {value}")
+    _require(math.isfinite(cfg.capacity_factor) and cfg.capacity_factor >= 0,
+             f"--capacity-factor must be a finite number >= 0 (0: no token dropping), got {cfg.capacity_factor}")
+    weight = cfg.aux_loss_weight
+    _require(weight is None or (math.isfinite(weight) and weight >= 0),
+             f"--aux-loss-weight must be a finite number >= 0, got {weight}")
+    _require(cfg.moe_path in MOE_PATHS, f"--moe-path {cfg.moe_path!r}: expected {', '.join(MOE_PATHS)}")
+    moe_flags = [f for f, v in (("--expert-parallel", cfg.expert_parallel), ("--experts", cfg.experts),
+                                ("--top-k", cfg.top_k), ("--aux-loss-weight", cfg.aux_loss_weight)) if v is not None]
+    moe_flags += ["--capacity-factor"] if cfg.capacity_factor else []
+    moe_flags += ["--moe-path"] if cfg.moe_path != "auto" else []
+    _require(not moe_flags or cfg.workload == "moe",
+             f"{'/'.join(moe_flags)}: workload {cfg.workload} has no experts (moe has)")

@@ -18,6 +18,7 @@ from ds_bench.config.run_checks import (
     check_attention,
     check_compile,
     check_engine,
+    check_moe_flags,
     check_pipeline_flags,
     check_tensor_parallel_flags,
     check_timeout,
@@ -57,7 +58,7 @@ class RunConfig:
     """One benchmark run, as every rank executes it. Each field is also its ``ds-bench run`` flag
     (``ds_bench.config.run_flags`` builds the parser from these fields and their ``option`` metadata)."""
 
-    workload: str = option(REQUIRED, "--workload", help="mnist | resnet | gpt2 | llama")
+    workload: str = option(REQUIRED, "--workload", help="mnist | resnet | gpt2 | llama | moe")
     """Registered workload name (``ds_bench.workloads.REGISTRY``)."""
     ds_config: str = option(REQUIRED, "--ds-config", help="DeepSpeed JSON config (ds_configs/)")
     """Path of the DeepSpeed JSON config."""
@@ -163,6 +164,29 @@ class RunConfig:
                                                 "by all-to-all, data-parallel degree = world size / S, the S ranks of a "
                                                 "group read the same batch. Default: none")
     """Ulysses degree (``ds_bench.engines.sequence_parallel``); None: no sequence parallelism."""
+    expert_parallel: int | None = option(None, "--expert-parallel", metavar="EP",
+                                         help="moe: shard every block's experts over EP ranks with DeepSpeed (each "
+                                              "holds experts / EP; tokens reach them by all-to-all); the rest of the "
+                                              "model stays replicated on every rank. Default 1 (every rank holds "
+                                              "every expert)")
+    """Expert-parallel degree (``ds_bench.engines.expert_parallel``); None: 1 on the moe workload."""
+    experts: int | None = option(None, "--experts", metavar="E",
+                                 help="moe: experts per block (default: the size's own; 8 with --layers)")
+    top_k: int | None = option(None, "--top-k", metavar="K",
+                               help="moe: experts the router picks per token (default: the size's own; 2 with --layers)")
+    capacity_factor: float = option(0.0, "--capacity-factor", metavar="F",
+                                    help="moe: each expert takes at most ceil(K x tokens / E x F) tokens per "
+                                         "micro-step and the rest are dropped (DeepSpeed's capacity). Default 0: no "
+                                         "dropping, as Mixtral and Qwen3-MoE train")
+    aux_loss_weight: float | None = option(None, "--aux-loss-weight", metavar="W",
+                                           help="moe: weight of the router's load-balancing loss in the loss "
+                                                "(default: the size's published router_aux_loss_coef; 0: none)")
+    moe_path: str = option("auto", "--moe-path", metavar="{auto,autoep,moe-layer}",
+                           help="moe under --engine deepspeed: autoep = DeepSpeed's AutoEP on the HF model, "
+                                "moe-layer = the HF blocks as deepspeed.moe.layer.MoE with the same weights; auto "
+                                "(default): AutoEP where the installed DeepSpeed and transformers work together, "
+                                "else moe-layer. The record says which ran")
+    """How expert parallelism runs (``ds_bench.engines.expert_parallel.PATHS``)."""
     tiled_mlp: bool = option(False, "--tiled-mlp",
                              help="compute each block's MLP in sequence tiles with DeepSpeed's TiledMLP (ALST), "
                                   "recomputing it in backward: the MLP's activations of one tile, not the sequence")
@@ -223,6 +247,7 @@ class RunConfig:
                  "--checkpoint-offload needs --activation-checkpointing (it moves the checkpointed blocks' inputs)")
         _require(self.sequence_parallel is None or self.sequence_parallel >= 1,
                  f"--sequence-parallel must be a positive integer, got {self.sequence_parallel}")
+        check_moe_flags(self)
         check_compile(self)
         check_timeout("--dist-timeout", self.dist_timeout_s)
         check_timeout("--connect-timeout", self.connect_timeout_s)

@@ -7,7 +7,8 @@ joined; under DeepSpeed ZeRO-3 ``partitioned_build`` is the context the model is
 DeepSpeed's engine surface (``ds_bench.measure.loop`` calls ``engine(...)``, ``backward``, ``step``,
 ``device``; ``save_checkpoint`` / ``load_checkpoint``), so the loop, timing and records are the same
 for all three. ``--tensor-parallel`` hands DeepSpeed an AutoTP config (``ds_bench.engines.tensor_parallel``);
-``--sequence-parallel`` a ``sequence_parallel_size`` and the Ulysses ``mpu`` (``ds_bench.engines.sequence_parallel``).
+``--sequence-parallel`` a ``sequence_parallel_size`` and the Ulysses ``mpu`` (``ds_bench.engines.sequence_parallel``);
+``--workload moe`` DeepSpeed's MoE layers or AutoEP (``ds_bench.engines.expert_parallel``).
 With ``--pipeline-stages`` (``ds_bench.engines.pipeline``) the model is a
 ``PipelineModule`` and DeepSpeed's ``PipelineEngine`` trains a whole step per ``train_batch`` call;
 the loop drives it per step.
@@ -23,6 +24,7 @@ from ds_bench.config.deepspeed import optim
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.layout import ENGINES
 from ds_bench.config.run_checks import check_engine
+from ds_bench.engines.expert_parallel import ExpertParallelPlan
 from ds_bench.engines.pipeline import PipelinePlan
 from ds_bench.engines.pipeline import with_micro_batches
 from ds_bench.engines.sequence_parallel import SequenceParallelPlan
@@ -52,6 +54,8 @@ class EngineChoice:
     """The AutoTP layout (``--tensor-parallel``); None: no tensor parallelism."""
     sequence_parallel: SequenceParallelPlan | None = None
     """The Ulysses layout (``--sequence-parallel``); None: no sequence parallelism."""
+    expert_parallel: ExpertParallelPlan | None = None
+    """The experts' layout (``--workload moe`` under DeepSpeed); None: no MoE layer."""
 
     def describe(self) -> dict:
         """The record's ``engine_plan``: how the config was mapped (None for DeepSpeed: it reads it itself)."""
@@ -67,14 +71,16 @@ class EngineChoice:
 
 def choose(name: str, ds_cfg: dict, default_lr: float, where: str, pipeline: PipelinePlan | None = None,
            tensor_parallel: TensorParallelPlan | None = None,
-           sequence_parallel: SequenceParallelPlan | None = None) -> EngineChoice:
+           sequence_parallel: SequenceParallelPlan | None = None,
+           expert_parallel: ExpertParallelPlan | None = None) -> EngineChoice:
     check_engine(name)
     compute = DTYPES[ds_config.precision_of(ds_cfg)]
     if pipeline is not None:  # the legality table already refused other engines and stages (config.legality)
         pipeline = with_micro_batches(pipeline, ds_cfg)
     if name == "deepspeed":
         return EngineChoice(name, ds_config.zero_stage(ds_cfg), compute, compute, pipeline=pipeline,
-                            tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel)
+                            tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
+                            expert_parallel=expert_parallel)
     settings = torch_settings(name, ds_cfg, default_lr, where)
     return EngineChoice(name, settings.zero_stage, torch.float32, torch.float32, settings)
 

@@ -7,21 +7,24 @@ from __future__ import annotations
 import torch
 
 from ds_bench.config.deepspeed import optim
-from ds_bench.engines import sequence_parallel, tensor_parallel
+from ds_bench.engines import expert_parallel, sequence_parallel, tensor_parallel
 
 
 def initialize(model: torch.nn.Module, ds_cfg: dict, lr: float, mpu=None):
-    """``mpu``: model-parallel groups (Ulysses' ``parallel_state_sp``), or None."""
+    """``mpu``: model-parallel groups (Ulysses' ``parallel_state_sp``), or None. A model with DeepSpeed MoE layers
+    gets its experts' parameters in groups of their own (``expert_parallel.param_groups``)."""
     import deepspeed
 
-    client_optimizer = optim.default_optimizer(ds_cfg, model.parameters(), lr)
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_cfg,
+    params = expert_parallel.param_groups(model) if expert_parallel.moe_blocks(model) else list(model.parameters())
+    client_optimizer = optim.default_optimizer(ds_cfg, params, lr)
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=ds_cfg,
                                            optimizer=client_optimizer, mpu=mpu)
     return engine
 
 
 def config_for(choice, ds_cfg: dict) -> dict:
     """The config ``deepspeed.initialize`` and ``zero.Init`` get for ``choice`` (an ``EngineChoice``): the run's,
-    with its parallel degrees' keys (``tensor_parallel.deepspeed_config``, ``sequence_parallel.deepspeed_config``)."""
-    return sequence_parallel.deepspeed_config(choice.sequence_parallel,
-                                              tensor_parallel.deepspeed_config(choice.tensor_parallel, ds_cfg))
+    with its parallel degrees' keys (``tensor_parallel``, ``sequence_parallel``, ``expert_parallel.deepspeed_config``)."""
+    tp = tensor_parallel.deepspeed_config(choice.tensor_parallel, ds_cfg)
+    return expert_parallel.deepspeed_config(choice.expert_parallel,
+                                            sequence_parallel.deepspeed_config(choice.sequence_parallel, tp))

@@ -11,6 +11,10 @@
   forward and backward both call ``all_to_all_single``. Per micro-step and layer 4 in forward and 4 in
   backward, 4 more with activation checkpointing (``CausalLMWorkload.sequence_parallel_all_to_alls``;
   measured on 2 CPU ranks, tiny Llama, 2 layers: 16 per micro-step).
+- Experts (``--expert-parallel``, ``--workload moe``): DeepSpeed's MoE layer (``deepspeed/moe/sharded_moe.py``) sends
+  tokens to their experts and back through ``_AllToAll``, whose forward and backward call ``all_to_all_single``:
+  per MoE block 2 in forward and 2 in backward, 2 more with activation checkpointing, none at EP = 1
+  (``MoEWorkload.expert_parallel_all_to_alls``; the load balance beside them: ``ds_bench.measure.expert_load``).
 
 How they are taken: the layers reach the collective through their module's ``dist`` (``deepspeed.comm``).
 ``CommTimer`` gives that module, for the run, a stand-in for ``dist`` that passes every call through and puts
@@ -48,6 +52,7 @@ class Timed:
 TIMED = {
     "tensor_parallel": Timed("deepspeed.module_inject.layers", "all_reduce", "tp_all_reduce", "all_reduce"),
     "sequence_parallel": Timed("deepspeed.sequence.layer", "all_to_all_single", "sp_all_to_all", "all_to_all"),
+    "expert_parallel": Timed("deepspeed.moe.sharded_moe", "all_to_all_single", "ep_all_to_all", "all_to_all"),
 }
 """By ``Layout`` degree field: the collectives each layout makes of its own (module docstring)."""
 
@@ -59,7 +64,7 @@ def timer(degree: str, clock) -> CommTimer:
 
 
 def per_step(degree: str, times_s: dict[str, list[float]], step_s: list[float]) -> dict | None:
-    """The record's ``tensor_parallel_comm`` or ``sequence_parallel_comm`` from one rank's timers: ``{what}_ms``,
+    """The record's ``tensor_parallel_comm``, ``sequence_parallel_comm`` or ``expert_parallel_comm`` from one rank's timers: ``{what}_ms``,
     ``calls_per_step`` and ``share_of_step``, medians over the measured steps."""
     t = TIMED[degree]
     if t.timer not in times_s or not step_s:

@@ -96,6 +96,8 @@ class ModelBuild(Block):
     rank_params: int | None = None
     """``--tensor-parallel``: parameters of rank 0's tensor-parallel share after the engine (its AutoTP shards
     plus the layers AutoTP replicates; under ZeRO-3 before partitioning), against the whole model's ``params``."""
+    rank_params_held: dict[str, int] | None = None
+    """``--workload moe`` under DeepSpeed: parameters rank 0 holds, ``experts`` (its E / EP) and ``rest``."""
 
 
 class StartUp(Block):
@@ -158,3 +160,42 @@ class SequenceParallelComm(Block):
     """All-to-alls per step (per layer and micro-step 4 in forward, 4 in backward, 4 more with checkpointing)."""
     share_of_step: float
     """``all_to_all_ms`` over the rank's own step time."""
+
+
+class ExpertParallel(Block):
+    """Mixture-of-experts runs under DeepSpeed: the experts' layout and the router (``ds_bench.engines.expert_parallel``)."""
+
+    path: str
+    """What ran the experts: ``moe-layer`` (``deepspeed.moe.layer.MoE``) or ``autoep`` (DeepSpeed's AutoEP)."""
+    size: int
+    """EP: ranks each block's experts are sharded over."""
+    experts: int
+    local_experts: int
+    """Experts each rank holds (E / EP)."""
+    data_parallel_size: int
+    """Replicas of the non-expert parameters (every rank)."""
+    expert_data_parallel_size: int
+    """Ranks holding (and averaging the gradient of) each expert: world / EP."""
+    top_k: int
+    capacity_factor: float | None = None
+    """None: no token dropping."""
+    drop_tokens: bool
+    aux_loss_weight: float
+
+
+class ExpertParallelComm(Block):
+    """MoE runs: DeepSpeed's MoE all-to-alls on rank 0 (``ds_bench.measure.layout_comm``) and the job's load
+    balance (``ds_bench.measure.expert_load``), over the measured steps."""
+
+    all_to_all_ms: float | None = None
+    """Milliseconds per step in the dispatch and combine all-to-alls, the wait for the slower rank included (median)."""
+    calls_per_step: int | None = None
+    """All-to-alls per step: per MoE block and micro-step 2 in forward, 2 in backward; 0 at EP = 1."""
+    share_of_step: float | None = None
+    load_max_over_mean: float | None = None
+    """Tokens of the busiest expert over the mean, the whole job's per block, the worst block; median over steps
+    (1.0: even)."""
+    load_max_over_mean_worst: float | None = None
+    """The same, the worst measured step."""
+    dropped_share: float | None = None
+    """Routes dropped past an expert's capacity over all routes (0 without ``--capacity-factor``)."""

@@ -14,6 +14,8 @@ from pydantic import Field
 from ds_bench.record.base_schema import Block, Stamped
 from ds_bench.record.run_blocks import (
     Compiled,
+    ExpertParallel,
+    ExpertParallelComm,
     ModelBuild,
     PipelineStage,
     SequenceParallelComm,
@@ -190,6 +192,10 @@ class RunRecord(Stamped):
     """``--sequence-parallel`` (``ds_bench.engines.sequence_parallel``): ranks sharing each sequence; None: none."""
     sequence_parallel_comm: SequenceParallelComm | None = None
     """Sequence-parallel runs: time and count of Ulysses' all-to-alls per step (``ds_bench.measure.layout_comm``)."""
+    expert_parallel: ExpertParallel | None = None
+    """``--workload moe`` under DeepSpeed: the experts' layout and router (``ds_bench.engines.expert_parallel``)."""
+    expert_parallel_comm: ExpertParallelComm | None = None
+    """MoE runs: the all-to-alls per step and the router's load balance (``ds_bench.measure.expert_load``)."""
     memory_options: list[str] | None = None
     """The long-context memory options that ran (``activation_checkpointing``, ``checkpoint_offload``,
     ``tiled_mlp``, ``tiled_loss``: ``ds_bench.engines.tiling``); None: none."""

@@ -39,6 +39,13 @@ micro-batch x T/S tokens x heads x head width each (k and v: max(KV heads, S)); 
 is S bytes moves (S-1)/S x S bus bytes (``sp_all_to_all``, timed at ``ds-bench comm``'s all_to_all busbw over
 all its ranks: an S-rank group inside a node is faster than that across nodes, so the bound is pessimistic there).
 
+With EP-way expert parallelism (``--workload moe``) each rank's gradients are those of the parameters it holds
+(the replicated rest and E/EP experts), and it sends the MoE all-to-alls: per MoE block 2 in forward (dispatch,
+combine) and 2 in backward, 2 more with activation checkpointing (``MoEWorkload.expert_parallel_all_to_alls``,
+counted by ``ds_bench.measure.layout_comm``), each the [E, capacity, hidden] dispatch buffer, capacity the
+busiest expert's tokens (the measured load balance, ``ds_bench.measure.expert_load``) or the capacity limit;
+(EP-1)/EP of it crosses a link (``ep_all_to_all``, at the all_to_all busbw).
+
 The bound takes each collective at the busbw of the comm run's largest message (its best case) and
 counts no latency, no overlap penalty and no offload traffic (PCIe, not the network), so the true
 communication time is at least this. A run is called communication-bound when the bound is at
@@ -56,7 +63,7 @@ from ds_bench.record.schema import CommRecord, parse_record
 
 BOUND_FRACTION = 0.5
 BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
-COLLECTIVE_OF = {"tp_all_reduce": "all_reduce", "sp_all_to_all": "all_to_all"}
+COLLECTIVE_OF = {"tp_all_reduce": "all_reduce", "sp_all_to_all": "all_to_all", "ep_all_to_all": "all_to_all"}
 """The ``ds-bench comm`` collective whose busbw times a layout's own traffic."""
 COMM_DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "half": 2, "bf16": 2, "bfloat16": 2}
 
@@ -152,7 +159,7 @@ def sequence_parallel_bus_bytes(s: int, all_to_all_elements: int, element_bytes:
 def for_run(*, stage: int, precision: str, ds_cfg: dict, params: int, world_size: int, micro_steps: int,
             step_ms: float, hosts: list[str], backend: str, busbw: float | None, comm_results: str,
             tensor_parallel: int = 1, tp_all_reduce_elements: int = 0, sequence_parallel: int = 1,
-            sp_all_to_all_elements: int = 0) -> dict:
+            sp_all_to_all_elements: int = 0, expert_parallel: int = 1, ep_all_to_all_elements: int = 0) -> dict:
     """The ``comm_bound`` entry of a run record: with ``--busbw``, that figure for every collective;
     else the newest comm record of the same ranks in ``comm_results``; else a note saying how to get one."""
     if world_size == 1:
@@ -165,6 +172,9 @@ def for_run(*, stage: int, precision: str, ds_cfg: dict, params: int, world_size
                                                            micro_steps)
     if sequence_parallel > 1:
         moved["sp_all_to_all"] = sequence_parallel_bus_bytes(sequence_parallel, sp_all_to_all_elements,
+                                                             BYTES[precision], micro_steps)
+    if expert_parallel > 1:  # the same arithmetic as Ulysses': (EP-1)/EP of what one rank sends
+        moved["ep_all_to_all"] = sequence_parallel_bus_bytes(expert_parallel, ep_all_to_all_elements,
                                                              BYTES[precision], micro_steps)
     if busbw is not None:
         return judge(moved, {"all_reduce": busbw}, "--busbw", step_ms)

@@ -14,7 +14,7 @@ from ds_bench.cluster import join
 from ds_bench.config import legality, preflight
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_config import RunConfig
-from ds_bench.engines import pipeline, sequence_parallel, tensor_parallel
+from ds_bench.engines import expert_parallel, pipeline, sequence_parallel, tensor_parallel
 from ds_bench.machine import environ, jit_ops
 from ds_bench.measure import checkpoint
 from ds_bench.run.state import Resolved
@@ -46,10 +46,18 @@ def resolve(cfg: RunConfig) -> Resolved:
     micro_batch, accumulation = ds_cfg["train_micro_batch_size_per_gpu"], ds_cfg["gradient_accumulation_steps"]
     preflight.check(cfg, workload, data_world, micro_batch)  # results, data (sharded over data-parallel ranks)
     choice = engines.choose(cfg.engine, ds_cfg, lr, cfg.ds_config, pipeline=pipe, tensor_parallel=tp,
-                            sequence_parallel=sp)
+                            sequence_parallel=sp, expert_parallel=_expert_parallel(cfg, workload, rdzv.info.world_size))
     ckpt = checkpoint.resolve(cfg, rdzv.info.world_size, micro_batch, accumulation)  # --checkpoint, --resume
     optimizer_op = jit_ops.optimizer_op(ds_cfg) if choice.name == "deepspeed" else None
     return Resolved(workload, ds_cfg, choice, rdzv, ckpt, optimizer_op)
+
+
+def _expert_parallel(cfg: RunConfig, workload, world_size: int):
+    """A moe run under DeepSpeed: its experts' layout (EP = 1 without ``--expert-parallel``)."""
+    if workload.router is None or cfg.engine != "deepspeed":
+        return None
+    return expert_parallel.resolve(cfg.expert_parallel or 1, world_size, workload.experts, workload.router,
+                                   cfg.moe_path)
 
 
 def _sequence_parallel(cfg: RunConfig, workload, world_size: int):

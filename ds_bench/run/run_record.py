@@ -89,6 +89,8 @@ def _layout_keys(run: Started) -> dict:
     a tensor- or sequence-parallel run's (tensor_parallel or sequence_parallel, data_parallel_size); the memory
     options that ran."""
     layout = run.engine.pipeline or run.engine.tensor_parallel or run.engine.sequence_parallel
+    experts = run.engine.expert_parallel
     options = [name for name in ("activation_checkpointing", "checkpoint_offload", "tiled_mlp", "tiled_loss")
                if getattr(run.cfg, name)]
-    return {**(layout.describe() if layout is not None else {}), "memory_options": options or None}
+    return {**(layout.describe() if layout is not None else {}), "memory_options": options or None,
+            "expert_parallel": experts.describe() if experts is not None else None}

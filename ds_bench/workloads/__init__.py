@@ -25,6 +25,7 @@ def _registry() -> dict[str, type[Workload]]:
     from ds_bench.workloads.gpt2 import GPT2Workload
     from ds_bench.workloads.llama import LlamaWorkload
     from ds_bench.workloads.mnist import MnistWorkload
+    from ds_bench.workloads.moe import MoEWorkload
     from ds_bench.workloads.resnet import ResNetWorkload
 
     return {
@@ -32,6 +33,7 @@ def _registry() -> dict[str, type[Workload]]:
         ResNetWorkload.name: ResNetWorkload,
         GPT2Workload.name: GPT2Workload,
         LlamaWorkload.name: LlamaWorkload,
+        MoEWorkload.name: MoEWorkload,
     }
 
 

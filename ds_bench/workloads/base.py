@@ -40,6 +40,10 @@ class Workload(ABC):
     ``--tiled-loss``): gpt2 and llama."""
     ulysses: bool = False
     """Whether DeepSpeed-Ulysses' HF wrapper can shard the model's sequence (``--sequence-parallel``): llama."""
+    router = None
+    """A mixture of experts' router settings (``ds_bench.engines.expert_parallel.Router``); None: a dense model."""
+    experts: int | None = None
+    """Experts per MoE block; None: a dense model."""
     convolutions: bool = False
     """Whether ``--channels-last`` applies (ResNet)."""
     partitioned_build: bool = False
@@ -133,6 +137,10 @@ class Workload(ABC):
 
     def sequence_parallel_all_to_all_elements(self, micro_batch: int, size: int) -> int:
         """Elements one rank sends in Ulysses' all-to-alls in one micro-step (``ds_bench.report.comm_bound``)."""
+        return 0
+
+    def expert_parallel_all_to_all_elements(self, micro_batch: int, load_max_over_mean: float = 1.0) -> int:
+        """Elements one rank sends into the MoE all-to-alls per micro-step (``ds_bench.report.comm_bound``)."""
         return 0
 
     @property

@@ -21,6 +21,9 @@ HF's own init is switched off while the model is built (``hf_init_skipped``: it 
 once more, or under ``zero.Init`` write into empty partitions); ``initialize`` then writes every
 parameter, each module's parameters gathered whole around the writes when partitioned (rank 0's values
 kept; every rank draws the same ones). A module with parameters of a kind not listed above is refused.
+Mixture-of-experts models (Mixtral, Qwen3-MoE): the router's weight and the experts' stacked 3-D weights are
+normal(0, ``initializer_range``) as HF draws them; a parameter left on the meta device (experts a rank does not
+hold: ``ds_bench.engines.expert_parallel``) is skipped here and drawn by ``draw`` where it is placed.
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ def initialize(model: nn.Module, seed: int, std_of: Callable[[str], float],
     HF name; ``hf_name``: a module's name in the HF model, given its name in ``model`` (a pipeline stage's)."""
     seen: set[int] = set()
     for name, module in model.named_modules():
-        params = [(n, p) for n, p in module.named_parameters(recurse=False) if id(p) not in seen]
+        params = [(n, p) for n, p in module.named_parameters(recurse=False) if id(p) not in seen and not p.is_meta]
         if not params:
             continue
         seen.update(id(p) for _, p in params)
@@ -88,12 +91,24 @@ def _init_parameter(module: nn.Module, param_name: str, param: torch.Tensor, key
         param.fill_(1.0 if param_name == "weight" else 0.0)
     elif param_name == "bias" and isinstance(module, (nn.Linear, Conv1D)):
         param.zero_()
-    elif param_name == "weight" and isinstance(module, (nn.Linear, Conv1D, nn.Embedding)):
+    elif param_name == "weight" and isinstance(module, (nn.Linear, Conv1D, nn.Embedding)) or _is_routed(module):
         param.copy_(_normal(param.shape, std, key))
         if isinstance(module, nn.Embedding) and module.padding_idx is not None:
             param[module.padding_idx].zero_()
     else:
         raise TypeError(f"no initialisation rule for {type(module).__name__}.{param_name} ({key})")
+
+
+def draw(seed: int, hf_name: str, shape: torch.Size, std: float) -> torch.Tensor:
+    """The values ``initialize`` gives the parameter ``hf_name`` (module name and parameter, in the HF model) of
+    ``shape``, drawn whole."""
+    return _normal(shape, std, f"{seed}:{hf_name}")
+
+
+def _is_routed(module: nn.Module) -> bool:
+    """An MoE router or stacked experts by class name (``MixtralTopKRouter``, ``Qwen3MoeExperts``): every weight
+    normal(0, std), as HF's ``_init_weights``."""
+    return type(module).__name__.endswith(("TopKRouter", "Experts"))
 
 
 def _is_norm(module: nn.Module) -> bool:

@@ -220,7 +220,8 @@ def expected_type(p: inspect.Parameter) -> tuple[str, Any] | None:
 
 
 def default_optimizer(cfg: dict, params, lr: float):
-    """The client optimizer for ``deepspeed.initialize``: None when the config names one."""
+    """The client optimizer for ``deepspeed.initialize``: None when the config names one. ``params``: tensors, or
+    parameter groups (dicts with ``params``)."""
     if "optimizer" in cfg:
         return None
     if offloads_optimizer(cfg):
@@ -230,7 +231,8 @@ def default_optimizer(cfg: dict, params, lr: float):
     import torch
 
     params = list(params)
-    return torch.optim.AdamW(params, lr=lr, fused=_fusable(params))
+    flat = [p for group in params for p in group["params"]] if params and isinstance(params[0], dict) else params
+    return torch.optim.AdamW(params, lr=lr, fused=_fusable(flat))
 
 
 FUSED_DEVICES = ("cpu", "cuda", "xpu", "mps")

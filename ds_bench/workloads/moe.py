@@ -1,0 +1,175 @@
+"""Mixture-of-experts causal-LM training: HuggingFace ``MixtralForCausalLM`` (or ``Qwen3MoeForCausalLM`` for the
+Qwen3 sizes) built from config at the published shapes (``--size``: tiny, mixtral-8x7b, mixtral-8x22b,
+qwen3-30b-a3b; the table, its sources and the total / active parameter and FLOPs formulas are
+``ds_bench.workloads.moe_shapes``) or a custom ``--layers L --hidden H --heads A`` with ``--experts E --top-k K``,
+from scratch (HF's init per parameter from (seed, name): ``ds_bench.workloads.hf_init``).
+
+Under ``--engine deepspeed`` the sparse blocks run as DeepSpeed's MoE layer with the same weights, sharded over
+``--expert-parallel`` ranks (``ds_bench.engines.expert_parallel``: the paths, the router, what EP = 1 costs);
+DDP and FSDP train HF's own blocks, HF adding its router loss. ``--seq-len``, ``--attn``,
+``--activation-checkpointing`` and ``--data`` as llama (``ds_bench.workloads.causal_lm``).
+Model FLOPs: ``moe_shapes.flops_per_token`` (6 N_active + 12 L H Q T).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ds_bench.data import text
+from ds_bench.engines import expert_parallel
+from ds_bench.errors import UserError
+from ds_bench.workloads import hf_init, moe_shapes
+from ds_bench.workloads.causal_lm import DEFAULT_ATTENTION, CausalLMWorkload, enable_checkpointing
+from ds_bench.workloads.gpt2_shapes import check_custom_shape
+from ds_bench.workloads.llama import MIN_POSITIONS
+
+DEFAULT_EXPERTS, DEFAULT_TOP_K = 8, 2
+"""A custom shape's router without ``--experts`` / ``--top-k``: Mixtral's."""
+
+
+class MoEWorkload(CausalLMWorkload):
+    name = "moe"
+    sizes = tuple(moe_shapes.SHAPES)
+    default_size = "mixtral-8x7b"
+    default_lr = 3e-4
+    preload = ("transformers.models.mixtral.modeling_mixtral", "deepspeed.moe.layer")
+    long_context = False
+    custom_shapes = True
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.seq_len = cfg.seq_len
+        custom = check_custom_shape(cfg.layers, cfg.hidden, cfg.heads)
+        if cfg.model_path is not None:
+            raise UserError("--model with --workload moe: pretrained MoE weights are not loaded yet; use --size or "
+                            "--layers/--hidden/--heads")
+        if custom and cfg.size is not None:
+            raise UserError("--layers/--hidden/--heads give the shape: not with --size")
+        if custom:
+            self.shape = moe_shapes.custom_shape(cfg.layers, cfg.hidden, cfg.heads, cfg.experts or DEFAULT_EXPERTS,
+                                                 cfg.top_k or DEFAULT_TOP_K)
+            self.size = moe_shapes.custom_label(self.shape)
+        else:
+            self.shape = moe_shapes.with_router(moe_shapes.SHAPES[self.size], cfg.experts, cfg.top_k)
+        if self.shape.top_k > self.shape.experts:
+            raise UserError(f"--top-k {self.shape.top_k} is above the model's {self.shape.experts} experts")
+        self.experts = self.shape.experts
+        self.aux_loss_weight = self.shape.aux_loss_weight if cfg.aux_loss_weight is None else cfg.aux_loss_weight
+        self.router = expert_parallel.Router(self.shape.top_k, cfg.capacity_factor, self.aux_loss_weight)
+        self.config = moe_config(self.shape, cfg.seq_len, native_aux_loss=cfg.engine != "deepspeed" and
+                                 self.aux_loss_weight > 0, aux_loss_weight=self.aux_loss_weight)
+        self.config._attn_implementation = cfg.attn or DEFAULT_ATTENTION
+        self.files = None if cfg.data == "synthetic" else text.find_text_files(cfg.data)
+
+    @property
+    def hidden_size(self) -> int:
+        return self.shape.hidden
+
+    @property
+    def attention_shape(self) -> tuple[int, int, int, int]:
+        return self.shape.n_layer, self.shape.heads, self.shape.kv_heads, self.shape.head_dim
+
+    def expert_parallel_all_to_alls(self) -> int:
+        """DeepSpeed's MoE all-to-alls per micro-step at EP > 1 (``ds_bench.measure.layout_comm`` counts them): per
+        MoE block 2 in forward (dispatch to the experts, combine back) and 2 in backward (their gradients), 2
+        more with activation checkpointing (the forward, recomputed); none at EP = 1 (deepspeed 0.19.8 skips them)."""
+        return (4 + (2 if self.cfg.activation_checkpointing else 0)) * self.shape.n_layer
+
+    def expert_parallel_all_to_all_elements(self, micro_batch: int, load_max_over_mean: float = 1.0) -> int:
+        """Elements one rank sends into the MoE all-to-alls per micro-step: each carries the [E, capacity, hidden]
+        dispatch buffer, capacity = the most tokens any expert got (no dropping; ``load_max_over_mean`` x the mean
+        k x tokens / E) or the capacity limit; (EP-1)/EP of it leaves the rank."""
+        tokens = micro_batch * self.seq_len
+        capacity = self.router.capacity(tokens, self.shape.experts)
+        if capacity is None:
+            capacity = load_max_over_mean * self.shape.top_k * tokens / self.shape.experts
+        return int(self.expert_parallel_all_to_alls() * self.shape.experts * capacity * self.shape.hidden)
+
+    placed: tuple | None = None
+    """(``ExpertParallelPlan``, rank) once ``place_experts`` was called: ``build_model`` builds DeepSpeed MoE layers."""
+
+    def place_experts(self, plan: expert_parallel.ExpertParallelPlan, rank: int) -> None:
+        """Build the model with DeepSpeed's MoE layers holding this rank's experts (``--moe-path moe-layer``)."""
+        self.placed = plan, rank
+
+    def build_model(self) -> nn.Module:
+        """HF's model (``CausalLMWorkload.build_model``), or with the experts placed: the HF model built with its
+        stacked experts on the meta device, every other weight drawn as always, then each sparse block replaced by a
+        ``MoEBlock`` whose experts are this rank's slice of the same draws (``hf_init.draw``): the weights an EP = 1
+        or a DDP run starts from, and no rank ever allocates experts it does not hold."""
+        if self.placed is None:
+            return super().build_model()
+        plan, rank = self.placed
+        std = self.weight_std()
+        with hf_init.hf_init_skipped(), expert_parallel.experts_on_meta(self.experts_class()):
+            model = self.model_class()(self.config)
+        hf_init.initialize(model, self.cfg.seed, std)
+        expert_parallel.to_moe_layers(model, plan, rank,
+                                      lambda name, shape: hf_init.draw(self.cfg.seed, name, shape, std(name.rpartition('.')[0])))
+        model.loss_type = "ForCausalLM"
+        if self.cfg.activation_checkpointing:
+            enable_checkpointing(model)
+        return model
+
+    def experts_class(self) -> type:
+        if self.shape.arch == "qwen3_moe":
+            from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
+
+            return Qwen3MoeExperts
+        from transformers.models.mixtral.modeling_mixtral import MixtralExperts
+
+        return MixtralExperts
+
+    def weight_std(self):
+        """HF Mixtral's and Qwen3-MoE's: ``initializer_range`` (0.02) for every weight, the experts' included."""
+        return hf_init.constant_std(self.config.initializer_range)
+
+    def model_class(self):
+        if self.shape.arch == "qwen3_moe":
+            from transformers import Qwen3MoeForCausalLM
+
+            return Qwen3MoeForCausalLM
+        from transformers import MixtralForCausalLM
+
+        return MixtralForCausalLM
+
+    def loss(self, model: nn.Module, batch) -> torch.Tensor:
+        """The causal-LM loss, + the aux-loss weight x the MoE layers' mean load-balancing loss (DeepSpeed's MoE
+        layer; HF's own blocks add HF's router loss themselves)."""
+        loss = super().loss(model, batch)
+        aux = expert_parallel.aux_loss(model, self.aux_loss_weight)
+        return loss if aux is None else loss + aux
+
+    def model_flops_per_sample(self, model: nn.Module) -> float:
+        """seq_len x ``moe_shapes.flops_per_token``: 6 N_active + 12 L H Q T (model FLOPs, no recomputation)."""
+        return self.seq_len * moe_shapes.flops_per_token(self.shape, self.seq_len)
+
+    def hardware_flops_per_sample(self, model: nn.Module) -> float:
+        if not self.cfg.activation_checkpointing:
+            return self.model_flops_per_sample(model)
+        return self.seq_len * moe_shapes.hardware_flops_per_token(self.shape, self.seq_len)
+
+    def model_settings(self, model: nn.Module) -> dict[str, str]:
+        return {"attn_implementation": self.config._attn_implementation, "activation_function": self.config.hidden_act,
+                "tokenizer": self.tokenizer_source}
+
+
+def moe_config(shape: moe_shapes.MoEShape, seq_len: int, native_aux_loss: bool = False, aux_loss_weight: float = 0.0):
+    """A from-scratch ``MixtralConfig`` / ``Qwen3MoeConfig`` of ``shape``: no dropout, no KV cache, no router
+    jitter; HF's own router loss only where HF's blocks train (``native_aux_loss``)."""
+    common = dict(vocab_size=shape.vocab, hidden_size=shape.hidden, num_hidden_layers=shape.n_layer,
+                  num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim,
+                  num_experts_per_tok=shape.top_k, max_position_embeddings=max(MIN_POSITIONS, seq_len),
+                  rms_norm_eps=shape.rms_norm_eps, tie_word_embeddings=False, attention_dropout=0.0, use_cache=False,
+                  output_router_logits=native_aux_loss, router_aux_loss_coef=aux_loss_weight,
+                  rope_parameters={"rope_type": "default", "rope_theta": moe_shapes.ROPE_THETA})
+    if shape.arch == "qwen3_moe":
+        from transformers import Qwen3MoeConfig
+
+        return Qwen3MoeConfig(moe_intermediate_size=shape.expert_intermediate, num_experts=shape.experts,
+                              norm_topk_prob=True, decoder_sparse_step=1, **common)
+    from transformers import MixtralConfig
+
+    return MixtralConfig(intermediate_size=shape.expert_intermediate, num_local_experts=shape.experts,
+                         router_jitter_noise=0.0, **common)
