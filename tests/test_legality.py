@@ -32,8 +32,8 @@ BASE = json.loads((REPO / "ds_configs" / "zero1.json").read_text())
 
 def workload(layout: Layout) -> list[str]:
     """A workload whose model every rule's example can name (AutoTP and Ulysses shard llama, the pipeline is
-    gpt2's)."""
-    name = "llama" if layout.tensor_parallel > 1 or layout.sequence_parallel > 1 else "gpt2"
+    gpt2's, experts are moe's)."""
+    name = "moe" if layout.expert_parallel > 1 else "llama" if layout.tensor_parallel > 1 or layout.sequence_parallel > 1 else "gpt2"
     return ["--workload", name, "--size", "tiny", "--seq-len", "32"]
 
 

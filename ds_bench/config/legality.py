@@ -71,7 +71,7 @@ def _sp(l: Layout, w: Where) -> bool:
 
 def _ep(l: Layout, w: Where) -> bool:
     """Expert parallelism's engine in use: EP > 1, or a moe run under DeepSpeed (its MoE layer even at EP = 1)."""
-    return l.expert_parallel > 1 or "expert_parallel" in w.engaged
+    return l.expert_parallel > 1 or ("expert_parallel" in w.engaged and l.engine == "deepspeed")
 
 
 def _tiled(l: Layout) -> bool:
@@ -287,9 +287,9 @@ MOE_WORKLOAD = "moe"
 
 
 def moe_engaged(flags) -> frozenset[str]:
-    """A moe run under DeepSpeed uses the expert-parallel engine (DeepSpeed's MoE layer) even at EP = 1."""
-    moe = getattr(flags, "workload", None) == MOE_WORKLOAD and getattr(flags, "engine", "deepspeed") == "deepspeed"
-    return frozenset({"expert_parallel"}) if moe else frozenset()
+    """A moe run (or study) engages the expert-parallel engine even at EP = 1: DeepSpeed's MoE layer, for its
+    DeepSpeed layouts (``_ep``)."""
+    return frozenset({"expert_parallel"}) if getattr(flags, "workload", None) == MOE_WORKLOAD else frozenset()
 
 
 def run_options(flags) -> frozenset[str]:

@@ -62,7 +62,7 @@ def study_where(spec, world_size: int) -> Where:
     from ds_bench.config.run_flags import parse_run_tail
 
     flags, _ = parse_run_tail(["--workload", spec.workload, "--ds-config", "-"], list(spec.run_args))
-    return Where(world_size, spec.device_type, legality.run_options(flags))
+    return Where(world_size, spec.device_type, legality.run_options(flags), legality.moe_engaged(flags))
 
 
 def skip_reason(point: Layout, where: Where) -> str | None:
