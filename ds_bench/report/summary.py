@@ -96,6 +96,7 @@ def one_run(record: RunRecord, results_path: str) -> str:
         t = record.sequence_parallel_comm
         lines.append(f"  sp comm      {t.all_to_all_ms:.1f} ms per step in Ulysses' all-to-alls ({t.share_of_step:.1%} of "
                      f"rank 0's step), {t.calls_per_step} all-to-alls per step")
+    lines += expert_lines(record)
     if record.memory_options:
         lines.append(f"  memory       {', '.join(o.replace('_', ' ') for o in record.memory_options)}")
     if record.startup is not None and record.startup.total_s is not None:
@@ -198,3 +199,20 @@ def startup_line(s) -> str:
               ("other", s.other_s)]
     return f"{s.total_s:.1f} s to the first measured step: " + ", ".join(
         f"{name} {value:.2f}" for name, value in phases if value is not None)
+
+
+def expert_lines(record: RunRecord) -> list[str]:
+    """A moe run's experts: layout, router, all-to-alls and load balance (``ds_bench.measure.expert_load``)."""
+    e, c = record.expert_parallel, record.expert_parallel_comm
+    if e is None:
+        return []
+    router = f"top-{e.top_k}, " + (f"capacity factor {e.capacity_factor:g}" if e.drop_tokens else "no dropping")
+    line = (f"  experts      ep{e.size}: {e.local_experts} of {e.experts} experts per rank ({e.path}), {router}, "
+            f"aux loss x{e.aux_loss_weight:g}")
+    if c is None:
+        return [line]
+    comm = (f"{c.all_to_all_ms:.1f} ms per step in the all-to-alls ({c.share_of_step:.1%} of rank 0's step), "
+            f"{c.calls_per_step} per step" if c.calls_per_step else "no all-to-all (EP = 1)")
+    load = (f"; load max/mean {c.load_max_over_mean:.2f} (worst step {c.load_max_over_mean_worst:.2f}), "
+            f"{c.dropped_share:.1%} of routes dropped" if c.load_max_over_mean is not None else "")
+    return [line, f"  moe comm     {comm}{load}"]
