@@ -119,8 +119,9 @@ MOE_WORKLOAD = "moe"
 
 def moe_engaged(flags) -> frozenset[str]:
     """A moe run (or study) engages the expert-parallel engine even at EP = 1: DeepSpeed's MoE layer, for its
-    DeepSpeed layouts (``_ep``)."""
-    return frozenset({"expert_parallel"}) if getattr(flags, "workload", None) == MOE_WORKLOAD else frozenset()
+    DeepSpeed layouts (``_ep``); not with ``--moe-path hf`` (HF's own blocks)."""
+    moe = getattr(flags, "workload", None) == MOE_WORKLOAD and getattr(flags, "moe_path", "auto") != "hf"
+    return frozenset({"expert_parallel"}) if moe else frozenset()
 
 
 def run_options(flags) -> frozenset[str]:

@@ -88,7 +88,7 @@ def _require(ok: bool, message: str) -> None:
         raise UserError(message)
 
 
-MOE_PATHS = ("auto", "autoep", "moe-layer")
+MOE_PATHS = ("auto", "autoep", "moe-layer", "hf")
 """``--moe-path`` (``ds_bench.engines.expert_parallel.PATHS``)."""
 
 

@@ -181,9 +181,11 @@ class RunConfig:
     aux_loss_weight: float | None = option(None, "--aux-loss-weight", metavar="W",
                                            help="moe: weight of the router's load-balancing loss in the loss "
                                                 "(default: the size's published router_aux_loss_coef; 0: none)")
-    moe_path: str = option("auto", "--moe-path", metavar="{auto,autoep,moe-layer}",
+    moe_path: str = option("auto", "--moe-path", metavar="{auto,autoep,moe-layer,hf}",
                            help="moe under --engine deepspeed: autoep = DeepSpeed's AutoEP on the HF model, "
-                                "moe-layer = the HF blocks as deepspeed.moe.layer.MoE with the same weights; auto "
+                                "moe-layer = the HF blocks as deepspeed.moe.layer.MoE with the same weights, hf = "
+                                "HF's own blocks (no expert parallelism: what EP=1 costs is moe-layer's time against "
+                                "this); auto "
                                 "(default): AutoEP where the installed DeepSpeed and transformers work together, "
                                 "else moe-layer. The record says which ran")
     """How expert parallelism runs (``ds_bench.engines.expert_parallel.PATHS``)."""

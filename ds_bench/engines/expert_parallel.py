@@ -17,7 +17,8 @@ Paths (``PATHS``; the record's ``expert_parallel.path``):
   k >= 2 (softmax over the experts, the k largest, their weights renormalised to 1; ``top2_2nd_expert_sampling``
   off, no noise), so at EP = 1 the model gives HF's logits (``tests/test_moe.py``). Its top-1 gate weighs
   the expert's output by its probability, where Mixtral's weight is 1: top-k 1 is refused on this path.
-- ``hf``: DDP and FSDP train HF's own blocks (no expert parallelism).
+- ``hf``: HF's own blocks (``--moe-path hf``; DDP and FSDP always): every expert on every rank, no expert
+  parallelism, no capacity padding; what DeepSpeed's MoE layer costs at EP = 1 is its time against this.
 
 Router settings (``Router``): top-k, capacity factor (0: no token dropping, every expert takes what it is
 sent, as Mixtral and Qwen3-MoE train; > 0: each expert takes at most ceil(k x tokens / E x factor) and drops the
@@ -39,7 +40,7 @@ from torch import nn
 from ds_bench.errors import UserError
 
 MOE_LAYER, AUTOEP, HF_BLOCKS = "moe-layer", "autoep", "hf"
-PATHS = ("auto", AUTOEP, MOE_LAYER)
+PATHS = ("auto", AUTOEP, MOE_LAYER, HF_BLOCKS)
 """``--moe-path``: auto (AutoEP where it works with the installed transformers, else moe-layer), or one of them."""
 
 
@@ -107,6 +108,9 @@ def resolve(size: int, world_size: int, experts: int, router: Router, requested_
     if router.top_k > experts:
         raise UserError(f"--top-k {router.top_k} is above the model's {experts} experts")
     path = choose_path(requested_path)
+    if path == HF_BLOCKS and size > 1:
+        raise UserError(f"--moe-path hf with --expert-parallel {size}: HF's own blocks hold every expert on every "
+                        "rank; use --moe-path moe-layer")
     if path == MOE_LAYER and router.top_k < 2:
         raise UserError("--top-k 1 with DeepSpeed's MoE layer: its top-1 gate weighs an expert's output by the "
                         "gate probability, Mixtral's by 1 (renormalised), so the model would not be Mixtral; use "

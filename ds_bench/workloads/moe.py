@@ -57,8 +57,9 @@ class MoEWorkload(CausalLMWorkload):
         self.experts = self.shape.experts
         self.aux_loss_weight = self.shape.aux_loss_weight if cfg.aux_loss_weight is None else cfg.aux_loss_weight
         self.router = expert_parallel.Router(self.shape.top_k, cfg.capacity_factor, self.aux_loss_weight)
-        self.config = moe_config(self.shape, cfg.seq_len, native_aux_loss=cfg.engine != "deepspeed" and
-                                 self.aux_loss_weight > 0, aux_loss_weight=self.aux_loss_weight)
+        own_blocks = cfg.engine != "deepspeed" or cfg.moe_path == expert_parallel.HF_BLOCKS
+        self.config = moe_config(self.shape, cfg.seq_len, native_aux_loss=own_blocks and self.aux_loss_weight > 0,
+                                 aux_loss_weight=self.aux_loss_weight)
         self.config._attn_implementation = cfg.attn or DEFAULT_ATTENTION
         self.files = None if cfg.data == "synthetic" else text.find_text_files(cfg.data)
 
