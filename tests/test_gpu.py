@@ -94,3 +94,23 @@ def test_checkpoint_offload_and_tiling_on_one_gpu_keep_the_losses_and_lower_the_
     for a, b in zip(plain["metrics"]["loss_curve"], alst["metrics"]["loss_curve"]):
         assert b == pytest.approx(a, rel=1e-2)
     assert alst["metrics"]["peak_mem_bytes"] < plain["metrics"]["peak_mem_bytes"]
+
+
+def test_moe_layer_on_one_gpu_against_hf_blocks(tmp_path):
+    """A Mixtral-shaped model (8 experts, top-2), bf16 ZeRO-2, on one GPU: DeepSpeed's MoE layer at EP=1 and HF's
+    own blocks, tokens/s side by side (what the MoE layer costs at EP=1), the router's load balance recorded, and
+    model FLOPs from the active parameters (an MFU)."""
+    base = ["run", "--workload", "moe", "--layers", "8", "--hidden", "1024", "--heads", "8", "--experts", "8",
+            "--top-k", "2", "--seq-len", "2048", "--micro-batch", "4", "--ds-config", "ds_configs/zero2.json",
+            "--steps", "12", "--warmup", "4"]
+    out = {}
+    for path in ("moe-layer", "hf"):
+        results = tmp_path / f"{path}.jsonl"
+        proc = ds_bench(*base, "--moe-path", path, "--results", str(results))
+        assert proc.returncode == 0, explain(proc)
+        out[path] = records(results)[0]
+    print({k: (r["metrics"]["tokens_per_s"], r["metrics"]["peak_mem_bytes"] / 2**30) for k, r in out.items()})
+    layer = out["moe-layer"]
+    assert layer["expert_parallel"]["path"] == "moe-layer" and out["hf"]["expert_parallel"]["path"] == "hf"
+    assert layer["expert_parallel_comm"]["load_max_over_mean"] >= 1.0
+    _check_mfu(layer)

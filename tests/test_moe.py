@@ -70,7 +70,12 @@ def test_the_all_to_alls_are_counted_where_the_moe_layer_makes_them(ep_runs):
     assert comm2["calls_per_step"] == 4 * blocks * ACCUMULATION
     assert comm2["all_to_all_ms"] > 0 and 0 < comm2["share_of_step"] < 1
     assert (comm1["calls_per_step"], comm1["all_to_all_ms"]) == (0, 0.0)
-    assert two["comm_bound"]["bus_bytes_per_step"]["ep_all_to_all"] > 0
+    # the verdict's bytes are the timer's calls, each the [E, capacity, hidden] fp32 buffer, half of it leaving the rank
+    shape, tokens = moe_shapes.SHAPES["tiny"], 2 * 64
+    capacity = comm2["load_max_over_mean"] * shape.top_k * tokens / shape.experts
+    per_call = shape.experts * capacity * shape.hidden * 4
+    assert two["comm_bound"]["bus_bytes_per_step"]["ep_all_to_all"] == pytest.approx(
+        0.5 * comm2["calls_per_step"] * per_call, rel=1e-3)
     assert "ep_all_to_all" not in one["comm_bound"]["bus_bytes_per_step"]
     assert f"{comm2['calls_per_step']} per step" in summary and "experts      ep2: 2 of 4 experts per rank" in summary
 
@@ -92,3 +97,35 @@ def test_a_moe_flag_on_a_dense_workload_is_one_line():
                     "--ds-config", "ds_configs/zero1.json", "--expert-parallel", "2"], timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "--expert-parallel: workload llama has no experts (moe has)" in proc.stderr
+
+
+def test_autoep_is_asked_for_only_where_it_runs(monkeypatch):
+    """auto takes AutoEP where DeepSpeed and transformers agree and hands DeepSpeed its section; the MoE layer
+    otherwise; AutoEP asked for where they disagree is one line naming both versions."""
+    from ds_bench.engines import expert_parallel as ep
+    from ds_bench.errors import UserError
+
+    router = ep.Router(2)
+    monkeypatch.setattr(ep, "autoep_mismatch", lambda: None)
+    plan = ep.resolve(2, 4, 8, router, "auto")
+    assert plan.path == ep.AUTOEP
+    assert ep.deepspeed_config(plan, {"a": 1}, "mixtral") == {
+        "a": 1, "expert_parallel": {"enabled": True, "autoep_size": 2, "preset_model": "mixtral"}}
+    monkeypatch.setattr(ep, "autoep_mismatch", lambda: "deepspeed X's AutoEP presets ... transformers Y")
+    plan = ep.resolve(2, 4, 8, router, "auto")
+    assert plan.path == ep.MOE_LAYER and ep.deepspeed_config(plan, {"a": 1}) == {"a": 1}
+    with pytest.raises(UserError, match="--moe-path autoep: deepspeed X.*transformers Y"):
+        ep.resolve(2, 4, 8, router, "autoep")
+
+
+def test_this_deepspeed_and_transformers_do_not_run_autoep():
+    """Measured before filing (ENVIRONMENT.md): deepspeed 0.19.8's AutoEP fails with transformers 5.24's output
+    recorder registry; the check says so, naming both versions."""
+    import deepspeed
+    import transformers
+
+    from ds_bench.engines import expert_parallel as ep
+
+    said = ep.autoep_mismatch()
+    if (deepspeed.__version__, transformers.__version__) == ("0.19.8", "5.24.0"):
+        assert said and "deepspeed 0.19.8" in said and "transformers 5.24.0" in said
