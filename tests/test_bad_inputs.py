@@ -245,6 +245,51 @@ CASES["--iface missing"] = Case(run("--iface", "nosuch0"), r"interface 'nosuch0'
 CASES["unknown flag"] = Case(run("--stepz", "3"), r"unrecognized arguments: --stepz 3")
 CASES["-- after run"] = Case(run("--", "--steps", "3"), r"arguments after '--' are not used here")
 
+# --- mixture of experts: the flags' values and the model's experts (the layouts they make are the legality
+# table's, walked in tests/test_legality.py: EP against the world, DDP/FSDP, AutoTP, a pipeline, Ulysses, ZeRO 0/3)
+MOE = ("--workload", "moe", "--size", "tiny", "--seq-len", "32", "--ds-config", "ds_configs/zero1.json")
+FOUR_RANKS = {**THREE_RANKS, "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"}
+"""Rank 0 of 4: EP=4 divides the world, so what the model's experts say is reached."""
+CASES["--expert-parallel 0"] = Case(run(*MOE, "--expert-parallel", "0"), r"--expert-parallel must be a positive integer, got 0$")
+CASES["--expert-parallel non-numeric"] = Case(run(*MOE, "--expert-parallel", "two"),
+                                              r"argument --expert-parallel: invalid int value: 'two'$")
+CASES["--expert-parallel not dividing the experts"] = Case(
+    run(*MOE, "--experts", "6", "--expert-parallel", "4"),
+    r"--expert-parallel 4 does not divide the model's 6 experts: every rank of a group holds an equal share$",
+    env=FOUR_RANKS)
+CASES["--experts 0"] = Case(run(*MOE, "--experts", "0"), r"--experts must be a positive integer, got 0$")
+CASES["--top-k 0"] = Case(run(*MOE, "--top-k", "0"), r"--top-k must be a positive integer, got 0$")
+CASES["--top-k above the experts"] = Case(run(*MOE, "--top-k", "5"), r"--top-k 5 is above the model's 4 experts$")
+CASES["--top-k above --experts"] = Case(run(*MOE, "--experts", "2", "--top-k", "3"), r"--top-k 3 is above the model's 2 experts$")
+CASES["--top-k 1 on the MoE layer"] = Case(run(*MOE, "--top-k", "1"),
+                                           r"--top-k 1 with DeepSpeed's MoE layer: its top-1 gate weighs an expert's output "
+                                           r"by the gate probability, Mixtral's by 1 \(renormalised\), so the model would "
+                                           r"not be Mixtral; use --top-k 2 or more$")
+CASES["--moe-path unknown"] = Case(run(*MOE, "--moe-path", "tutel"), r"--moe-path 'tutel': expected auto, autoep, moe-layer$")
+CASES["--capacity-factor negative"] = Case(run(*MOE, "--capacity-factor", "-1"),
+                                           r"--capacity-factor must be a finite number >= 0 \(0: no token dropping\), got -1\.0$")
+CASES["--capacity-factor inf"] = Case(run(*MOE, "--capacity-factor", "inf"), r"--capacity-factor must be a finite .*got inf$")
+CASES["--capacity-factor non-numeric"] = Case(run(*MOE, "--capacity-factor", "big"),
+                                              r"argument --capacity-factor: invalid float value: 'big'$")
+CASES["--aux-loss-weight nan"] = Case(run(*MOE, "--aux-loss-weight", "nan"), r"--aux-loss-weight must be a finite number >= 0, got nan$")
+CASES["--aux-loss-weight negative"] = Case(run(*MOE, "--aux-loss-weight", "-0.1"),
+                                           r"--aux-loss-weight must be a finite number >= 0, got -0\.1$")
+CASES["--capacity-factor with DDP"] = Case(run(*MOE, "--engine", "ddp", "--capacity-factor", "1.0"),
+                                           r"--capacity-factor with --engine ddp: HF's own MoE blocks, which DDP and FSDP "
+                                           r"train, drop no tokens; the capacity is DeepSpeed's MoE layer's")
+CASES["--moe-path with FSDP"] = Case(run(*MOE, "--engine", "fsdp", "--set", "zero_optimization.stage=3",
+                                         "--moe-path", "moe-layer"),
+                                     r"--moe-path moe-layer with --engine fsdp: DDP and FSDP train HF's own MoE blocks")
+CASES["--expert-parallel on gpt2"] = Case(run("--workload", "gpt2", "--size", "tiny", "--expert-parallel", "2"),
+                                          r"--expert-parallel: workload gpt2 has no experts \(moe has\)$")
+CASES["moe flags on llama"] = Case(run("--workload", "llama", "--size", "tiny", "--top-k", "2", "--capacity-factor", "1"),
+                                   r"--top-k/--capacity-factor: workload llama has no experts \(moe has\)$")
+CASES["moe --model"] = Case(run("--workload", "moe", "--model", "{tmp}"), r"--model with --workload moe: pretrained MoE "
+                                                                          r"weights are not loaded yet")
+CASES["moe custom shape with --size"] = Case(run(*MOE, "--layers", "2", "--hidden", "64", "--heads", "4"),
+                                             r"--layers/--hidden/--heads give the shape: not with --size$")
+CASES["moe --tiled-mlp"] = Case(run(*MOE, "--tiled-mlp"), r"--tiled-mlp with --workload moe: not measured yet")
+
 # --- checkpoints (the folder they name, {tmp}/ckpt, must not be created) -----------------------------
 CKPT = ("--checkpoint", "{tmp}/ckpt")
 CASES["--checkpoint-every 0"] = Case(run(*CKPT, "--checkpoint-every", "0"), r"--checkpoint-every must be a positive integer, got 0")
@@ -720,3 +765,22 @@ def test_bad_input(name, tmp_path, capsys, no_side_effects, monkeypatch):
     assert "Traceback" not in err and PASSED not in err, err
     assert re.search(case.pattern, errors[0]), errors[0]
     assert not (tmp_path / "r.jsonl").exists() and not (tmp_path / "ckpt").exists()
+
+
+def test_autoep_names_the_versions_that_fail_together(tmp_path, capsys, no_side_effects):
+    """``--moe-path autoep`` where the installed DeepSpeed's AutoEP presets and transformers do not work together
+    (deepspeed 0.19.8 with transformers 5.x): refused before joining, naming both installed versions."""
+    from importlib.metadata import version
+
+    from ds_bench.engines import expert_parallel
+
+    if expert_parallel.autoep_mismatch() is None:
+        pytest.skip("AutoEP works with the installed DeepSpeed and transformers: a real autoep run should test it")
+    code = cli.main(run(*MOE, "--moe-path", "autoep")(tmp_path))
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("ds-bench: error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in err and PASSED not in err, err
+    assert errors[0].startswith("ds-bench: error: --moe-path autoep: ")
+    assert f"deepspeed {version('deepspeed')}'s AutoEP" in errors[0] and f"transformers {version('transformers')}" in errors[0]
+    assert errors[0].endswith("use --moe-path moe-layer (or auto)")
+    assert not (tmp_path / "r.jsonl").exists()

@@ -8,7 +8,8 @@
   ends the process at once;
 - a rank that stops making progress (SIGSTOP): the step watchdog of the other rank dumps every
   thread's stack and records ``no step finished in N s``;
-- a rank killed and a stage stopped in a 2-stage pipeline (each stage waits on the other in every step).
+- a rank killed and a stage stopped in a 2-stage pipeline (each stage waits on the other in every step);
+- a rank killed under AutoTP, Ulysses and expert parallelism (each layer's collectives wait on the other rank).
 Pure parts (messages, /proc states) are tested on inline inputs.
 """
 
@@ -43,6 +44,10 @@ SEQUENCE_PARALLEL_RUN = ["run", "--workload", "llama", "--size", "tiny", "--ds-c
                          "bf16.enabled=false", "--seq-len", "64", "--micro-batch", "1", "--sequence-parallel", "2",
                          "--steps", "100000", "--warmup", "2"]
 """Two Ulysses ranks: every layer's all-to-alls wait on the other rank."""
+EXPERT_PARALLEL_RUN = ["run", "--workload", "moe", "--size", "tiny", "--ds-config", "ds_configs/zero1.json", "--set",
+                       "bf16.enabled=false", "--seq-len", "64", "--micro-batch", "2", "--expert-parallel", "2",
+                       "--steps", "100000", "--warmup", "2"]
+"""Two expert-parallel ranks, each holding half the experts: every MoE block's all-to-alls wait on the other rank."""
 
 
 class Job:
@@ -123,8 +128,9 @@ def job(tmp_path):
     pytest.param("torchrun", 29813, PIPELINE_RUN, marks=pytest.mark.full),
     pytest.param("torchrun", 29815, TENSOR_PARALLEL_RUN, marks=pytest.mark.full),
     pytest.param("torchrun", 29816, SEQUENCE_PARALLEL_RUN, marks=pytest.mark.full),
+    pytest.param("torchrun", 29817, EXPERT_PARALLEL_RUN, marks=pytest.mark.full),
 ], ids=["torchrun", "deepspeed", "mpirun", "torchrun-pipeline", "torchrun-tensor-parallel",
-        "torchrun-sequence-parallel"])
+        "torchrun-sequence-parallel", "torchrun-expert-parallel"])
 def test_a_rank_killed_mid_run_ends_the_job_with_a_record_naming_it(job, launcher, port, run):
     j = job(launcher, port, run=run)
     j.wait_for("warm-up done")

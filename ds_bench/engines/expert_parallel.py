@@ -15,7 +15,7 @@ Paths (``PATHS``; the record's ``expert_parallel.path``):
 - ``moe-layer``: each HF sparse block replaced by ``MoEBlock``, a ``deepspeed.moe.layer.MoE`` holding the same
   router weight and this rank's experts (``to_moe_layers``): DeepSpeed's top-k gate is Mixtral's router for
   k >= 2 (softmax over the experts, the k largest, their weights renormalised to 1; ``top2_2nd_expert_sampling``
-  off, no noise), so at EP = 1 the model gives HF's logits (``tests/test_moe.py``). Its top-1 gate weighs
+  off, no noise), so at EP = 1 the model gives HF's logits (``tests/test_moe_model.py``). Its top-1 gate weighs
   the expert's output by its probability, where Mixtral's weight is 1: top-k 1 is refused on this path.
 - ``hf``: HF's own blocks (``--moe-path hf``; DDP and FSDP always): every expert on every rank, no expert
   parallelism, no capacity padding; what DeepSpeed's MoE layer costs at EP = 1 is its time against this.
@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
-import math
 from dataclasses import dataclass
 
 import torch
@@ -57,10 +56,12 @@ class Router:
 
     def capacity(self, tokens: int, experts: int) -> int | None:
         """Tokens one expert takes in one micro-step when dropping: ceil(tokens / E x factor x k), DeepSpeed's
-        ``sharded_moe._capacity`` (with ``min_capacity`` 0 here); None: no limit."""
+        ``sharded_moe._capacity`` (with ``min_capacity`` 0 here); None: no limit. In DeepSpeed's arithmetic:
+        factor x k a float32 tensor, the product in float32, which rounds a whole product up or down by one
+        where float64 would not (100 tokens, 4 experts, factor 1.1, k 2: 55, where float64 says 56)."""
         if not self.drop_tokens:
             return None
-        return math.ceil(tokens / experts * self.capacity_factor * self.top_k)
+        return int(torch.ceil((tokens / experts) * torch.tensor(self.capacity_factor * self.top_k)))
 
 
 @dataclass(frozen=True)
