@@ -77,6 +77,10 @@ def test_the_all_to_alls_are_counted_where_the_moe_layer_makes_them(ep_runs):
     assert two["comm_bound"]["bus_bytes_per_step"]["ep_all_to_all"] == pytest.approx(
         0.5 * comm2["calls_per_step"] * per_call, rel=1e-3)
     assert "ep_all_to_all" not in one["comm_bound"]["bus_bytes_per_step"]
+    # ZeRO-1 gradients: the replicated rest over both ranks; at EP=2 each expert has one holder, nothing to reduce
+    held1, held2 = one["build"]["rank_params_held"], two["build"]["rank_params_held"]
+    assert one["comm_bound"]["bus_bytes_per_step"]["reduce_scatter"] == 0.5 * 4 * (held1["rest"] + held1["experts"])
+    assert two["comm_bound"]["bus_bytes_per_step"]["reduce_scatter"] == 0.5 * 4 * held2["rest"]
     assert f"{comm2['calls_per_step']} per step" in summary and "experts      ep2: 2 of 4 experts per rank" in summary
 
 

@@ -144,17 +144,17 @@ PARALLEL_RULES: tuple[Rule, ...] = (
          "(--engine deepspeed); DDP and FSDP train HF's own MoE blocks, every expert on every rank",
          "ds_bench: DDP and FSDP are run without an all-to-all dispatch", _ex(engine="ddp", stage=0, expert_parallel=2)),
     Rule("experts and a pipeline", lambda l, w: _ep(l, w) and _pp(l, w),
-         "--expert-parallel {expert_parallel} with --pipeline-stages {pipeline_stages}: ds_bench's pipeline model "
-         "is GPT-2's, which has no experts", "ds_bench's pipeline GPT-2 is its own PipelineModule",
+         "--workload moe (--expert-parallel {expert_parallel}) with --pipeline-stages {pipeline_stages}: ds_bench's "
+         "pipeline model is GPT-2's, which has no experts", "ds_bench's pipeline GPT-2 is its own PipelineModule",
          _ex(expert_parallel=2, pipeline_stages=2)),
     Rule("experts and AutoTP", lambda l, w: _ep(l, w) and _tp(l, w),
-         "--expert-parallel {expert_parallel} with --tensor-parallel {tensor_parallel}: DeepSpeed's MoE layer takes "
-         "its tensor-parallel groups from a Megatron mpu, which AutoTP does not give",
+         "--workload moe (--expert-parallel {expert_parallel}) with --tensor-parallel {tensor_parallel}: DeepSpeed's "
+         "MoE layer takes its tensor-parallel groups from a Megatron mpu, which AutoTP does not give",
          f"{DEEPSPEED}, deepspeed/moe/layer.py _create_process_groups reads groups.mpu",
          _ex(expert_parallel=2, tensor_parallel=2)),
     Rule("experts and Ulysses", lambda l, w: _ep(l, w) and _sp(l, w),
-         "--expert-parallel {expert_parallel} with --sequence-parallel {sequence_parallel}: not measured yet "
-         "(Ulysses runs on llama, experts on moe)", "not measured yet", _ex(expert_parallel=2, sequence_parallel=2)),
+         "--workload moe (--expert-parallel {expert_parallel}) with --sequence-parallel {sequence_parallel}: not "
+         "measured yet (Ulysses runs on llama, experts on moe)", "not measured yet", _ex(expert_parallel=2, sequence_parallel=2)),
     Rule("DeepSpeed's MoE layer and ZeRO-3", lambda l, w: _ep(l, w) and l.stage == 3,
          "--workload moe under ZeRO stage 3: DeepSpeed refuses its MoE layer there ('Native DeepSpeed MoE is not "
          "supported with ZeRO Stage 3'; its AutoEP, which is, does not run with the transformers installed here: "

@@ -39,8 +39,8 @@ micro-batch x T/S tokens x heads x head width each (k and v: max(KV heads, S)); 
 is S bytes moves (S-1)/S x S bus bytes (``sp_all_to_all``, timed at ``ds-bench comm``'s all_to_all busbw over
 all its ranks: an S-rank group inside a node is faster than that across nodes, so the bound is pessimistic there).
 
-With EP-way expert parallelism (``--workload moe``) each rank's gradients are those of the parameters it holds
-(the replicated rest and E/EP experts), and it sends the MoE all-to-alls: per MoE block 2 in forward (dispatch,
+With EP-way expert parallelism (``--workload moe``) each rank reduces the gradients of the parameters it holds:
+the replicated rest over all n ranks, its E/EP experts over their n/EP holders only (none at n = EP), and it sends the MoE all-to-alls: per MoE block 2 in forward (dispatch,
 combine) and 2 in backward, 2 more with activation checkpointing (``MoEWorkload.expert_parallel_all_to_alls``,
 counted by ``ds_bench.measure.layout_comm``), each the [E, capacity, hidden] dispatch buffer, capacity the
 busiest expert's tokens (the measured load balance, ``ds_bench.measure.expert_load``) or the capacity limit;
@@ -159,14 +159,23 @@ def sequence_parallel_bus_bytes(s: int, all_to_all_elements: int, element_bytes:
 def for_run(*, stage: int, precision: str, ds_cfg: dict, params: int, world_size: int, micro_steps: int,
             step_ms: float, hosts: list[str], backend: str, busbw: float | None, comm_results: str,
             tensor_parallel: int = 1, tp_all_reduce_elements: int = 0, sequence_parallel: int = 1,
-            sp_all_to_all_elements: int = 0, expert_parallel: int = 1, ep_all_to_all_elements: int = 0) -> dict:
+            sp_all_to_all_elements: int = 0, expert_parallel: int = 1, ep_all_to_all_elements: int = 0,
+            expert_params: int = 0) -> dict:
     """The ``comm_bound`` entry of a run record: with ``--busbw``, that figure for every collective;
-    else the newest comm record of the same ranks in ``comm_results``; else a note saying how to get one."""
+    else the newest comm record of the same ranks in ``comm_results``; else a note saying how to get one.
+    ``expert_params``: of ``params``, the experts this rank holds, whose gradients DeepSpeed reduces over their
+    world / EP holders only (``stage_1_and_2.py``: the expert-data-parallel group of a MoE parameter group)."""
     if world_size == 1:
         return {"note": "1 rank: nothing crosses a link"}
     data_parallel = world_size // tensor_parallel
-    moved = bus_bytes_per_step(stage, -(-params // tensor_parallel), BYTES[precision], grad_bytes_of(ds_cfg, precision),
+    grad_bytes = grad_bytes_of(ds_cfg, precision)
+    moved = bus_bytes_per_step(stage, -(-(params - expert_params) // tensor_parallel), BYTES[precision], grad_bytes,
                                data_parallel, micro_steps) if data_parallel > 1 else {}
+    expert_holders = world_size // expert_parallel
+    if expert_params and expert_holders > 1:
+        for collective, value in bus_bytes_per_step(stage, expert_params, BYTES[precision], grad_bytes, expert_holders,
+                                                    micro_steps).items():
+            moved[collective] = moved.get(collective, 0.0) + value
     if tensor_parallel > 1:
         moved["tp_all_reduce"] = tensor_parallel_bus_bytes(tensor_parallel, tp_all_reduce_elements, BYTES[precision],
                                                            micro_steps)

@@ -83,7 +83,8 @@ def _comm_bound(run: Started, workload, built: Built, metrics: dict, hosts: list
                            hosts=hosts, backend=state.backend, busbw=cfg.busbw, comm_results=cfg.comm_results_path(),
                            tensor_parallel=tp.size if tp else 1, tp_all_reduce_elements=tp_elements,
                            sequence_parallel=sp.size if sp else 1, sp_all_to_all_elements=sp_elements,
-                           expert_parallel=ep.size if ep else 1, ep_all_to_all_elements=ep_elements)
+                           expert_parallel=ep.size if ep else 1, ep_all_to_all_elements=ep_elements,
+                           expert_params=held["experts"] if held else 0)
 
 
 def _flops_metrics(cfg: RunConfig, flops_per_sample: float | None, samples_per_s: float,
