@@ -100,7 +100,8 @@ class LayoutSearch:
         r = self.probes[first]
         run = RunRecord(workload=self.spec.workload, status="ok", params=r.params, largest_layer_params=r.largest_layer_params,
                         metrics=RunMetrics(peak_mem_bytes=r.peak_mem_bytes, baseline_mem_bytes=r.baseline_mem_bytes))
-        calibration = predict.calibrate(run, self.layout, self.world, self.per_node, self.spec.device_type)
+        calibration = predict.calibrate(run, self.layout, self.world, self.per_node, self.spec.device_type,
+                                        expert_params=self.member(first).expert_params)
         self.calibration = (calibration, self.spec.members[first]) if calibration else None
 
     def predict(self, m: Member) -> int | None:
@@ -110,8 +111,8 @@ class LayoutSearch:
         grown = (m.layers * m.hidden) / (measured.layers * measured.hidden)  # activations ~ layers x width
         per_sample = calibration.activation_bytes_per_sample * grown
         scaled = dataclasses.replace(calibration, activation_bytes_per_sample=per_sample)
-        return predict.predict_peak_bytes(predict.ModelShape(m.params, m.largest_layer_params), self.layout,
-                                          self.world, self.per_node, self.spec.device_type, scaled)
+        shape = predict.ModelShape(m.params, m.largest_layer_params, m.expert_params)
+        return predict.predict_peak_bytes(shape, self.layout, self.world, self.per_node, self.spec.device_type, scaled)
 
     def _probe(self, i: int) -> CapacityProbeRecord:
         s, m = self.spec, self.member(i)

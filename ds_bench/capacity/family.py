@@ -9,9 +9,11 @@
 - ``--scale seq``: one model (``--size`` or the base shape) at sequence lengths the search chooses
   (``capacity.seq_search``), a member per length (``seq_member``: ``seq 8192``), made as the search asks.
 
-The shapes are the workload's (``--workload gpt2``, or ``llama``: ``llama_shapes.custom_shape``). Each member
+The shapes are the workload's (``--workload gpt2``; ``llama``: ``llama_shapes.custom_shape``; ``moe``:
+``moe_shapes.run_shape``, every member with the router of the run's ``--experts`` / ``--top-k``). Each member
 carries the ``ds-bench run`` arguments that build it and its parameter count (``gpt2_shapes.gpt2_param_count``,
-``llama_shapes.param_count``), which the memory prediction needs before anything runs.
+``llama_shapes.param_count``, ``moe_shapes.param_count`` and of them the experts'), which the memory prediction
+needs before anything runs.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ds_bench.workloads import llama_shapes
+from ds_bench.workloads import llama_shapes, moe_shapes
 from ds_bench.workloads.gpt2_shapes import SHAPES, VOCAB, Shape, custom_shape, gpt2_param_count, named_shape
 
 FAMILIES = {"gpt3": "gpt2", "llama3": "llama"}
@@ -43,6 +45,8 @@ class Member:
     """Rows of the embedding and the LM head: the loss's width (``jobs.seq_memory``)."""
     seq_len: int = 0
     """The member's own ``--seq-len`` (``--scale seq``); 0: the search's."""
+    expert_params: int = 0
+    """Of ``params``, the experts' (``moe_shapes.expert_param_count``): what ``--expert-parallel`` shards."""
 
 
 def member(name: str, run_args: tuple[str, ...], shape: Shape) -> Member:
@@ -54,6 +58,26 @@ def member(name: str, run_args: tuple[str, ...], shape: Shape) -> Member:
 def llama_member(name: str, run_args: tuple[str, ...], shape: llama_shapes.LlamaShape) -> Member:
     return Member(name, run_args, shape.n_layer, shape.hidden, shape.heads, llama_shapes.param_count(shape),
                   max(shape.vocab, shape.intermediate) * shape.hidden, shape.vocab)
+
+
+def moe_member(name: str, run_args: tuple[str, ...], shape: moe_shapes.MoEShape) -> Member:
+    return Member(name, run_args, shape.n_layer, shape.hidden, shape.heads, moe_shapes.param_count(shape),
+                  moe_shapes.largest_layer_params(shape), shape.vocab,
+                  expert_params=moe_shapes.expert_param_count(shape))
+
+
+Router = tuple[int | None, int | None]
+"""A moe family's ``--experts`` and ``--top-k`` (None: the shape's own, or Mixtral's 8 and 2)."""
+
+
+def _custom(workload: str, name: str, args: tuple[str, ...], shape: tuple[int, int, int], seq_len: int,
+            router: Router) -> Member:
+    """The member ``args`` (``--layers L --hidden H --heads A``) build in ``workload``'s architecture."""
+    if workload == "moe":
+        return moe_member(name, args, moe_shapes.run_shape(None, *shape, *router))
+    if workload == "llama":
+        return llama_member(name, args, llama_shapes.custom_shape(*shape))
+    return member(name, args, custom_shape(*shape, seq_len))
 
 
 def named_family(family: str, seq_len: int) -> list[Member]:
@@ -68,30 +92,27 @@ def named_family(family: str, seq_len: int) -> list[Member]:
 
 
 def scaled_family(scale: str, layers: int, hidden: int, heads: int, max_scale: int, seq_len: int,
-                  workload: str = "gpt2") -> list[Member]:
+                  workload: str = "gpt2", router: Router = (None, None)) -> list[Member]:
     """The base shape grown k = 1 .. ``max_scale`` times along ``scale``, in ``workload``'s architecture."""
     out = []
     for k in range(1, max_scale + 1):
         shape = (k * layers, hidden, heads) if scale == "layers" else (layers, k * hidden, k * heads)
         args = ("--layers", str(shape[0]), "--hidden", str(shape[1]), "--heads", str(shape[2]))
-        name = " x ".join(map(str, shape))
-        out.append(llama_member(name, args, llama_shapes.custom_shape(*shape)) if workload == "llama"
-                   else member(name, args, custom_shape(*shape, seq_len)))
+        out.append(_custom(workload, " x ".join(map(str, shape)), args, shape, seq_len, router))
     return out
 
 
-def seq_member(workload: str, model: tuple[str, ...], seq_len: int) -> Member:
+def seq_member(workload: str, model: tuple[str, ...], seq_len: int, router: Router = (None, None)) -> Member:
     """``--scale seq``'s member ``seq T``: the model ``model`` (``("--size", NAME)`` or ``("--layers", L,
     "--hidden", H, "--heads", A)``) of ``workload`` at sequence length ``seq_len`` (GPT-2's learned positions
     grow past 1,024 with it)."""
     if model[0] == "--size":
         name = model[1]
-        m = (llama_member(name, model, llama_shapes.SHAPES[name]) if workload == "llama"
+        m = (moe_member(name, model, moe_shapes.run_shape(name, None, None, None, *router)) if workload == "moe"
+             else llama_member(name, model, llama_shapes.SHAPES[name]) if workload == "llama"
              else member(name, model, named_shape(name, seq_len)))
     else:
-        layers, hidden, heads = (int(v) for v in model[1::2])
-        m = (llama_member("", model, llama_shapes.custom_shape(layers, hidden, heads)) if workload == "llama"
-             else member("", model, custom_shape(layers, hidden, heads, seq_len)))
+        m = _custom(workload, "", model, tuple(int(v) for v in model[1::2]), seq_len, router)
     return dataclasses.replace(m, name=f"seq {seq_len}", seq_len=seq_len)
 
 

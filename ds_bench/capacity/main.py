@@ -10,6 +10,8 @@ the capacity, predicted/measured memory.
         --layers 2 --hidden 64 --heads 2 --seq-len 64 --cpu-mem-limit 1GiB
     ds-bench capacity --ds-config zero3.json --workload llama --size llama3.2-1b --scale seq \\
         --sequence-parallel 1,8 --tiled-mlp off,on --tiled-loss on --seq-len 16384
+    ds-bench capacity --ds-config zero1.json --workload moe --stages 1,2 --expert-parallel 1,2 --scale layers \\
+        --layers 1 --hidden 512 --heads 8 --seq-len 64 --cpu-mem-limit 2.5GiB -- --experts 8 --top-k 2
 
 Every probe appends a ``capacity_probe`` record to ``--results`` (the search's state: re-running the
 same command goes on from there, and Ctrl-C keeps finished probes); each layout then a ``capacity``
@@ -93,10 +95,17 @@ def dry_run_text(spec: CapacitySpec, world: int) -> str:
         lines.append(f"  {layout.key}" + (f"  skipped: {why}" if why else ""))
     if spec.scale == "seq":
         m, lengths = spec.members[0], spec.lengths
-        return "\n".join([*lines, f"sequence lengths of {' '.join(m.run_args)} ({m.params / 1e6:.1f}M parameters): "
+        return "\n".join([*lines, f"sequence lengths of {' '.join(m.run_args)} ({m.params / 1e6:.1f}M parameters"
+                                   f"{_experts(m)}): "
                                    f"doubled from {lengths.start} to at most {lengths.top}, then bisected to a "
                                    f"granularity of {lengths.step} (multiples of {lengths.multiple}: every "
                                    "--sequence-parallel degree divides them)"])
     lines.append("family, smallest first:")
-    lines += [f"  {m.name:<18} {m.params / 1e6:10.1f}M parameters  ({' '.join(m.run_args)})" for m in spec.members]
+    lines += [f"  {m.name:<18} {m.params / 1e6:10.1f}M parameters{_experts(m)}  ({' '.join(m.run_args)})"
+              for m in spec.members]
     return "\n".join(lines)
+
+
+def _experts(m) -> str:
+    """A moe member's experts' share: what ``--expert-parallel`` shards (``jobs.predict``)."""
+    return f", {m.expert_params / 1e6:.1f}M of them in experts" if m.expert_params else ""

@@ -35,13 +35,14 @@ class SeqSearch(LayoutSearch):
 
     def member(self, i: int) -> Member:
         """The model at sequence length ``i``."""
-        return _seq_member(self.spec.workload, self.spec.members[0].run_args, i)
+        return _seq_member(self.spec.workload, self.spec.members[0].run_args, i, self.spec.router)
 
     def _calibrate(self) -> None:
         if not predict.models(self.layout):
             return
+        experts = self.spec.members[0].expert_params  # the same model at every length
         probes = [seq_memory.SeqProbe(t, r.peak_mem_bytes, r.baseline_mem_bytes, self._states(
-            predict.ModelShape(r.params, r.largest_layer_params))) for t, r in self.probes.items()
+            predict.ModelShape(r.params, r.largest_layer_params, experts))) for t, r in self.probes.items()
             if r.status == "ok" and None not in (r.peak_mem_bytes, r.baseline_mem_bytes, r.params,
                                                  r.largest_layer_params)]
         self.calibration = seq_memory.calibrate(probes, self.layout, self.spec.members[0].vocab)
@@ -49,7 +50,7 @@ class SeqSearch(LayoutSearch):
     def predict(self, m: Member) -> int | None:
         if self.calibration is None:
             return None
-        states = self._states(predict.ModelShape(m.params, m.largest_layer_params))
+        states = self._states(predict.ModelShape(m.params, m.largest_layer_params, m.expert_params))
         return seq_memory.predict_peak(self.calibration, self.layout, m.seq_len, m.vocab, states)
 
     def _states(self, shape: predict.ModelShape) -> int:
@@ -57,5 +58,5 @@ class SeqSearch(LayoutSearch):
 
 
 @lru_cache(maxsize=256)
-def _seq_member(workload: str, model: tuple[str, ...], seq_len: int) -> Member:
-    return seq_member(workload, model, seq_len)
+def _seq_member(workload: str, model: tuple[str, ...], seq_len: int, router: tuple = (None, None)) -> Member:
+    return seq_member(workload, model, seq_len, router)

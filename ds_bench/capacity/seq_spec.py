@@ -1,5 +1,5 @@
 """``ds-bench capacity --scale seq``'s flags, checked: the model whose longest sequence is searched (``--size`` of
-``--workload gpt2|llama``, or the base shape ``--layers/--hidden/--heads``) and its lengths (``--seq-len``, the
+``--workload gpt2|llama|moe``, or the base shape ``--layers/--hidden/--heads``) and its lengths (``--seq-len``, the
 first probed; ``--max-seq-len``; ``--seq-granularity``: ``capacity.seq_search.Lengths``). ``--model PATH`` is not
 a base yet: the memory prediction needs the model's shape and vocabulary before anything runs.
 """
@@ -18,13 +18,13 @@ SEQ_GRANULARITY = 256
 """``--seq-granularity``'s default."""
 
 
-def seq_family(args: argparse.Namespace, multiple: int,
-               shape: tuple[int, int, int] | None) -> tuple[str, list[Member], dict]:
+def seq_family(args: argparse.Namespace, multiple: int, shape: tuple[int, int, int] | None,
+               router: tuple = (None, None)) -> tuple[str, list[Member], dict]:
     """What the table says was searched, the model at the start length (the one member the spec keeps: its
     ``run_args`` name the model), and the spec's ``max_seq_len`` and ``seq_granularity``. ``multiple``: every
     length's divisor, the sequence-parallel degrees' least common multiple; ``shape``: the base shape, checked,
-    or None."""
-    from ds_bench.workloads import gpt2_shapes, llama_shapes
+    or None; ``router``: a moe model's ``--experts`` / ``--top-k``."""
+    from ds_bench.workloads import gpt2_shapes, llama_shapes, moe_shapes
 
     if args.size is None and shape is None:
         raise UserError("--scale seq needs the model: --size NAME, or --layers, --hidden and --heads (--model is not "
@@ -32,7 +32,7 @@ def seq_family(args: argparse.Namespace, multiple: int,
     if args.size is not None and shape is not None:
         raise UserError("--size and --layers/--hidden/--heads both name the model of --scale seq: give one")
     if args.size is not None:
-        sizes = llama_shapes.SHAPES if args.workload == "llama" else gpt2_shapes.SHAPES
+        sizes = {"llama": llama_shapes.SHAPES, "moe": moe_shapes.SHAPES}.get(args.workload, gpt2_shapes.SHAPES)
         if args.size not in sizes:
             raise UserError(f"--size {args.size!r} is not a size of workload {args.workload}; known: "
                             f"{', '.join(sizes)}")
@@ -48,5 +48,5 @@ def seq_family(args: argparse.Namespace, multiple: int,
                         "degrees): every rank of a group holds an equal slice of each length probed")
     family = (f"longest sequence of {args.workload} {model_name(model)}: from {lengths.start}, doubled up to "
               f"{lengths.top}, bisected to {lengths.step}")
-    return family, [seq_member(args.workload, model, lengths.start)], {"max_seq_len": lengths.maximum,
+    return family, [seq_member(args.workload, model, lengths.start, router)], {"max_seq_len": lengths.maximum,
                                                                        "seq_granularity": lengths.granularity}

@@ -3,10 +3,11 @@ flag (exit 2) before any job is launched or any file written.
 
 A layout is a sweep point (``config.layout.Layout``: ZeRO stage, offload, precision, micro-batch,
 accumulation, parallel degrees, memory options) whose model is what the search varies; the family is
-``--family gpt3|llama3`` or ``--scale layers|hidden`` from a base shape of ``--workload gpt2|llama``
+``--family gpt3|llama3`` or ``--scale layers|hidden`` from a base shape of ``--workload gpt2|llama|moe``
 (``ds_bench.capacity.family``), or ``--scale seq``: one model's longest sequence (``capacity.seq_spec``). ``run``
 options after ``--`` pass to every probe, checked by ``run``'s own parser; the ones capacity sets itself are
-refused.
+refused. A moe family's router is the tail's ``--experts`` / ``--top-k``, every ``--expert-parallel`` value
+dividing its experts (``Workload.check_study``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ds_bench.config.parsers import config_path, memory_cap, parse_list
 from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
 from ds_bench.jobs.flags import StudySpec, add_degree_arguments, add_job_arguments, add_switch_arguments, degrees_of
-from ds_bench.jobs.flags import job_options, switches_of
+from ds_bench.jobs.flags import job_options, run_flags_of, switches_of
 from ds_bench.jobs.points import families
 
 OWNED = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
@@ -62,6 +63,8 @@ class CapacitySpec(StudySpec):
     """``--scale`` (``layers``, ``hidden``, ``seq``); None for a ``--family``."""
     max_seq_len: int = 0
     seq_granularity: int = 0
+    router: tuple = (None, None)
+    """moe: the ``--experts`` and ``--top-k`` after ``--`` (``capacity.family.Router``), every member's."""
 
     @property
     def lengths(self) -> Lengths:
@@ -88,9 +91,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offload", default="none", help="none,optimizer,all (default none)")
     add_degree_arguments(p, what="layout")
     add_switch_arguments(p, what="layout")
-    p.add_argument("--workload", default="gpt2", choices=("gpt2", "llama"),
+    p.add_argument("--workload", default="gpt2", choices=("gpt2", "llama", "moe"),
                    help="whose shapes the family is (default gpt2; llama for --family llama3, --tensor-parallel and "
-                        "--sequence-parallel)")
+                        "--sequence-parallel; moe for --expert-parallel, its router from --experts/--top-k after --)")
     p.add_argument("--precision", default=None, help="fp32 or bf16 (default: the base config's)")
     p.add_argument("--micro-batch", type=int, default=1, help="per-device micro-batch (default 1)")
     p.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps (default 1)")
@@ -134,12 +137,16 @@ def from_args(args: argparse.Namespace, gpu: bool, native_bf16: bool) -> Capacit
     precision = args.precision or ("fp32" if axes["precision"] == "bf16" and not (gpu or native_bf16)
                                    else axes["precision"])
     layouts = _layouts(args, axes["stage"], precision)
-    family, members, seq = _family(args, math.lcm(*(layout.sequence_parallel for layout in layouts)))
+    run_args = _run_args(args)
+    tail = run_flags_of(args.workload, run_args)
+    router = (tail.experts, tail.top_k)
+    family, members, seq = _family(args, math.lcm(*(layout.sequence_parallel for layout in layouts)), router)
+    _check_study(args, (*members[0].run_args, *run_args))
     return CapacitySpec(
         ds_config=path, base=base, layouts=layouts, members=tuple(members), family=family, workload=args.workload,
-        seq_len=args.seq_len, run_args=_run_args(args), nproc=args.nproc or (_gpus() if gpu else 2), **job,
+        seq_len=args.seq_len, run_args=run_args, nproc=args.nproc or (_gpus() if gpu else 2), **job,
         steps=args.steps, warmup=args.warmup, cpu_mem_limit=memory_cap(args.cpu_mem_limit), prune=args.prune,
-        device_type="cuda" if gpu else "cpu", scale=args.scale, **seq)
+        device_type="cuda" if gpu else "cpu", scale=args.scale, router=router, **seq)
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
@@ -150,14 +157,14 @@ def _check_numbers(args: argparse.Namespace) -> None:
     argcheck.steps("--steps", args.steps, args.warmup)
 
 
-def _family(args: argparse.Namespace, multiple: int) -> tuple[str, list[Member], dict]:
+def _family(args: argparse.Namespace, multiple: int, router: tuple = (None, None)) -> tuple[str, list[Member], dict]:
     """What the table says was searched, the members, and ``--scale seq``'s spec fields (``multiple``: every
-    length's divisor, the sequence-parallel degrees' least common multiple)."""
+    length's divisor, the sequence-parallel degrees' least common multiple; ``router``: a moe family's)."""
     if (args.family is None) == (args.scale is None):
         raise UserError("give one of --family gpt3 or --scale layers|hidden|seq (with --layers, --hidden, --heads)")
     if args.scale == "seq":
         shaped = any(v is not None for v in (args.layers, args.hidden, args.heads))
-        return seq_family(args, multiple, _base_shape(args) if shaped else None)
+        return seq_family(args, multiple, _base_shape(args) if shaped else None, router)
     for flag, value in (("--size", args.size), ("--max-seq-len", args.max_seq_len),
                         ("--seq-granularity", args.seq_granularity)):
         if value is not None:
@@ -174,7 +181,7 @@ def _family(args: argparse.Namespace, multiple: int) -> tuple[str, list[Member],
     if args.scale not in SCALES:
         raise UserError(f"--scale {args.scale!r} is unknown; known: {', '.join(SCALES)}")
     layers, hidden, heads = _base_shape(args)
-    members = scaled_family(args.scale, layers, hidden, heads, args.max_scale, args.seq_len, args.workload)
+    members = scaled_family(args.scale, layers, hidden, heads, args.max_scale, args.seq_len, args.workload, router)
     return f"scale {args.scale} from {layers} x {hidden} x {heads}", members, {}
 
 
@@ -196,13 +203,18 @@ def _layouts(args: argparse.Namespace, base_stage: int, precision: str) -> tuple
     degrees = degrees_of(args)
     if precision not in PRECISIONS:
         raise UserError(f"--precision {precision!r} is not one of {', '.join(PRECISIONS)}")
-    from ds_bench.workloads import REGISTRY
-
-    REGISTRY[args.workload].check_degrees({name: max(values) for name, values in degrees.items()})
     switches = switches_of(args)
     return tuple(f.with_micro_batch(args.micro_batch)
                  for f in families(stages, offloads, (precision,), (args.grad_accum,), degrees=degrees,
                                    switches=switches))
+
+
+def _check_study(args: argparse.Namespace, first_probe: tuple[str, ...]) -> None:
+    """The degree axes against the workload, and the run flags of the smallest member's probe (``first_probe``:
+    its shape, then the tail) against the model they build (``Workload.check_study``)."""
+    from ds_bench.workloads import REGISTRY
+
+    REGISTRY[args.workload].check_study(degrees_of(args), run_flags_of(args.workload, first_probe))
 
 
 def _run_args(args: argparse.Namespace) -> tuple[str, ...]:

@@ -5,7 +5,8 @@ memory-option axes (one per ``config.layout.SWITCHES``).
 ``ds-bench sweep``, ``bench``, ``capacity`` and ``scaling`` add them with ``add_job_arguments``,
 ``add_degree_arguments`` and ``add_switch_arguments`` and read them back, checked, with ``job_options``,
 ``degrees_of`` and ``switches_of``; a new parallel degree in ``DEGREES`` or switch in ``SWITCHES`` is a new axis
-flag of every study that adds them, with no edit here.
+flag of every study that adds them, with no edit here. ``run_flags_of`` parses the ``run`` flags a study gives
+every job, for the checks and predictions that need the model they build (``Workload.check_study``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from ds_bench.config import argcheck
 from ds_bench.config.layout import DEGREES, SWITCHES
 from ds_bench.config.parsers import parse_duration, parse_list
-from ds_bench.config.run_flags import add_iface_argument
+from ds_bench.config.run_flags import add_iface_argument, parse_run_tail
 from ds_bench.jobs.launch import LAUNCHERS
 
 
@@ -91,6 +92,13 @@ def degrees_of(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
             argcheck.at_least(d.flag, v, 1)
         out[d.field] = values
     return out
+
+
+def run_flags_of(workload: str, run_args) -> argparse.Namespace:
+    """The ``run`` flags a study gives every job (``run_args``: its ``--size``, ``--seq-len``, ``--data`` and ``--``
+    tail), parsed as ``ds-bench run``'s parser reads them (``RunConfig`` field names; values not yet checked)."""
+    flags, _ = parse_run_tail(["--workload", workload, "--ds-config", "-"], list(run_args))
+    return flags
 
 
 def add_switch_arguments(p: argparse.ArgumentParser, what: str = "point") -> None:

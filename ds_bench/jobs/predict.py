@@ -27,6 +27,14 @@ prediction = baseline + model states(point) + activations(point) [+ fixed, from 
     with optimizer offload add a bit16 partition buffer and two largest-parameter gradient
     buffers: 4Ψ + 20Ψ/N + 8L (measured 16Ψ, 11Ψ); ZeRO-3: 20Ψ/N + 4L (paper 16Ψ/N; measured
     11Ψ, 6Ψ), 4L being one gathered layer as in DeepSpeed's ZeRO-3 estimator.
+  - mixture of experts (``ModelShape.expert_params`` Ψ_e of the Ψ; ``expert_parallel_groups``): ZeRO partitions
+    DeepSpeed's expert parameter groups apart (``split_params_into_different_moe_groups_for_optimizer``; deepspeed
+    0.19.8 ``stage_1_and_2.py`` partitions each over its ``expert_dp_process_group``), so a rank's states are two
+    groups' by the formulas above: its Ψ_e/EP experts over their W/EP expert-data-parallel ranks, and the
+    Ψ - Ψ_e rest (attention, router, norms, embedding, head) over all W ranks. E.g. mixed-precision ZeRO-1:
+    4Ψ_e/EP + 12Ψ_e/W for the experts (the optimizer states stay 1/W of them at every EP; EP shards the 4 B
+    of weights and gradients per parameter) + 4(Ψ - Ψ_e) + 12(Ψ - Ψ_e)/W. At EP = 1 it is the dense formula
+    over Ψ. The largest layer L goes with the rest (one gathered-layer buffer, the embedding in a MoE model).
   On CPU ranks device and host memory are the same RSS, so a rank's share is device part + host
   part / ranks per node; on a GPU only the device part counts (``peak_mem_bytes`` is
   ``max_memory_allocated``).
@@ -67,6 +75,8 @@ BUFFER_FACTOR = 1.5
 class ModelShape:
     params: int
     largest_layer_params: int
+    expert_params: int = 0
+    """Of ``params``, the experts' (``moe_shapes.expert_param_count``): what ``--expert-parallel`` shards; 0: dense."""
 
 
 @dataclass(frozen=True)
@@ -82,11 +92,12 @@ class Calibration:
     """The key(s) of the point(s) it was measured on."""
 
 
-MODELLED = ("tensor_parallel", "sequence_parallel")
+MODELLED = ("tensor_parallel", "sequence_parallel", "expert_parallel")
 """The parallel degrees the memory model knows the model states of: AutoTP's split (``tensor_parallel_share``);
 Ulysses splits none: ZeRO partitions over every rank of the sequence and data-parallel groups
 (deepspeed 0.19.8 ``runtime/engine.py``: ``seq_data_parallel_group`` is the optimizer's ``dp_process_group`` and
-ZeRO-3's partition group), so a rank's states are data parallelism's over the world size. A layout with
+ZeRO-3's partition group), so a rank's states are data parallelism's over the world size; expert parallelism
+shards the experts (``expert_parallel_groups``). A layout with
 another degree (a pipeline stage holds its own layers) is not predicted."""
 
 
@@ -104,7 +115,25 @@ def model_states_bytes(shape: ModelShape, point: Layout, world_size: int, ranks_
 
 
 def _states(shape: ModelShape, point: Layout, n: int, ranks_per_node: int) -> tuple[float, float]:
-    """(device bytes per rank, host bytes per rank)."""
+    """(device bytes per rank, host bytes per rank): the sum over the groups ZeRO partitions apart."""
+    parts = [_group_states(*group, point) for group in expert_parallel_groups(shape, point.expert_parallel, n,
+                                                                              ranks_per_node)]
+    return sum(p[0] for p in parts), sum(p[1] for p in parts)
+
+
+def expert_parallel_groups(shape: ModelShape, ep: int, n: int,
+                           ranks_per_node: int) -> list[tuple[ModelShape, int, int]]:
+    """(what one rank holds of a parameter group, the ranks ZeRO partitions it over, of them per node) for each
+    group partitioned apart (pure; module docstring): at EP > 1 with experts, this rank's Ψ_e/EP experts over the
+    W/EP ranks holding the same ones, and the rest over all W; else the whole model over all W."""
+    if ep <= 1 or not shape.expert_params:
+        return [(shape, n, ranks_per_node)]
+    experts = ModelShape(math.ceil(shape.expert_params / ep), 0)
+    rest = ModelShape(shape.params - shape.expert_params, shape.largest_layer_params)
+    return [(experts, max(1, n // ep), max(1, ranks_per_node // ep)), (rest, n, ranks_per_node)]
+
+
+def _group_states(shape: ModelShape, n: int, ranks_per_node: int, point: Layout) -> tuple[float, float]:
     shape, n, ranks_per_node = tensor_parallel_share(shape, point.tensor_parallel, n, ranks_per_node)
     if point.precision != "fp32" and point.stage in (2, 3):
         cpu_per_node, device = _deepspeed_estimate(shape, point, n, ranks_per_node)
@@ -164,18 +193,19 @@ def _fp32_states(psi: int, layer: int, point: Layout, n: int) -> tuple[float, fl
 
 
 def calibrate(record: RunRecord | None, point: Layout, world_size: int, ranks_per_node: int, device_type: str,
-              second: tuple[RunRecord, Layout] | None = None) -> Calibration | None:
+              second: tuple[RunRecord, Layout] | None = None, expert_params: int = 0) -> Calibration | None:
     """The calibration from an ``ok`` run record of ``point``; None when it cannot give one.
 
     ``second``: an ``ok`` record of the same family at another micro-batch; then the per-sample
-    figure is the slope between the two peaks and the rest above the model states is fixed."""
-    measured = _measured(record)
+    figure is the slope between the two peaks and the rest above the model states is fixed.
+    ``expert_params``: the experts' of the record's parameters (``ModelShape.expert_params``)."""
+    measured = _measured(record, expert_params)
     if measured is None or point.micro_batch <= 0:
         return None
     peak, baseline, shape = measured
     states = model_states_bytes(shape, point, world_size, ranks_per_node, device_type)
     above = peak - baseline - states
-    other = _measured(second[0]) if second else None
+    other = _measured(second[0], expert_params) if second else None
     if other is None or second[1].family != point.family or second[1].micro_batch == point.micro_batch:
         return Calibration(baseline, max(0.0, above / point.micro_batch), point.precision, source=point.key)
     slope = max(0.0, (other[0] - peak) / (second[1].micro_batch - point.micro_batch))
@@ -183,13 +213,13 @@ def calibrate(record: RunRecord | None, point: Layout, world_size: int, ranks_pe
     return Calibration(baseline, slope, point.precision, fixed, source=f"{point.key}; {second[1].key}")
 
 
-def _measured(record: RunRecord | None) -> tuple[int, int, ModelShape] | None:
+def _measured(record: RunRecord | None, expert_params: int = 0) -> tuple[int, int, ModelShape] | None:
     if record is None or record.status != "ok":
         return None
     m = record.metrics
     if None in (record.params, record.largest_layer_params, m.peak_mem_bytes, m.baseline_mem_bytes):
         return None  # a record from before these fields existed
-    return m.peak_mem_bytes, m.baseline_mem_bytes, ModelShape(record.params, record.largest_layer_params)
+    return m.peak_mem_bytes, m.baseline_mem_bytes, ModelShape(record.params, record.largest_layer_params, expert_params)
 
 
 def predict_peak_bytes(shape: ModelShape, point: Layout, world_size: int, ranks_per_node: int,

@@ -22,6 +22,7 @@ from ds_bench.config.layout import Layout
 from ds_bench.config.run_config import RunConfig
 from ds_bench.errors import UserError
 from ds_bench.jobs import ledger, predict, spawn
+from ds_bench.jobs.flags import run_flags_of
 from ds_bench.jobs.points import next_auto_micro_batch, skip_reason, study_where
 from ds_bench.jobs.runner import new_tag, run_argv, run_attempt, slug
 from ds_bench.record import store as results
@@ -40,7 +41,7 @@ class Sweep:
         self.where = study_where(spec, self.world)
         self.capacity = predict.device_capacity_bytes(spec.device_type, self.per_node, spec.cpu_mem_limit)
         self.done = load_ledger(spec.results, self.sweep_id)
-        self.memory = MemoryModel(self.world, self.per_node, spec.device_type, self.capacity)
+        self.memory = MemoryModel(self.world, self.per_node, spec.device_type, self.capacity, _expert_params(spec))
         self.memory.learn_from(r for r in self.done.values() if r.status == "ok")
         self.progress = Progress()
         self.attempts = 0
@@ -178,3 +179,10 @@ def _without_seq(run_args) -> tuple[str, ...]:
 
 def _smallest_oom(fits: dict[int, str]) -> int | None:
     return min((m for m, r in fits.items() if r == "oom"), default=None)
+
+
+def _expert_params(spec) -> int:
+    """The experts' parameters of the model every point builds (0: a dense model), for the memory model."""
+    from ds_bench.workloads import REGISTRY
+
+    return REGISTRY[spec.workload].expert_param_count(run_flags_of(spec.workload, spec.run_args))

@@ -18,8 +18,11 @@ class MemoryModel:
     model states and runs the whole micro-batch through sharded layers, so its activations per sample are
     its own. Only layouts ``jobs.predict`` models are predicted (``predict.models``)."""
 
-    def __init__(self, world: int, per_node: int, device_type: str, capacity: int):
+    def __init__(self, world: int, per_node: int, device_type: str, capacity: int, expert_params: int = 0):
+        """``expert_params``: the experts' of the model's parameters (``Workload.expert_param_count``; 0: dense),
+        which an expert-parallel point holds 1/EP of (``jobs.predict.expert_parallel_groups``)."""
         self.world, self.per_node, self.device_type, self.capacity = world, per_node, device_type, capacity
+        self.expert_params = expert_params
         self.fits: dict[tuple, _Fit] = {}
 
     def learn_from(self, records) -> None:
@@ -29,7 +32,7 @@ class MemoryModel:
             if not r.params or r.peak_mem_bytes is None or not predict.models(layout):
                 continue
             fit = self.fits.setdefault(_split(layout), _Fit())
-            fit.learn(r, self.world, self.per_node, self.device_type)
+            fit.learn(r, self.world, self.per_node, self.device_type, self.expert_params)
 
     def predict(self, point: Layout) -> int | None:
         fit = self.fits.get(_split(point))
@@ -57,16 +60,16 @@ class _Fit:
         self.ok_points: list[SweepPointRecord] = []
         self.two_point = False
 
-    def learn(self, r: SweepPointRecord, world: int, per_node: int, device_type: str) -> None:
+    def learn(self, r: SweepPointRecord, world: int, per_node: int, device_type: str, expert_params: int = 0) -> None:
         self.ok_points.append(r)
         first = self.ok_points[0]
         same_family = [x for x in self.ok_points[1:] if x.point | {"micro_batch": 0} == first.point | {"micro_batch": 0}
                        and x.point["micro_batch"] != first.point["micro_batch"]]
         if self.calibration is None or (same_family and not self.two_point):
-            self.shape = predict.ModelShape(first.params, first.largest_layer_params or 0)
+            self.shape = predict.ModelShape(first.params, first.largest_layer_params or 0, expert_params)
             second = (_as_run(same_family[0]), Layout.from_dict(same_family[0].point)) if same_family else None
             self.calibration = predict.calibrate(_as_run(first), Layout.from_dict(first.point), world, per_node,
-                                                 device_type, second=second)
+                                                 device_type, second=second, expert_params=expert_params)
             self.two_point = second is not None
 
 

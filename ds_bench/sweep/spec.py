@@ -21,7 +21,7 @@ from ds_bench.config.layout import ATTENTION, ENGINES, OFFLOADS, PRECISIONS, SWI
 from ds_bench.config.parsers import CONFIG_DIR, config_path, memory_cap, parse_list
 from ds_bench.errors import UserError
 from ds_bench.jobs.flags import StudySpec, add_degree_arguments, add_job_arguments, add_switch_arguments, degrees_of
-from ds_bench.jobs.flags import job_options, switches_of
+from ds_bench.jobs.flags import job_options, run_flags_of, switches_of
 from ds_bench.jobs.points import families
 from ds_bench.sweep.common_args import common_run_args, seq_axis
 
@@ -80,7 +80,8 @@ class SweepSpec(StudySpec):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workload", default=None, help="mnist | resnet | gpt2 | llama (default: this machine's preset)")
+    p.add_argument("--workload", default=None,
+                   help="mnist | resnet | gpt2 | llama | moe (default: this machine's preset)")
     p.add_argument("--ds-config", default=None, help="base DeepSpeed JSON config (ds_configs/)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a key of the base config by dotted path")
@@ -151,14 +152,16 @@ def from_args(args: argparse.Namespace, run_tail: list[str], gpu: bool, native_b
 
 
 def _check_variants(spec: SweepSpec) -> None:
-    """``--attn`` only for a workload with attention, ``--tensor-parallel`` beyond 1 for one AutoTP shards;
+    """``--attn`` only for a workload with attention, ``--tensor-parallel`` beyond 1 for one AutoTP shards,
+    ``--expert-parallel`` beyond 1 for one with experts, each dividing them (``Workload.check_study``; a
+    ``--point`` is left to the legality table and its job);
     ``--compile on`` needs a warm-up and dynamo on."""
     from ds_bench.config.run_checks import check_compile_environment
     from ds_bench.workloads import REGISTRY
 
     if spec.attns != ("",):
         REGISTRY[spec.workload].check_attention_flag()
-    REGISTRY[spec.workload].check_degrees({name: max(values) for name, values in spec.degrees.items()})
+    REGISTRY[spec.workload].check_study(spec.degrees, run_flags_of(spec.workload, spec.run_args))
     for s in SWITCHES:
         if True in spec.switches.get(s.field, ()):
             REGISTRY[spec.workload].check_long_context_flag(f"--{s.word}")

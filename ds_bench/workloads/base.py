@@ -44,6 +44,8 @@ class Workload(ABC):
     """A mixture of experts' router settings (``ds_bench.engines.expert_parallel.Router``); None: a dense model."""
     experts: int | None = None
     """Experts per MoE block; None: a dense model."""
+    mixture_of_experts: bool = False
+    """Whether the model has experts ``--expert-parallel`` shards (moe): known before one is built."""
     convolutions: bool = False
     """Whether ``--channels-last`` applies (ResNet)."""
     partitioned_build: bool = False
@@ -115,6 +117,24 @@ class Workload(ABC):
             cls.check_tensor_parallel_flag()
         if degrees.get("sequence_parallel", 1) > 1:
             cls.check_sequence_parallel_flag()
+        if degrees.get("expert_parallel", 1) > 1 and not cls.mixture_of_experts:
+            raise UserError(f"--expert-parallel: workload {cls.name} has no experts (moe has)")
+
+    @classmethod
+    def check_study(cls, degrees: dict[str, tuple[int, ...]], flags) -> None:
+        """A study's degree axes (every value, ``jobs.flags.degrees_of``) and its run flags (``flags``: the ``run``
+        flags every job gets, parsed, not yet checked: ``jobs.flags.run_flags_of``), before any job starts: the
+        degrees' largest values (``check_degrees``) and the moe flags' values and workload
+        (``config.run_checks.check_moe_flags``). A workload whose shape bounds a degree adds its own."""
+        from ds_bench.config.run_checks import check_moe_flags
+
+        cls.check_degrees({name: max(values) for name, values in degrees.items() if values})
+        check_moe_flags(flags)
+
+    @classmethod
+    def expert_param_count(cls, flags) -> int:
+        """The parameters expert parallelism shards in the model ``flags`` build (``check_study``'s); 0: dense."""
+        return 0
 
     @property
     def hidden_size(self) -> int | None:

@@ -24,36 +24,28 @@ from ds_bench.workloads.causal_lm import DEFAULT_ATTENTION, CausalLMWorkload, en
 from ds_bench.workloads.gpt2_shapes import check_custom_shape
 from ds_bench.workloads.llama import MIN_POSITIONS
 
-DEFAULT_EXPERTS, DEFAULT_TOP_K = 8, 2
-"""A custom shape's router without ``--experts`` / ``--top-k``: Mixtral's."""
+DEFAULT_EXPERTS, DEFAULT_TOP_K = moe_shapes.DEFAULT_EXPERTS, moe_shapes.DEFAULT_TOP_K
 
 
 class MoEWorkload(CausalLMWorkload):
     name = "moe"
     sizes = tuple(moe_shapes.SHAPES)
-    default_size = "mixtral-8x7b"
+    default_size = moe_shapes.DEFAULT_SIZE
     default_lr = 3e-4
     preload = ("transformers.models.mixtral.modeling_mixtral", "deepspeed.moe.layer")
     long_context = False
     custom_shapes = True
+    mixture_of_experts = True
 
     def __init__(self, cfg):
         super().__init__(cfg)
         self.seq_len = cfg.seq_len
-        custom = check_custom_shape(cfg.layers, cfg.hidden, cfg.heads)
         if cfg.model_path is not None:
             raise UserError("--model with --workload moe: pretrained MoE weights are not loaded yet; use --size or "
                             "--layers/--hidden/--heads")
-        if custom and cfg.size is not None:
-            raise UserError("--layers/--hidden/--heads give the shape: not with --size")
-        if custom:
-            self.shape = moe_shapes.custom_shape(cfg.layers, cfg.hidden, cfg.heads, cfg.experts or DEFAULT_EXPERTS,
-                                                 cfg.top_k or DEFAULT_TOP_K)
+        self.shape = self.shape_of(cfg)
+        if cfg.layers is not None:
             self.size = moe_shapes.custom_label(self.shape)
-        else:
-            self.shape = moe_shapes.with_router(moe_shapes.SHAPES[self.size], cfg.experts, cfg.top_k)
-        if self.shape.top_k > self.shape.experts:
-            raise UserError(f"--top-k {self.shape.top_k} is above the model's {self.shape.experts} experts")
         self.experts = self.shape.experts
         self.aux_loss_weight = self.shape.aux_loss_weight if cfg.aux_loss_weight is None else cfg.aux_loss_weight
         self.router = expert_parallel.Router(self.shape.top_k, cfg.capacity_factor, self.aux_loss_weight)
@@ -67,6 +59,36 @@ class MoEWorkload(CausalLMWorkload):
     def check_long_context_flag(cls, flag: str) -> None:
         """ALST's tiling and checkpoint offload: measured on gpt2 and llama, not on a mixture of experts."""
         raise UserError(f"{flag} with --workload moe: not measured yet (ALST's tiling runs on gpt2 and llama)")
+
+    @classmethod
+    def shape_of(cls, cfg) -> moe_shapes.MoEShape:
+        """The shape ``cfg``'s flags build (``moe_shapes.run_shape``; ``cfg`` a ``RunConfig``, or a study's parsed
+        run flags): a one-line ``UserError`` for a partial custom shape, one beside ``--size``, an unknown size or
+        a top-k above the experts."""
+        custom = check_custom_shape(cfg.layers, cfg.hidden, cfg.heads)
+        if custom and cfg.size is not None:
+            raise UserError("--layers/--hidden/--heads give the shape: not with --size")
+        if not custom and cfg.size is not None and cfg.size not in moe_shapes.SHAPES:
+            raise UserError(f"--size {cfg.size!r} is not a size of workload moe; known: {', '.join(moe_shapes.SHAPES)}")
+        shape = moe_shapes.run_shape(cfg.size, cfg.layers, cfg.hidden, cfg.heads, cfg.experts, cfg.top_k)
+        if shape.top_k > shape.experts:
+            raise UserError(f"--top-k {shape.top_k} is above the model's {shape.experts} experts")
+        return shape
+
+    @classmethod
+    def check_study(cls, degrees: dict[str, tuple[int, ...]], flags) -> None:
+        """The dense checks, then the model the study's run flags build: each ``--expert-parallel`` value must
+        divide its experts (``expert_parallel.resolve``'s rule, before any job starts)."""
+        super().check_study(degrees, flags)
+        experts = cls.shape_of(flags).experts
+        for ep in degrees.get("expert_parallel", ()):
+            if experts % ep:
+                raise UserError(f"--expert-parallel {ep} does not divide the model's {experts} experts: every rank "
+                                "of a group holds an equal share (--experts E sets them)")
+
+    @classmethod
+    def expert_param_count(cls, flags) -> int:
+        return moe_shapes.expert_param_count(cls.shape_of(flags))
 
     @property
     def hidden_size(self) -> int:

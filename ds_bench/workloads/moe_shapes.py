@@ -31,6 +31,9 @@ from dataclasses import dataclass
 
 GPT2_VOCAB = 50257
 ROPE_THETA = 1e6
+DEFAULT_SIZE = "mixtral-8x7b"
+DEFAULT_EXPERTS, DEFAULT_TOP_K = 8, 2
+"""A custom shape's router without ``--experts`` / ``--top-k``: Mixtral's."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,23 @@ def custom_shape(layers: int, hidden: int, heads: int, experts: int, top_k: int)
 def with_router(shape: MoEShape, experts: int | None, top_k: int | None) -> MoEShape:
     """A named size with ``--experts`` / ``--top-k`` changed (None: the size's own)."""
     return dataclasses.replace(shape, experts=experts or shape.experts, top_k=top_k or shape.top_k)
+
+
+def run_shape(size: str | None, layers: int | None, hidden: int | None, heads: int | None, experts: int | None,
+              top_k: int | None) -> MoEShape:
+    """The shape a moe run's flags build: ``--layers/--hidden/--heads`` (all three given, checked by the caller) with
+    ``--experts`` / ``--top-k`` or Mixtral's 8 and 2; else ``--size`` (default ``DEFAULT_SIZE``, a key of
+    ``SHAPES``) with its router changed by them."""
+    if None not in (layers, hidden, heads):
+        return custom_shape(layers, hidden, heads, experts or DEFAULT_EXPERTS, top_k or DEFAULT_TOP_K)
+    return with_router(SHAPES[size or DEFAULT_SIZE], experts, top_k)
+
+
+def largest_layer_params(s: MoEShape) -> int:
+    """The largest single module's parameters as the run record counts them (under DeepSpeed's MoE layer, one
+    expert per module): the embedding or LM head V d, else an expert's fused gate-up projection 2 f d, the
+    router E d or the query projection h k d."""
+    return max(s.vocab, 2 * s.expert_intermediate, s.experts, s.heads * s.head_dim) * s.hidden
 
 
 def custom_label(s: MoEShape) -> str:
