@@ -265,7 +265,7 @@ CASES["--top-k 1 on the MoE layer"] = Case(run(*MOE, "--top-k", "1"),
                                            r"--top-k 1 with DeepSpeed's MoE layer: its top-1 gate weighs an expert's output "
                                            r"by the gate probability, Mixtral's by 1 \(renormalised\), so the model would "
                                            r"not be Mixtral; use --top-k 2 or more$")
-CASES["--moe-path unknown"] = Case(run(*MOE, "--moe-path", "tutel"), r"--moe-path 'tutel': expected auto, autoep, moe-layer$")
+CASES["--moe-path unknown"] = Case(run(*MOE, "--moe-path", "tutel"), r"--moe-path 'tutel': expected auto, autoep, moe-layer, hf$")
 CASES["--capacity-factor negative"] = Case(run(*MOE, "--capacity-factor", "-1"),
                                            r"--capacity-factor must be a finite number >= 0 \(0: no token dropping\), got -1\.0$")
 CASES["--capacity-factor inf"] = Case(run(*MOE, "--capacity-factor", "inf"), r"--capacity-factor must be a finite .*got inf$")

@@ -108,9 +108,10 @@ def check_moe_flags(cfg) -> None:
     moe_flags += ["--moe-path"] if cfg.moe_path != "auto" else []
     _require(not moe_flags or cfg.workload == "moe",
              f"{'/'.join(moe_flags)}: workload {cfg.workload} has no experts (moe has)")
-    if cfg.engine != "deepspeed":  # DDP and FSDP train HF's own blocks: no capacity, no path to choose
-        _require(not cfg.capacity_factor, f"--capacity-factor with --engine {cfg.engine}: HF's own MoE blocks, "
+    engine = getattr(cfg, "engine", "deepspeed")  # a study's flags have none: its points' engines are an axis
+    if engine != "deepspeed":  # DDP and FSDP train HF's own blocks: no capacity, no path to choose
+        _require(not cfg.capacity_factor, f"--capacity-factor with --engine {engine}: HF's own MoE blocks, "
                                           "which DDP and FSDP train, drop no tokens; the capacity is DeepSpeed's MoE "
                                           "layer's (--engine deepspeed)")
-        _require(cfg.moe_path == "auto", f"--moe-path {cfg.moe_path} with --engine {cfg.engine}: DDP and FSDP "
+        _require(cfg.moe_path == "auto", f"--moe-path {cfg.moe_path} with --engine {engine}: DDP and FSDP "
                                          "train HF's own MoE blocks; the paths are DeepSpeed's (--engine deepspeed)")
