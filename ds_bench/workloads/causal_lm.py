@@ -151,6 +151,28 @@ class CausalLMWorkload(Workload):
             yield {"input_ids": self.seqs[idx]}
 
 
+
+class LlamaFamilyWorkload(CausalLMWorkload):
+    """Llama's attention, norms and init (Llama, and the mixtures of experts built on them: Mixtral, Qwen3-MoE):
+    ``self.shape`` has ``n_layer``, ``hidden``, ``heads``, ``kv_heads`` and ``head_dim``; ``self.config`` is HF's."""
+
+    @property
+    def hidden_size(self) -> int:
+        return self.shape.hidden
+
+    @property
+    def attention_shape(self) -> tuple[int, int, int, int]:
+        return self.shape.n_layer, self.shape.heads, self.shape.kv_heads, self.shape.head_dim
+
+    def weight_std(self):
+        """HF Llama's, Mixtral's and Qwen3-MoE's: ``initializer_range`` (0.02) for every weight, experts included."""
+        return hf_init.constant_std(self.config.initializer_range)
+
+    def model_settings(self, model: nn.Module) -> dict[str, str]:
+        return {"attn_implementation": self.config._attn_implementation, "activation_function": self.config.hidden_act,
+                "tokenizer": self.tokenizer_source}
+
+
 def check_pretrained_folder(path: str, model_type: str) -> None:
     """``--model PATH``: a folder written by ``save_pretrained``, of ``model_type``, with weights."""
     config_file = os.path.join(path, "config.json")

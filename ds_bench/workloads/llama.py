@@ -22,8 +22,8 @@ from torch import nn
 
 from ds_bench.data import text
 from ds_bench.errors import UserError
-from ds_bench.workloads import hf_init, llama_shapes
-from ds_bench.workloads.causal_lm import DEFAULT_ATTENTION, FINETUNE_LR, CausalLMWorkload, check_pretrained_folder
+from ds_bench.workloads import llama_shapes
+from ds_bench.workloads.causal_lm import DEFAULT_ATTENTION, FINETUNE_LR, LlamaFamilyWorkload, check_pretrained_folder
 from ds_bench.workloads.gpt2_shapes import check_custom_shape
 
 MIN_POSITIONS = 2048
@@ -31,7 +31,7 @@ MIN_POSITIONS = 2048
 weights, so it only bounds the rotary cache."""
 
 
-class LlamaWorkload(CausalLMWorkload):
+class LlamaWorkload(LlamaFamilyWorkload):
     name = "llama"
     sizes = tuple(llama_shapes.SHAPES)
     default_size = "llama3.2-1b"
@@ -66,14 +66,6 @@ class LlamaWorkload(CausalLMWorkload):
         self.files = None if cfg.data == "synthetic" else text.find_text_files(cfg.data)
 
     @property
-    def hidden_size(self) -> int:
-        return self.shape.hidden
-
-    @property
-    def attention_shape(self) -> tuple[int, int, int, int]:
-        return self.shape.n_layer, self.shape.heads, self.shape.kv_heads, self.shape.head_dim
-
-    @property
     def tensor_parallel_divisors(self) -> dict[str, int]:
         """What a tensor-parallel degree must divide: AutoTP splits the heads, the KV heads and the MLP."""
         return {"attention heads": self.shape.heads, "KV heads": self.shape.kv_heads, "hidden size": self.shape.hidden,
@@ -92,10 +84,6 @@ class LlamaWorkload(CausalLMWorkload):
     def tensor_parallel_all_reduce_elements(self, micro_batch: int) -> int:
         return self.tensor_parallel_all_reduces() * micro_batch * self.seq_len * self.shape.hidden
 
-    def weight_std(self):
-        """HF Llama's: ``initializer_range`` (0.02) for every weight."""
-        return hf_init.constant_std(self.config.initializer_range)
-
     def model_class(self):
         from transformers import LlamaForCausalLM
 
@@ -112,9 +100,6 @@ class LlamaWorkload(CausalLMWorkload):
             return self.model_flops_per_sample(model)
         return self.seq_len * llama_shapes.hardware_flops_per_token(self.shape, self.seq_len)
 
-    def model_settings(self, model: nn.Module) -> dict[str, str]:
-        return {"attn_implementation": self.config._attn_implementation, "activation_function": self.config.hidden_act,
-                "tokenizer": self.tokenizer_source}
 
 
 def pretrained_config(path: str):

@@ -20,14 +20,14 @@ from ds_bench.data import text
 from ds_bench.engines import expert_parallel
 from ds_bench.errors import UserError
 from ds_bench.workloads import hf_init, moe_shapes
-from ds_bench.workloads.causal_lm import DEFAULT_ATTENTION, CausalLMWorkload, enable_checkpointing
+from ds_bench.workloads.causal_lm import DEFAULT_ATTENTION, LlamaFamilyWorkload, enable_checkpointing
 from ds_bench.workloads.gpt2_shapes import check_custom_shape
 from ds_bench.workloads.llama import MIN_POSITIONS
 
 DEFAULT_EXPERTS, DEFAULT_TOP_K = moe_shapes.DEFAULT_EXPERTS, moe_shapes.DEFAULT_TOP_K
 
 
-class MoEWorkload(CausalLMWorkload):
+class MoEWorkload(LlamaFamilyWorkload):
     name = "moe"
     sizes = tuple(moe_shapes.SHAPES)
     default_size = moe_shapes.DEFAULT_SIZE
@@ -90,14 +90,6 @@ class MoEWorkload(CausalLMWorkload):
     def expert_param_count(cls, flags) -> int:
         return moe_shapes.expert_param_count(cls.shape_of(flags))
 
-    @property
-    def hidden_size(self) -> int:
-        return self.shape.hidden
-
-    @property
-    def attention_shape(self) -> tuple[int, int, int, int]:
-        return self.shape.n_layer, self.shape.heads, self.shape.kv_heads, self.shape.head_dim
-
     def expert_parallel_all_to_alls(self) -> int:
         """DeepSpeed's MoE all-to-alls per micro-step at EP > 1 (``ds_bench.measure.layout_comm`` counts them): per
         MoE block 2 in forward (dispatch to the experts, combine back) and 2 in backward (their gradients), 2
@@ -149,10 +141,6 @@ class MoEWorkload(CausalLMWorkload):
 
         return MixtralExperts
 
-    def weight_std(self):
-        """HF Mixtral's and Qwen3-MoE's: ``initializer_range`` (0.02) for every weight, the experts' included."""
-        return hf_init.constant_std(self.config.initializer_range)
-
     def model_class(self):
         if self.shape.arch == "qwen3_moe":
             from transformers import Qwen3MoeForCausalLM
@@ -178,9 +166,6 @@ class MoEWorkload(CausalLMWorkload):
             return self.model_flops_per_sample(model)
         return self.seq_len * moe_shapes.hardware_flops_per_token(self.shape, self.seq_len)
 
-    def model_settings(self, model: nn.Module) -> dict[str, str]:
-        return {"attn_implementation": self.config._attn_implementation, "activation_function": self.config.hidden_act,
-                "tokenizer": self.tokenizer_source}
 
 
 def moe_config(shape: moe_shapes.MoEShape, seq_len: int, native_aux_loss: bool = False, aux_loss_weight: float = 0.0):
