@@ -1,7 +1,7 @@
 """The moe workload's model, in one process: it is HF's Mixtral (and Qwen3-MoE), its parameter counts and its
 FLOPs.
 
-- DeepSpeed's MoE layer (``ds_bench.engines.expert_parallel.to_moe_layers``, its expert-parallel group set as
+- DeepSpeed's MoE layer (``ds_bench.engines.moe_layer.to_moe_layers``, its expert-parallel group set as
   ``deepspeed.initialize`` sets it) in place of HF's sparse blocks gives HF's logits and gradients for the same
   weights at EP = 1: top-2 (DeepSpeed's ``top2gating``), top-3 (``topkgating``) and Qwen3-MoE's renormalised
   top-k. Its top-1 gate is not Mixtral's (why ``--top-k 1`` is refused on that path).
@@ -25,7 +25,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from ds_bench.config.run_config import RunConfig
-from ds_bench.engines import expert_parallel
+from ds_bench.engines import expert_parallel, moe_layer
 from ds_bench.workloads import build_workload, moe_shapes
 from ds_bench.workloads.moe import moe_config
 from tests.conftest import REPO
@@ -80,7 +80,7 @@ def with_moe_layers(model, w, size=1, world=1, rank=0):
     """``model`` (a copy) with DeepSpeed's MoE layers, their groups set as ``deepspeed.initialize`` sets them."""
     model = copy.deepcopy(model)
     plan = expert_parallel.resolve(size, world, w.experts, w.router, expert_parallel.MOE_LAYER)
-    blocks = expert_parallel.to_moe_layers(model, plan, rank)
+    blocks = moe_layer.to_moe_layers(model, plan, rank)
     assert len(blocks) == w.shape.n_layer
     for block in blocks:
         block.moe.set_deepspeed_parallelism()
@@ -111,7 +111,7 @@ def test_the_moe_layer_model_gives_hfs_logits_and_gradients(one_rank_group, monk
     hf = w.build_model()
     assert type(hf).__name__ == {"mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}[arch]
     ours = with_moe_layers(hf, w)
-    assert not expert_parallel.sparse_blocks(ours) and len(expert_parallel.moe_blocks(ours)) == w.shape.n_layer
+    assert not moe_layer.sparse_blocks(ours) and len(moe_layer.moe_blocks(ours)) == w.shape.n_layer
     batch = ids(w.shape.vocab)
     hf.eval(), ours.eval()
     with torch.no_grad():
@@ -126,7 +126,7 @@ def test_the_moe_layer_model_gives_hfs_logits_and_gradients(one_rank_group, monk
     for name, p in hf.named_parameters():
         if ".mlp." not in name:
             torch.testing.assert_close(ours_grads[name].grad, p.grad, rtol=1e-4, atol=1e-7, msg=name)
-    for (_, _, block), moe in zip(expert_parallel.sparse_blocks(hf), expert_parallel.moe_blocks(ours)):
+    for (_, _, block), moe in zip(moe_layer.sparse_blocks(hf), moe_layer.moe_blocks(ours)):
         torch.testing.assert_close(moe.moe.deepspeed_moe.gate.wg.weight.grad, block.gate.weight.grad,
                                    rtol=1e-4, atol=1e-7)
         local = moe.moe.deepspeed_moe.experts.deepspeed_experts
@@ -146,10 +146,10 @@ def test_a_placed_rank_holds_its_slice_of_the_plain_builds_experts(monkeypatch, 
     placed_w = workload(monkeypatch)
     plan = expert_parallel.resolve(size, size, placed_w.experts, placed_w.router, expert_parallel.MOE_LAYER)
     seen = []
-    convert = expert_parallel.to_moe_layers
+    convert = moe_layer.to_moe_layers
 
     def spy(model, *args, **kwargs):
-        seen.extend(p.is_meta for _, _, b in expert_parallel.sparse_blocks(model) for p in b.experts.parameters())
+        seen.extend(p.is_meta for _, _, b in moe_layer.sparse_blocks(model) for p in b.experts.parameters())
         return convert(model, *args, **kwargs)
 
     monkeypatch.setattr(expert_parallel, "to_moe_layers", spy)
@@ -164,15 +164,15 @@ def test_a_placed_rank_holds_its_slice_of_the_plain_builds_experts(monkeypatch, 
             assert torch.equal(placed_params[name], p), name
     first, local = plan.first_expert(rank), plan.local_experts
     assert (first, local) == (rank * 4 // size, 4 // size)
-    for (_, _, block), moe in zip(expert_parallel.sparse_blocks(plain), expert_parallel.moe_blocks(placed)):
+    for (_, _, block), moe in zip(moe_layer.sparse_blocks(plain), moe_layer.moe_blocks(placed)):
         assert torch.equal(moe.moe.deepspeed_moe.gate.wg.weight, block.gate.weight)
         gate_up, down = experts_of(moe)
         assert gate_up.shape[0] == local
         assert torch.equal(gate_up, block.experts.gate_up_proj[first:first + local])
         assert torch.equal(down, block.experts.down_proj[first:first + local])
-    held = expert_parallel.params_held(placed, torch.Tensor.numel)
+    held = moe_layer.params_held(placed, torch.Tensor.numel)
     assert held["experts"] == moe_shapes.expert_param_count(placed_w.shape) // size
-    assert expert_parallel.whole_model_params(placed, plan, torch.Tensor.numel) == moe_shapes.param_count(placed_w.shape)
+    assert moe_layer.whole_model_params(placed, plan, torch.Tensor.numel) == moe_shapes.param_count(placed_w.shape)
 
 
 def test_deepspeeds_top1_gate_is_not_mixtrals(monkeypatch):
@@ -184,7 +184,7 @@ def test_deepspeeds_top1_gate_is_not_mixtrals(monkeypatch):
     block = hf.model.layers[0].mlp
     block.top_k = block.gate.top_k = 1
     plan = expert_parallel.ExpertParallelPlan(1, 1, w.experts, expert_parallel.Router(1))
-    ours = expert_parallel.MoEBlock(block, plan, 0)
+    ours = moe_layer.MoEBlock(block, plan, 0)
     x = torch.randn(2, 16, w.shape.hidden, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         expected, got = block(x), ours(x)
@@ -279,7 +279,7 @@ def test_deepspeeds_layer_computes_its_padded_slots_too(monkeypatch, top_k):
     tokens = batch["input_ids"].numel()
     counter = counted(w, model, batch)
     s = w.shape
-    blocks = expert_parallel.moe_blocks(model)
+    blocks = moe_layer.moe_blocks(model)
     assert all(len(b.counts) == 1 and int(b.counts[0].sum()) == s.top_k * tokens for b in blocks)
     slots = [s.experts * int(b.counts[0].max()) for b in blocks]
     padding = sum(6 * moe_shapes.expert_params(s) * (c - s.top_k * tokens) for c in slots)

@@ -7,15 +7,15 @@ from __future__ import annotations
 import torch
 
 from ds_bench.config.deepspeed import optim
-from ds_bench.engines import expert_parallel, sequence_parallel, tensor_parallel
+from ds_bench.engines import expert_parallel, moe_layer, sequence_parallel, tensor_parallel
 
 
 def initialize(model: torch.nn.Module, ds_cfg: dict, lr: float, mpu=None):
     """``mpu``: model-parallel groups (Ulysses' ``parallel_state_sp``), or None. A model with DeepSpeed MoE layers
-    gets its experts' parameters in groups of their own (``expert_parallel.param_groups``)."""
+    gets its experts' parameters in groups of their own (``moe_layer.param_groups``)."""
     import deepspeed
 
-    params = expert_parallel.param_groups(model) if expert_parallel.moe_blocks(model) else list(model.parameters())
+    params = moe_layer.param_groups(model) if moe_layer.moe_blocks(model) else list(model.parameters())
     client_optimizer = optim.default_optimizer(ds_cfg, params, lr)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=ds_cfg,
                                            optimizer=client_optimizer, mpu=mpu)

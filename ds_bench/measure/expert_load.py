@@ -1,6 +1,6 @@
 """A mixture-of-experts run's own measurements per step: the MoE all-to-alls (timed where DeepSpeed's MoE layer
 calls them: ``ds_bench.measure.layout_comm``) and the router's load balance, from the tokens per expert each
-MoE block counted (``ds_bench.engines.expert_parallel.MoEBlock.counts``; DeepSpeed's gate counts them before
+MoE block counted (``ds_bench.engines.moe_layer.MoEBlock.counts``; DeepSpeed's gate counts them before
 any dropping).
 
 Each rank keeps, per measured step, the tokens it routed to each expert of each block (summed over the step's

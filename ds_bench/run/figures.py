@@ -11,7 +11,7 @@ import socket
 from ds_bench.cluster import process
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_config import RunConfig
-from ds_bench.engines import expert_parallel, sequence_parallel
+from ds_bench.engines import sequence_parallel
 from ds_bench.measure import ceilings, compile_stats, expert_load, layout_comm, peaks, slow_ranks, stage_timers
 from ds_bench.measure.loop import timing
 from ds_bench.measure.metrics import summarize

@@ -18,7 +18,7 @@ import torch
 from ds_bench import engines
 from ds_bench.cluster import faults, process
 from ds_bench.config.deepspeed import prepare as ds_config
-from ds_bench.engines import expert_parallel, sequence_parallel, tiling
+from ds_bench.engines import expert_parallel, moe_layer, sequence_parallel, tiling
 from ds_bench.engines.compiled import compile_engine
 from ds_bench.engines.pipeline import clip_on_the_whole_model
 from ds_bench.machine import memory
@@ -71,7 +71,7 @@ def build(run: Started, workload) -> Built:
         model = workload.build_model().to(run.engine.model_dtype)
     model_built = time.perf_counter(), memory.held_bytes(run.state.device) - run.baseline_bytes
     partitioned = engines.is_partitioned(model)  # before the engine: DeepSpeed ZeRO-3 partitions any model
-    params = expert_parallel.whole_model_params(model, ep, engines.full_numel)
+    params = moe_layer.whole_model_params(model, ep, engines.full_numel)
     largest = max((sum(engines.full_numel(p) for p in m.parameters(recurse=False)) for m in model.modules()),
                   default=0)
     flops, hw_flops = workload.model_flops_per_sample(model), workload.hardware_flops_per_sample(model)
@@ -88,7 +88,7 @@ def build(run: Started, workload) -> Built:
         "engine_s": time.perf_counter() - engine_started, "model_mem_bytes": model_built[1],
         "engine_mem_bytes": memory.held_bytes(run.state.device) - run.baseline_bytes,
         "rank_params": sum(engines.full_numel(p) for p in engine.module.parameters()) if sharded else None,
-        "rank_params_held": expert_parallel.params_held(model, engines.full_numel) if ep else None},
+        "rank_params_held": moe_layer.params_held(model, engines.full_numel) if ep else None},
         settings=workload.model_settings(model))  # after the engine: what it left the model running with
 
 
@@ -120,7 +120,7 @@ def train(run: Started, workload, engine) -> tuple[list, float]:
     start = run.ckpt.attach(engine, sync=accel.synchronize, barrier=torch.distributed.barrier, gather=process.gather,
                             rank=state.rank, world_size=state.world_size)  # resumes: returns the step reached
     clock = DeviceClock(state.device)
-    blocks = expert_parallel.moe_blocks(engine.module)
+    blocks = moe_layer.moe_blocks(engine.module)
     timers = (stage_timers.StageTimers(engine, clock) if run.engine.pipeline is not None
               else expert_load.ExpertTimer(clock, blocks, workload.router, workload.experts) if blocks
               else layout_comm.timer("tensor_parallel", clock) if run.engine.tensor_parallel

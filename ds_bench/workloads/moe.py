@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ds_bench.data import text
-from ds_bench.engines import expert_parallel
+from ds_bench.engines import expert_parallel, moe_layer
 from ds_bench.errors import UserError
 from ds_bench.workloads import hf_init, moe_shapes
 from ds_bench.workloads.causal_lm import DEFAULT_ATTENTION, LlamaFamilyWorkload, enable_checkpointing
@@ -122,10 +122,10 @@ class MoEWorkload(LlamaFamilyWorkload):
             return super().build_model()
         plan, rank = self.placed
         std = self.weight_std()
-        with hf_init.hf_init_skipped(), expert_parallel.experts_on_meta(self.experts_class()):
+        with hf_init.hf_init_skipped(), moe_layer.experts_on_meta(self.experts_class()):
             model = self.model_class()(self.config)
         hf_init.initialize(model, self.cfg.seed, std)
-        expert_parallel.to_moe_layers(model, plan, rank,
+        moe_layer.to_moe_layers(model, plan, rank,
                                       lambda name, shape: hf_init.draw(self.cfg.seed, name, shape, std(name.rpartition('.')[0])))
         model.loss_type = "ForCausalLM"
         if self.cfg.activation_checkpointing:
@@ -154,7 +154,7 @@ class MoEWorkload(LlamaFamilyWorkload):
         """The causal-LM loss, + the aux-loss weight x the MoE layers' mean load-balancing loss (DeepSpeed's MoE
         layer; HF's own blocks add HF's router loss themselves)."""
         loss = super().loss(model, batch)
-        aux = expert_parallel.aux_loss(model, self.aux_loss_weight)
+        aux = moe_layer.aux_loss(model, self.aux_loss_weight)
         return loss if aux is None else loss + aux
 
     def model_flops_per_sample(self, model: nn.Module) -> float:
