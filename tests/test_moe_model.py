@@ -152,7 +152,7 @@ def test_a_placed_rank_holds_its_slice_of_the_plain_builds_experts(monkeypatch, 
         seen.extend(p.is_meta for _, _, b in moe_layer.sparse_blocks(model) for p in b.experts.parameters())
         return convert(model, *args, **kwargs)
 
-    monkeypatch.setattr(expert_parallel, "to_moe_layers", spy)
+    monkeypatch.setattr(moe_layer, "to_moe_layers", spy)
     placed_w.place_experts(plan, rank)
     placed = placed_w.build_model()
     assert seen and all(seen), "HF's stacked experts were allocated before the rank's own were drawn"
