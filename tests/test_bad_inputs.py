@@ -280,6 +280,14 @@ CASES["--capacity-factor with DDP"] = Case(run(*MOE, "--engine", "ddp", "--capac
 CASES["--moe-path with FSDP"] = Case(run(*MOE, "--engine", "fsdp", "--set", "zero_optimization.stage=3",
                                          "--moe-path", "moe-layer"),
                                      r"--moe-path moe-layer with --engine fsdp: DDP and FSDP train HF's own MoE blocks")
+CASES["--capacity-factor with HF's blocks"] = Case(run(*MOE, "--moe-path", "hf", "--capacity-factor", "1.0"),
+                                                  r"--capacity-factor 1 with HF's own MoE blocks: they drop no tokens")
+CASES["--moe-path hf with EP 2"] = Case(run(*MOE, "--moe-path", "hf", "--expert-parallel", "2"),
+                                        r"--moe-path hf with --expert-parallel 2: HF's own blocks hold every expert",
+                                        env=FOUR_RANKS)
+CASES["moe text data above the vocabulary"] = Case(
+    run("--workload", "moe", "--size", "mixtral-8x7b", "--ds-config", "ds_configs/zero1.json", "--data", "requirements.txt"),
+    r"--data .*: text is read with GPT-2's 50257-token BPE, above mixtral-8x7b's 32000-token vocabulary")
 CASES["--expert-parallel on gpt2"] = Case(run("--workload", "gpt2", "--size", "tiny", "--expert-parallel", "2"),
                                           r"--expert-parallel: workload gpt2 has no experts \(moe has\)$")
 CASES["moe flags on llama"] = Case(run("--workload", "llama", "--size", "tiny", "--top-k", "2", "--capacity-factor", "1"),

@@ -70,12 +70,13 @@ def test_the_all_to_alls_are_counted_where_the_moe_layer_makes_them(ep_runs):
     assert comm2["calls_per_step"] == 4 * blocks * ACCUMULATION
     assert comm2["all_to_all_ms"] > 0 and 0 < comm2["share_of_step"] < 1
     assert (comm1["calls_per_step"], comm1["all_to_all_ms"]) == (0, 0.0)
-    # the verdict's bytes are the timer's calls, each the [E, capacity, hidden] fp32 buffer, half of it leaving the rank
+    # the verdict's bytes are those the timer saw the layer send, half of them leaving the rank; each call carries
+    # the [E, capacity, hidden] fp32 buffer, capacity between an even load (k x tokens / E) and every token
     shape, tokens = moe_shapes.SHAPES["tiny"], 2 * 64
-    capacity = comm2["load_max_over_mean"] * shape.top_k * tokens / shape.experts
-    per_call = shape.experts * capacity * shape.hidden * 4
-    assert two["comm_bound"]["bus_bytes_per_step"]["ep_all_to_all"] == pytest.approx(
-        0.5 * comm2["calls_per_step"] * per_call, rel=1e-3)
+    sent = comm2["bytes_per_step"]
+    assert two["comm_bound"]["bus_bytes_per_step"]["ep_all_to_all"] == pytest.approx(0.5 * sent)
+    per_token = shape.experts * shape.hidden * 4 * comm2["calls_per_step"]
+    assert per_token * shape.top_k * tokens / shape.experts < sent < per_token * tokens
     assert "ep_all_to_all" not in one["comm_bound"]["bus_bytes_per_step"]
     # ZeRO-1 gradients: the replicated rest over both ranks; at EP=2 each expert has one holder, nothing to reduce
     held1, held2 = one["build"]["rank_params_held"], two["build"]["rank_params_held"]
@@ -111,10 +112,10 @@ def test_autoep_is_asked_for_only_where_it_runs(monkeypatch):
 
     router = ep.Router(2)
     monkeypatch.setattr(ep, "autoep_mismatch", lambda: None)
-    plan = ep.resolve(2, 4, 8, router, "auto")
+    plan = ep.resolve(2, 4, 8, router, "auto", "qwen3_moe")
     assert plan.path == ep.AUTOEP
-    assert ep.deepspeed_config(plan, {"a": 1}, "mixtral") == {
-        "a": 1, "expert_parallel": {"enabled": True, "autoep_size": 2, "preset_model": "mixtral"}}
+    assert ep.deepspeed_config(plan, {"a": 1}) == {
+        "a": 1, "expert_parallel": {"enabled": True, "autoep_size": 2, "preset_model": "qwen3_moe"}}
     monkeypatch.setattr(ep, "autoep_mismatch", lambda: "deepspeed X's AutoEP presets ... transformers Y")
     plan = ep.resolve(2, 4, 8, router, "auto")
     assert plan.path == ep.MOE_LAYER and ep.deepspeed_config(plan, {"a": 1}) == {"a": 1}
@@ -133,3 +134,19 @@ def test_this_deepspeed_and_transformers_do_not_run_autoep():
     said = ep.autoep_mismatch()
     if (deepspeed.__version__, transformers.__version__) == ("0.19.8", "5.24.0"):
         assert said and "deepspeed 0.19.8" in said and "transformers 5.24.0" in said
+
+
+@pytest.mark.dist
+def test_ddp_trains_hfs_own_blocks_and_records_the_router(tmp_path):
+    """DDP (and FSDP) train HF's own MoE blocks: the run ends ok, the record names the path, the router and every
+    expert held on the rank; the aux loss is HF's, added by the model."""
+    results = tmp_path / "ddp.jsonl"
+    proc = run_cmd([sys.executable, *RUN[:RUN.index("--busbw")], "--engine", "ddp", "--results", str(results)],
+                   timeout=300, **OFFLINE)
+    assert proc.returncode == 0, explain(proc)
+    record, shape = records(results)[0], moe_shapes.SHAPES["tiny"]
+    assert record["status"] == "ok" and record["engine"] == "ddp"
+    e = record["expert_parallel"]
+    assert (e["path"], e["size"], e["top_k"], e["aux_loss_weight"]) == ("hf", 1, 2, shape.aux_loss_weight)
+    assert record["build"]["rank_params_held"]["experts"] == moe_shapes.expert_param_count(shape)
+    assert record["expert_parallel_comm"] is None

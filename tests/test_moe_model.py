@@ -6,7 +6,7 @@ FLOPs.
   weights at EP = 1: top-2 (DeepSpeed's ``top2gating``), top-3 (``topkgating``) and Qwen3-MoE's renormalised
   top-k. Its top-1 gate is not Mixtral's (why ``--top-k 1`` is refused on that path).
 - The placed build (``MoEWorkload.place_experts`` + ``build_model``: HF's experts on the meta device, this
-  rank's drawn by ``hf_init.draw``) holds exactly the plain build's weights, each rank its slice of the experts.
+  rank's drawn by ``hf_init.draw_experts``) holds exactly the plain build's weights, each rank its slice of the experts.
 - ``moe_shapes.param_count`` is HF's model for every size (built on the meta device); the active counts are
   the model cards'.
 - ``moe_shapes.flops_per_token`` against torch's ``FlopCounterMode`` on a forward + backward: equal on HF's
@@ -139,7 +139,7 @@ def test_the_moe_layer_model_gives_hfs_logits_and_gradients(one_rank_group, monk
 def test_a_placed_rank_holds_its_slice_of_the_plain_builds_experts(monkeypatch, size, rank):
     """``place_experts`` + ``build_model`` (what a rank of an ``--expert-parallel`` run builds): HF's stacked
     experts never leave the meta device, every other weight is the plain build's, and the rank's local experts
-    are slice [first, first + E/EP) of the plain build's ``gate_up_proj`` / ``down_proj`` (``hf_init.draw``
+    are slice [first, first + E/EP) of the plain build's ``gate_up_proj`` / ``down_proj`` (``hf_init.draw_experts``
     draws what ``hf_init.initialize`` writes): every layout starts from the same model."""
     plain_w = workload(monkeypatch)
     plain = plain_w.build_model()

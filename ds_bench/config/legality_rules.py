@@ -185,10 +185,11 @@ RUN_OPTION_RULES: tuple[Rule, ...] = (
         ("model_path", "--model", "pretrained weights are not loaded into pipeline stages yet; use --size or "
                                   "--layers", "not built yet"))),
     *(Rule(f"{name} and {flag}", lambda l, w, o=option, engaged=engaged: engaged(l, w) and o in w.run_options,
-           f"{flag} with --{degree.replace('_', '-')} {{{degree}}}: not measured yet", "not measured yet",
-           _ex(**{degree: 2}), frozenset({option}))
-      for name, degree, engaged in (("AutoTP", "tensor_parallel", _tp), ("Ulysses", "sequence_parallel", _sp),
-                                    ("the MoE layer", "expert_parallel", _ep))
+           f"{flag} with {said}: not measured yet", "not measured yet", _ex(**{degree: 2}), frozenset({option}))
+      for name, degree, engaged, said in (
+        ("AutoTP", "tensor_parallel", _tp, "--tensor-parallel {tensor_parallel}"),
+        ("Ulysses", "sequence_parallel", _sp, "--sequence-parallel {sequence_parallel}"),
+        ("the MoE layer", "expert_parallel", _ep, "--workload moe (--expert-parallel {expert_parallel})"))
       for option, flag in (("breakdown", "--breakdown"), ("checkpoint", "--checkpoint"), ("resume", "--resume"))),
 )
 """Run options (``--breakdown``, ``--checkpoint``...) a degree's engine does not take yet."""

@@ -82,7 +82,8 @@ def choose(name: str, ds_cfg: dict, default_lr: float, where: str, pipeline: Pip
                             tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
                             expert_parallel=expert_parallel)
     settings = torch_settings(name, ds_cfg, default_lr, where)
-    return EngineChoice(name, settings.zero_stage, torch.float32, torch.float32, settings)
+    return EngineChoice(name, settings.zero_stage, torch.float32, torch.float32, settings,
+                        expert_parallel=expert_parallel)  # HF's own blocks: the record's router
 
 
 def build(choice: EngineChoice, model: torch.nn.Module, ds_cfg: dict, device: torch.device, lr: float, mpu=None):

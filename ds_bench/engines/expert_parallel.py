@@ -22,8 +22,9 @@ Paths (``PATHS``; the record's ``expert_parallel.path``):
 
 Router settings (``Router``): top-k, capacity factor (0: no token dropping, every expert takes what it is
 sent, as Mixtral and Qwen3-MoE train; > 0: each expert takes at most ceil(k x tokens / E x factor) and drops the
-rest, DeepSpeed's ``_capacity``) and the aux-loss weight: the loss adds weight x the mean over MoE blocks of
-DeepSpeed's load-balancing loss (GShard's E x sum_e mean-gate_e x top-1-share_e; HF's own blocks add HF's).
+rest, DeepSpeed's ``_capacity``) and the aux-loss weight: the loss adds weight x k x the mean over MoE blocks of
+DeepSpeed's load-balancing loss, the scale of HF's (``ds_bench.engines.moe_layer.aux_loss``); HF's own blocks add
+HF's.
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ class ExpertParallelPlan:
     experts: int
     router: Router
     path: str = MOE_LAYER
+    arch: str = "mixtral"
+    """The model's architecture (``moe_shapes.MoEShape.arch``): AutoEP's ``preset_model``."""
 
     @property
     def local_experts(self) -> int:
@@ -99,7 +102,8 @@ class ExpertParallelPlan:
                 "aux_loss_weight": r.aux_loss_weight}
 
 
-def resolve(size: int, world_size: int, experts: int, router: Router, requested_path: str = "auto") -> ExpertParallelPlan:
+def resolve(size: int, world_size: int, experts: int, router: Router, requested_path: str = "auto",
+            arch: str = "mixtral") -> ExpertParallelPlan:
     """The plan of ``--expert-parallel size`` (checked before joining: ``UserError``, exit 2)."""
     if experts % size:
         raise UserError(f"--expert-parallel {size} does not divide the model's {experts} experts: every rank of a "
@@ -110,11 +114,14 @@ def resolve(size: int, world_size: int, experts: int, router: Router, requested_
     if path == HF_BLOCKS and size > 1:
         raise UserError(f"--moe-path hf with --expert-parallel {size}: HF's own blocks hold every expert on every "
                         "rank; use --moe-path moe-layer")
+    if path == HF_BLOCKS and router.drop_tokens:
+        raise UserError(f"--capacity-factor {router.capacity_factor:g} with HF's own MoE blocks: they drop no tokens; "
+                        "the capacity is DeepSpeed's MoE layer's (--moe-path moe-layer)")
     if path == MOE_LAYER and router.top_k < 2:
         raise UserError("--top-k 1 with DeepSpeed's MoE layer: its top-1 gate weighs an expert's output by the "
                         "gate probability, Mixtral's by 1 (renormalised), so the model would not be Mixtral; use "
                         "--top-k 2 or more")
-    return ExpertParallelPlan(size, world_size, experts, router, path)
+    return ExpertParallelPlan(size, world_size, experts, router, path, arch)
 
 
 def choose_path(requested: str) -> str:
@@ -152,11 +159,11 @@ def autoep_mismatch() -> str | None:
     return None
 
 
-def deepspeed_config(plan: ExpertParallelPlan | None, ds_cfg: dict, arch: str = "mixtral") -> dict:
-    """The run's config, with AutoEP's section on the ``autoep`` path."""
+def deepspeed_config(plan: ExpertParallelPlan | None, ds_cfg: dict) -> dict:
+    """The run's config, with AutoEP's section on the ``autoep`` path (its preset: the model's architecture)."""
     if plan is None or plan.path != AUTOEP:
         return ds_cfg
-    return {**ds_cfg, "expert_parallel": {"enabled": True, "autoep_size": plan.size, "preset_model": arch}}
+    return {**ds_cfg, "expert_parallel": {"enabled": True, "autoep_size": plan.size, "preset_model": plan.arch}}
 
 
 def with_world(plan: ExpertParallelPlan, world_size: int) -> ExpertParallelPlan:

@@ -63,6 +63,14 @@ def timer(degree: str, clock) -> CommTimer:
     return CommTimer(clock, importlib.import_module(t.module), t.op, t.timer, t.calls)
 
 
+def _payload_bytes(op: str, args: tuple, kwargs: dict) -> int:
+    """Bytes of the tensor a rank gives the collective: ``all_to_all_single(output, input)``'s input, an
+    ``all_reduce``'s tensor."""
+    tensor = kwargs.get("input", args[1] if len(args) > 1 else None) if op == "all_to_all_single" else kwargs.get(
+        "tensor", args[0] if args else None)
+    return tensor.numel() * tensor.element_size() if hasattr(tensor, "element_size") else 0
+
+
 def per_step(degree: str, times_s: dict[str, list[float]], step_s: list[float]) -> dict | None:
     """The record's ``tensor_parallel_comm``, ``sequence_parallel_comm`` or ``expert_parallel_comm`` from one rank's timers: ``{what}_ms``,
     ``calls_per_step`` and ``share_of_step``, medians over the measured steps."""
@@ -70,27 +78,28 @@ def per_step(degree: str, times_s: dict[str, list[float]], step_s: list[float]) 
     if t.timer not in times_s or not step_s:
         return None
     comm, steps = np.asarray(times_s[t.timer], dtype=float), np.asarray(step_s, dtype=float)
+    sent = times_s.get(f"{t.timer}_bytes")
     return {f"{t.what}_ms": float(np.median(comm)) * 1e3, "calls_per_step": int(np.median(times_s[t.calls])),
-            "share_of_step": float(np.median(comm / steps))}
+            "share_of_step": float(np.median(comm / steps)), "bytes_per_step": float(np.median(sent)) if sent else None}
 
 class CommTimer:
     """This rank's timer of ``op`` in ``module.dist``: ``begin`` before a step, ``read`` once it is synchronized."""
 
     def __init__(self, clock, module, op: str, timer: str, calls: str):
         self.clock, self.op, self.timer, self.calls = clock, op, timer, calls
-        self.marks, self.untimed = [], 0
+        self.marks, self.untimed, self.sent = [], 0, 0
         if isinstance(module.dist, _TimedComm):  # a later engine in this process: its timer takes over
             module.dist._timers = self
         else:
             module.dist = _TimedComm(module.dist, self)
 
     def begin(self) -> None:
-        self.marks, self.untimed = [], 0
+        self.marks, self.untimed, self.sent = [], 0, 0
 
     def read(self) -> dict[str, float]:
-        """Seconds in the collective since ``begin``, and how many calls there were."""
+        """Seconds in the collective since ``begin``, how many calls there were and the bytes this rank gave them."""
         return {self.timer: sum(self.clock.seconds(start, end) for start, end in self.marks),
-                self.calls: float(len(self.marks) + self.untimed)}
+                self.calls: float(len(self.marks) + self.untimed), f"{self.timer}_bytes": float(self.sent)}
 
 
 class _TimedComm:
@@ -108,6 +117,7 @@ class _TimedComm:
         timers = self._timers
 
         def timed(*args, **kwargs):
+            timers.sent += _payload_bytes(timers.op, args, kwargs)
             if kwargs.get("async_op"):
                 timers.untimed += 1
                 return call(*args, **kwargs)

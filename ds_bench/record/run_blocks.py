@@ -147,6 +147,8 @@ class TensorParallelComm(Block):
     """All-reduces per step (a Llama block: 2 in forward, 5 in backward, per micro-step)."""
     share_of_step: float
     """``all_reduce_ms`` over the rank's own step time."""
+    bytes_per_step: float | None = None
+    """Bytes rank 0 gave the all-reduces in a step (median)."""
 
 
 class SequenceParallelComm(Block):
@@ -160,6 +162,8 @@ class SequenceParallelComm(Block):
     """All-to-alls per step (per layer and micro-step 4 in forward, 4 in backward, 4 more with checkpointing)."""
     share_of_step: float
     """``all_to_all_ms`` over the rank's own step time."""
+    bytes_per_step: float | None = None
+    """Bytes rank 0 gave the all-to-alls in a step (median)."""
 
 
 class ExpertParallel(Block):
@@ -192,6 +196,9 @@ class ExpertParallelComm(Block):
     calls_per_step: int | None = None
     """All-to-alls per step: per MoE block and micro-step 2 in forward, 2 in backward; 0 at EP = 1."""
     share_of_step: float | None = None
+    bytes_per_step: float | None = None
+    """Bytes rank 0 gave the all-to-alls in a step (median): per call the [E, capacity, hidden] dispatch buffer, capacity
+    the busiest expert's tokens over the EP group (no dropping) or the capacity limit. The comm-bound verdict's."""
     load_max_over_mean: float | None = None
     """Tokens of the busiest expert over the mean, the whole job's per block, the worst block; median over steps
     (1.0: even)."""

@@ -41,10 +41,10 @@ all its ranks: an S-rank group inside a node is faster than that across nodes, s
 
 With EP-way expert parallelism (``--workload moe``) each rank reduces the gradients of the parameters it holds:
 the replicated rest over all n ranks, its E/EP experts over their n/EP holders only (none at n = EP), and it sends the MoE all-to-alls: per MoE block 2 in forward (dispatch,
-combine) and 2 in backward, 2 more with activation checkpointing (``MoEWorkload.expert_parallel_all_to_alls``,
-counted by ``ds_bench.measure.layout_comm``), each the [E, capacity, hidden] dispatch buffer, capacity the
-busiest expert's tokens (the measured load balance, ``ds_bench.measure.expert_load``) or the capacity limit;
-(EP-1)/EP of it crosses a link (``ep_all_to_all``, at the all_to_all busbw).
+combine) and 2 in backward, 2 more with activation checkpointing (counted by ``ds_bench.measure.layout_comm``), each the [E, capacity, hidden] dispatch buffer, capacity the
+busiest expert's tokens over the EP group in that micro-step and block, or the capacity limit: the bytes are the
+ones measured where the layer calls the all-to-all (``bytes_per_step``), (EP-1)/EP of them crossing a link
+(``ep_all_to_all``, at the all_to_all busbw).
 
 The bound takes each collective at the busbw of the comm run's largest message (its best case) and
 counts no latency, no overlap penalty and no offload traffic (PCIe, not the network), so the true
@@ -159,7 +159,7 @@ def sequence_parallel_bus_bytes(s: int, all_to_all_elements: int, element_bytes:
 def for_run(*, stage: int, precision: str, ds_cfg: dict, params: int, world_size: int, micro_steps: int,
             step_ms: float, hosts: list[str], backend: str, busbw: float | None, comm_results: str,
             tensor_parallel: int = 1, tp_all_reduce_elements: int = 0, sequence_parallel: int = 1,
-            sp_all_to_all_elements: int = 0, expert_parallel: int = 1, ep_all_to_all_elements: int = 0,
+            sp_all_to_all_elements: int = 0, expert_parallel: int = 1, ep_all_to_all_bytes: float = 0.0,
             expert_params: int = 0) -> dict:
     """The ``comm_bound`` entry of a run record: with ``--busbw``, that figure for every collective;
     else the newest comm record of the same ranks in ``comm_results``; else a note saying how to get one.
@@ -182,9 +182,8 @@ def for_run(*, stage: int, precision: str, ds_cfg: dict, params: int, world_size
     if sequence_parallel > 1:
         moved["sp_all_to_all"] = sequence_parallel_bus_bytes(sequence_parallel, sp_all_to_all_elements,
                                                              BYTES[precision], micro_steps)
-    if expert_parallel > 1:  # the same arithmetic as Ulysses': (EP-1)/EP of what one rank sends
-        moved["ep_all_to_all"] = sequence_parallel_bus_bytes(expert_parallel, ep_all_to_all_elements,
-                                                             BYTES[precision], micro_steps)
+    if expert_parallel > 1:  # (EP-1)/EP of the bytes one rank gave the all-to-alls in a step (measured)
+        moved["ep_all_to_all"] = (expert_parallel - 1) / expert_parallel * ep_all_to_all_bytes
     if busbw is not None:
         return judge(moved, {"all_reduce": busbw}, "--busbw", step_ms)
     record = latest_comm_record(comm_results, hosts, world_size, backend)

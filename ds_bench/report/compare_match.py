@@ -69,12 +69,14 @@ def _run(r: RunRecord) -> list[Sample]:
     key = ("run", r.workload, r.size, config.get("seq_len"), r.engine, r.zero_stage, r.precision, r.micro_batch,
            r.grad_accum, r.world_size, r.pipeline_stages or 1, r.tensor_parallel or 1, r.attn_implementation,
            bool(config.get("compile")), r.sequence_parallel or 1, tiles, config.get("expert_parallel") or 1,
-           config.get("experts"), config.get("top_k"), config.get("capacity_factor") or 0.0)
+           config.get("experts"), config.get("top_k"), config.get("capacity_factor") or 0.0,
+           r.expert_parallel and r.expert_parallel.path, r.expert_parallel and r.expert_parallel.aux_loss_weight)
     label = " ".join(str(part) for part in (
         "run", r.workload, r.size, r.engine, f"z{r.zero_stage}", r.precision, f"mbs={r.micro_batch}",
         f"ga={r.grad_accum}", f"x{r.world_size}", r.pipeline_stages and f"pp{r.pipeline_stages}",
         r.tensor_parallel and f"tp{r.tensor_parallel}", r.sequence_parallel and f"sp{r.sequence_parallel}",
         config.get("expert_parallel") and f"ep{config['expert_parallel']}",
+        r.expert_parallel and r.expert_parallel.path,
         *(t.replace("_", "-") for t in tiles)) if part)
     if m.tokens_per_s:
         return [Sample(key, label, "throughput", "tokens/s", values=[m.tokens_per_s])]

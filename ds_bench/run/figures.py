@@ -74,8 +74,7 @@ def _comm_bound(run: Started, workload, built: Built, metrics: dict, hosts: list
     tp_elements = workload.tensor_parallel_all_reduce_elements(micro_batch) if tp else 0
     sp_elements = workload.sequence_parallel_all_to_all_elements(micro_batch, sp.size) if sp else 0
     ep = run.engine.expert_parallel
-    ep_elements = workload.expert_parallel_all_to_all_elements(
-        micro_batch, (ep_comm or {}).get("load_max_over_mean", 1.0)) if ep and ep.size > 1 else 0
+    ep_bytes = (ep_comm or {}).get("bytes_per_step") or 0.0  # measured where the MoE layer calls the all-to-all
     held = built.build.get("rank_params_held") if ep else None  # gradients of what this rank holds
     return verdict.for_run(stage=run.engine.zero_stage, precision=ds_config.precision_of(ds_cfg), ds_cfg=ds_cfg,
                            params=held["experts"] + held["rest"] if held else built.params, world_size=state.world_size,
@@ -83,7 +82,7 @@ def _comm_bound(run: Started, workload, built: Built, metrics: dict, hosts: list
                            hosts=hosts, backend=state.backend, busbw=cfg.busbw, comm_results=cfg.comm_results_path(),
                            tensor_parallel=tp.size if tp else 1, tp_all_reduce_elements=tp_elements,
                            sequence_parallel=sp.size if sp else 1, sp_all_to_all_elements=sp_elements,
-                           expert_parallel=ep.size if ep else 1, ep_all_to_all_elements=ep_elements,
+                           expert_parallel=ep.size if ep else 1, ep_all_to_all_bytes=ep_bytes,
                            expert_params=held["experts"] if held else 0)
 
 

@@ -53,11 +53,12 @@ def resolve(cfg: RunConfig) -> Resolved:
 
 
 def _expert_parallel(cfg: RunConfig, workload, world_size: int):
-    """A moe run under DeepSpeed: its experts' layout (EP = 1 without ``--expert-parallel``)."""
-    if workload.router is None or cfg.engine != "deepspeed":
+    """A moe run: its experts' layout (EP = 1 without ``--expert-parallel``; DDP and FSDP: HF's own blocks)."""
+    if workload.router is None:
         return None
-    return expert_parallel.resolve(cfg.expert_parallel or 1, world_size, workload.experts, workload.router,
-                                   cfg.moe_path)
+    path = cfg.moe_path if cfg.engine == "deepspeed" else expert_parallel.HF_BLOCKS
+    return expert_parallel.resolve(cfg.expert_parallel or 1, world_size, workload.experts, workload.router, path,
+                                   workload.shape.arch)
 
 
 def _sequence_parallel(cfg: RunConfig, workload, world_size: int):

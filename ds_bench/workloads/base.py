@@ -159,10 +159,6 @@ class Workload(ABC):
         """Elements one rank sends in Ulysses' all-to-alls in one micro-step (``ds_bench.report.comm_bound``)."""
         return 0
 
-    def expert_parallel_all_to_all_elements(self, micro_batch: int, load_max_over_mean: float = 1.0) -> int:
-        """Elements one rank sends into the MoE all-to-alls per micro-step (``ds_bench.report.comm_bound``)."""
-        return 0
-
     @property
     def tensor_parallel_divisors(self) -> dict[str, int] | None:
         """The model widths a ``--tensor-parallel`` degree must divide, by name; None: AutoTP cannot shard it."""

@@ -22,8 +22,9 @@ once more, or under ``zero.Init`` write into empty partitions); ``initialize`` t
 parameter, each module's parameters gathered whole around the writes when partitioned (rank 0's values
 kept; every rank draws the same ones). A module with parameters of a kind not listed above is refused.
 Mixture-of-experts models (Mixtral, Qwen3-MoE): the router's weight and the experts' stacked 3-D weights are
-normal(0, ``initializer_range``) as HF draws them; a parameter left on the meta device (experts a rank does not
-hold: ``ds_bench.engines.expert_parallel``) is skipped here and drawn by ``draw`` where it is placed.
+normal(0, ``initializer_range``) as HF draws them, each expert of a stacked weight from a generator of its own; a
+parameter left on the meta device (experts a rank does not hold: ``ds_bench.engines.moe_layer``) is skipped here
+and its rank's experts drawn by ``draw_experts`` where they are placed.
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ def _init_parameter(module: nn.Module, param_name: str, param: torch.Tensor, key
         param.fill_(1.0 if param_name == "weight" else 0.0)
     elif param_name == "bias" and isinstance(module, (nn.Linear, Conv1D)):
         param.zero_()
+    elif _is_routed(module) and param.dim() == 3:  # stacked experts: each from its own generator
+        for expert in range(param.shape[0]):
+            param[expert].copy_(_normal(param.shape[1:], std, f"{key}[{expert}]"))
     elif param_name == "weight" and isinstance(module, (nn.Linear, Conv1D, nn.Embedding)) or _is_routed(module):
         param.copy_(_normal(param.shape, std, key))
         if isinstance(module, nn.Embedding) and module.padding_idx is not None:
@@ -99,10 +103,11 @@ def _init_parameter(module: nn.Module, param_name: str, param: torch.Tensor, key
         raise TypeError(f"no initialisation rule for {type(module).__name__}.{param_name} ({key})")
 
 
-def draw(seed: int, hf_name: str, shape: torch.Size, std: float) -> torch.Tensor:
-    """The values ``initialize`` gives the parameter ``hf_name`` (module name and parameter, in the HF model) of
-    ``shape``, drawn whole."""
-    return _normal(shape, std, f"{seed}:{hf_name}")
+def draw_experts(seed: int, hf_name: str, shape: torch.Size, std: float, experts: range) -> torch.Tensor:
+    """The values ``initialize`` gives ``experts`` of the stacked expert weight ``hf_name`` (module name and
+    parameter, in the HF model) of ``shape`` (E x ...): each expert from its own generator, so a rank draws only
+    the experts it holds."""
+    return torch.stack([_normal(shape[1:], std, f"{seed}:{hf_name}[{e}]") for e in experts])
 
 
 def _is_routed(module: nn.Module) -> bool:

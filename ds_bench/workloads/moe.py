@@ -54,6 +54,10 @@ class MoEWorkload(LlamaFamilyWorkload):
                                  aux_loss_weight=self.aux_loss_weight)
         self.config._attn_implementation = cfg.attn or DEFAULT_ATTENTION
         self.files = None if cfg.data == "synthetic" else text.find_text_files(cfg.data)
+        if self.files and self.shape.vocab < moe_shapes.GPT2_VOCAB:
+            raise UserError(f"--data {cfg.data}: text is read with GPT-2's {moe_shapes.GPT2_VOCAB}-token BPE, above "
+                            f"{self.size}'s {self.shape.vocab}-token vocabulary (its own tokenizer is not loaded "
+                            "yet); use --data synthetic, or tiny, qwen3-30b-a3b or a custom shape")
 
     @classmethod
     def check_long_context_flag(cls, flag: str) -> None:
@@ -90,22 +94,8 @@ class MoEWorkload(LlamaFamilyWorkload):
     def expert_param_count(cls, flags) -> int:
         return moe_shapes.expert_param_count(cls.shape_of(flags))
 
-    def expert_parallel_all_to_alls(self) -> int:
-        """DeepSpeed's MoE all-to-alls per micro-step at EP > 1 (``ds_bench.measure.layout_comm`` counts them): per
-        MoE block 2 in forward (dispatch to the experts, combine back) and 2 in backward (their gradients), 2
-        more with activation checkpointing (the forward, recomputed); none at EP = 1 (deepspeed 0.19.8 skips them)."""
-        return (4 + (2 if self.cfg.activation_checkpointing else 0)) * self.shape.n_layer
-
-    def expert_parallel_all_to_all_elements(self, micro_batch: int, load_max_over_mean: float = 1.0) -> int:
-        """Elements one rank sends into the MoE all-to-alls per micro-step: each carries the [E, capacity, hidden]
-        dispatch buffer, capacity = the most tokens any expert got (no dropping; ``load_max_over_mean`` x the mean
-        k x tokens / E) or the capacity limit; (EP-1)/EP of it leaves the rank."""
-        tokens = micro_batch * self.seq_len
-        capacity = self.router.capacity(tokens, self.shape.experts)
-        if capacity is None:
-            capacity = load_max_over_mean * self.shape.top_k * tokens / self.shape.experts
-        return int(self.expert_parallel_all_to_alls() * self.shape.experts * capacity * self.shape.hidden)
-
+    moe_blocks: list = []
+    """The model's DeepSpeed MoE blocks once ``build_model`` made them (the loss reads their aux losses)."""
     placed: tuple | None = None
     """(``ExpertParallelPlan``, rank) once ``place_experts`` was called: ``build_model`` builds DeepSpeed MoE layers."""
 
@@ -116,7 +106,7 @@ class MoEWorkload(LlamaFamilyWorkload):
     def build_model(self) -> nn.Module:
         """HF's model (``CausalLMWorkload.build_model``), or with the experts placed: the HF model built with its
         stacked experts on the meta device, every other weight drawn as always, then each sparse block replaced by a
-        ``MoEBlock`` whose experts are this rank's slice of the same draws (``hf_init.draw``): the weights an EP = 1
+        ``MoEBlock`` whose experts are this rank's slice of the same draws (``hf_init.draw_experts``): the weights an EP = 1
         or a DDP run starts from, and no rank ever allocates experts it does not hold."""
         if self.placed is None:
             return super().build_model()
@@ -125,8 +115,9 @@ class MoEWorkload(LlamaFamilyWorkload):
         with hf_init.hf_init_skipped(), moe_layer.experts_on_meta(self.experts_class()):
             model = self.model_class()(self.config)
         hf_init.initialize(model, self.cfg.seed, std)
-        moe_layer.to_moe_layers(model, plan, rank,
-                                      lambda name, shape: hf_init.draw(self.cfg.seed, name, shape, std(name.rpartition('.')[0])))
+        seed = self.cfg.seed
+        self.moe_blocks = moe_layer.to_moe_layers(model, plan, rank, lambda name, shape, held: hf_init.draw_experts(
+            seed, name, shape, std(name.rpartition(".")[0]), held))
         model.loss_type = "ForCausalLM"
         if self.cfg.activation_checkpointing:
             enable_checkpointing(model)
@@ -154,7 +145,7 @@ class MoEWorkload(LlamaFamilyWorkload):
         """The causal-LM loss, + the aux-loss weight x the MoE layers' mean load-balancing loss (DeepSpeed's MoE
         layer; HF's own blocks add HF's router loss themselves)."""
         loss = super().loss(model, batch)
-        aux = moe_layer.aux_loss(model, self.aux_loss_weight)
+        aux = moe_layer.aux_loss(self.moe_blocks, self.aux_loss_weight, self.shape.top_k)
         return loss if aux is None else loss + aux
 
     def model_flops_per_sample(self, model: nn.Module) -> float:
