@@ -14,7 +14,7 @@
 - Experts (``--expert-parallel``, ``--workload moe``): DeepSpeed's MoE layer (``deepspeed/moe/sharded_moe.py``) sends
   tokens to their experts and back through ``_AllToAll``, whose forward and backward call ``all_to_all_single``:
   per MoE block 2 in forward and 2 in backward, 2 more with activation checkpointing, none at EP = 1
-  (``MoEWorkload.expert_parallel_all_to_alls``; the load balance beside them: ``ds_bench.measure.expert_load``).
+  (``tests/test_moe.py`` checks the count; the load balance beside them: ``ds_bench.measure.expert_load``).
 
 How they are taken: the layers reach the collective through their module's ``dist`` (``deepspeed.comm``).
 ``CommTimer`` gives that module, for the run, a stand-in for ``dist`` that passes every call through and puts
@@ -72,8 +72,9 @@ def _payload_bytes(op: str, args: tuple, kwargs: dict) -> int:
 
 
 def per_step(degree: str, times_s: dict[str, list[float]], step_s: list[float]) -> dict | None:
-    """The record's ``tensor_parallel_comm``, ``sequence_parallel_comm`` or ``expert_parallel_comm`` from one rank's timers: ``{what}_ms``,
-    ``calls_per_step`` and ``share_of_step``, medians over the measured steps."""
+    """The record's ``tensor_parallel_comm``, ``sequence_parallel_comm`` or ``expert_parallel_comm`` from one rank's
+    timers: ``{what}_ms``, ``calls_per_step``, ``share_of_step`` and ``bytes_per_step``, medians over the measured
+    steps."""
     t = TIMED[degree]
     if t.timer not in times_s or not step_s:
         return None
