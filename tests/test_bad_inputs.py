@@ -569,6 +569,28 @@ CASES["report plot folder missing"] = Case(
     lambda tmp: ((tmp / "x.jsonl").write_text('{"workload": "mnist"}\n'),
                  ["report", str(tmp / "x.jsonl"), "--plot", str(tmp / "no" / "p.png")])[1],
     r"--plot .*p\.png: folder .* does not exist")
+BINARY = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe"
+"""The start of a PNG: an ``--expect`` file that is not text."""
+
+
+def with_file(argv, name: str, content: bytes):
+    """``argv`` (a builder) after writing ``content`` to {tmp}/``name``."""
+    def build(tmp: Path) -> list[str]:
+        (tmp / name).write_bytes(content)
+        return argv(tmp)
+    return build
+
+
+REPORT_LINE = '{"kind": "run", "workload": "mnist", "status": "ok", "world_size": 1}\n'.encode()
+CASES["report --html folder not writable"] = Case(
+    with_file(cmd("report", "{tmp}/x.jsonl", "--html", "/proc/ds_bench_report.html"), "x.jsonl", REPORT_LINE),
+    r"^ds-bench: error: --html /proc/ds_bench_report\.html: cannot create a file in folder /proc \(.+\)$")
+for command, argv in [("run", run("--expect", "{tmp}/e.yaml")),
+                      ("report", cmd("report", "{tmp}/x.jsonl", "--expect", "{tmp}/e.yaml")),
+                      ("report --html", cmd("report", "{tmp}/x.jsonl", "--html", "{tmp}/p.html", "--expect", "{tmp}/e.yaml"))]:
+    CASES[f"{command} --expect binary"] = Case(
+        with_file(with_file(argv, "x.jsonl", REPORT_LINE), "e.yaml", BINARY),
+        r"^ds-bench: error: --expect .*/e\.yaml: not UTF-8 text \(byte 0x89 at offset 0\); expected a YAML expectations file$")
 CASES["doctor timeout"] = Case(cmd("doctor", "--dist-timeout", "0"), r"--dist-timeout must be a finite number of seconds > 0")
 CASES["doctor connect timeout"] = Case(cmd("doctor", "--connect-timeout", "-1"), r"--connect-timeout must be a finite number")
 CASES["doctor iface"] = Case(cmd("doctor", "--iface", "nosuch0"), r"interface 'nosuch0' .* does not exist")

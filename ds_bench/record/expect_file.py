@@ -129,8 +129,13 @@ def load(path: str, flag: str = "--expect") -> ExpectFile:
 
 
 def _decode(path: str, flag: str):
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    kind = "JSON" if path.endswith(".json") else "YAML"
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as e:  # a binary file (an image, a zip, a UTF-16 export)
+        raise UserError(f"{flag} {path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); "
+                        f"expected a {kind} expectations file") from None
     if path.endswith(".json"):
         try:
             return json.loads(text)

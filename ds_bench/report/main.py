@@ -62,11 +62,27 @@ def html(paths: list[str], out_path: str, expect, expect_path: str) -> int:
     from ds_bench.report.html_report import read, write_report
 
     argcheck.output_folder("--html", out_path)
+    _check_writable_folder("--html", out_path)
     by_file = read(paths)
     outcomes = evaluate(expect, [r for found in by_file.values() for r in found]) if expect else None
     count = write_report(out_path, by_file, outcomes, expect_path)
     print(f"report: {out_path} ({count} sections from {len(paths)} file(s))")
     return 0
+
+
+def _check_writable_folder(flag: str, out_path: str) -> None:
+    """A file can be created where ``write_page`` makes the page's temporary file (the folder of the
+    absolute path): tried now with one empty file, removed at once, so a read-only folder or one of a
+    pseudo-filesystem (``/proc``) is refused before any file is read."""
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(out_path))
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=folder)
+    except OSError as e:
+        raise UserError(f"{flag} {out_path}: cannot create a file in folder {folder} ({e.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def _has_sweep_records(path: str) -> bool:
