@@ -488,6 +488,13 @@ CASES["launch nnodes text"] = Case(cmd("launch", "srun", "--nnodes", "two", "--d
 
 CASES["run memory cap unit"] = Case(cmd("run", "--workload", "mnist", "--ds-config", "ds_configs/zero1.json",
                                         "--cpu-mem-limit", "lots"), r"--cpu-mem-limit: .*'lots' is not a size")
+CASES["run memory cap in bytes"] = Case(run("--cpu-mem-limit", "512"),
+                                        r"^ds-bench: error: --cpu-mem-limit 512 bytes \(0\.0 MiB\) is below what this process "
+                                        r"already holds: \d+ MiB of data \(VmData\) \+ 128 MiB to join the process group; "
+                                        r"give at least \d+ MiB; a size without a unit is bytes \(e\.g\. 4GiB\)$")
+CASES["run memory cap below held"] = Case(run("--cpu-mem-limit", "300MiB"),
+                                          r"^ds-bench: error: --cpu-mem-limit 314572800 bytes \(300\.0 MiB\) is below what "
+                                          r"this process already holds: \d+ MiB .*; give at least \d+ MiB$")
 # --- sweep (and bench, its preset), report, doctor -------------------------------------------------
 SWEEP = ("sweep", "--results", "{tmp}/r.jsonl")
 MNIST = ("--workload", "mnist", "--ds-config", "ds_configs/zero1.json")
@@ -774,6 +781,9 @@ CASES["compare alpha 2"] = Case(compare("{base}", "{base}", "--alpha", "2"), r"-
 def no_side_effects(monkeypatch):
     """Anything past validation fails loudly instead of joining a process group or launching."""
     stop_past_checks(monkeypatch)
+    from ds_bench.machine import memory
+
+    monkeypatch.setattr(memory, "cap_process_memory", lambda *_a, **_k: None)  # never on the test process
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "DS_BENCH_IFACE"):
         monkeypatch.delenv(var, raising=False)
 
@@ -795,6 +805,13 @@ def test_bad_input(name, tmp_path, capsys, no_side_effects, monkeypatch):
     assert "Traceback" not in err and PASSED not in err, err
     assert re.search(case.pattern, errors[0]), errors[0]
     assert not (tmp_path / "r.jsonl").exists() and not (tmp_path / "ckpt").exists()
+
+
+def test_a_memory_cap_above_what_is_held_reaches_the_join(tmp_path, capsys, no_side_effects):
+    """The other side of "run memory cap below held": a cap with room passes the check."""
+    code = cli.main(run("--cpu-mem-limit", "64GiB")(tmp_path))
+    err = capsys.readouterr().err
+    assert code != 2 and PASSED in err and "--cpu-mem-limit" not in err, err
 
 
 def test_autoep_names_the_versions_that_fail_together(tmp_path, capsys, no_side_effects):

@@ -31,6 +31,7 @@ def join(rdzv: rendezvous.Rendezvous, dist_timeout_s: float, connect_timeout_s: 
     jit_ops.announce_cpu_builds(device_type, optimizer_op)
     jit_ops.ensure_loaded(jit_ops.ops_for_run(device_type, optimizer_op))
     if memory_cap:
+        memory.refuse_cap_below_held(memory_cap)  # after the builds, which the cap does not cover
         memory.cap_process_memory(memory_cap)
     loaded = time.perf_counter()
     state = process.init_distributed(rdzv, dist_timeout_s, connect_timeout_s)

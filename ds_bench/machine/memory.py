@@ -42,6 +42,38 @@ M_MMAP_THRESHOLD = -3  # glibc malloc.h
 RETURNED_AT_FREE_BYTES = 128 * 1024
 
 
+JOIN_MARGIN_BYTES = 128 * 2**20
+"""Room the cap must leave above what the process holds: joining the process group maps more (measured,
+1 CPU rank, gloo: VmData 236 -> 268 MiB, +32 MiB, for its threads' stacks and buffers; 4x that for
+more peers). A cap below held + this fails inside ``init_process_group`` with no record."""
+
+
+def held_data_bytes() -> int:
+    """The process's private writable address space now (``VmData`` of /proc/self/status, what RLIMIT_DATA
+    bounds); RSS where there is no /proc."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(psutil.Process().memory_info().rss)
+
+
+def refuse_cap_below_held(limit_bytes: int, flag: str = "--cpu-mem-limit") -> None:
+    """``UserError`` for a cap the process could not even join under (``512``: bytes, meant as MiB)."""
+    from ds_bench.errors import UserError
+
+    held = held_data_bytes()
+    if limit_bytes < held + JOIN_MARGIN_BYTES:
+        mib = 2**20
+        hint = "; a size without a unit is bytes (e.g. 4GiB)" if limit_bytes < mib else ""
+        raise UserError(f"{flag} {limit_bytes} bytes ({limit_bytes / mib:.1f} MiB) is below what this process "
+                        f"already holds: {held / mib:.0f} MiB of data (VmData) + {JOIN_MARGIN_BYTES // mib} MiB to "
+                        f"join the process group; give at least {-(-(held + JOIN_MARGIN_BYTES) // mib)} MiB{hint}")
+
+
 def cap_process_memory(limit_bytes: int) -> None:
     """The one place the cap is applied (soft and hard: the run cannot lift it)."""
     resource.setrlimit(resource.RLIMIT_DATA, (limit_bytes, limit_bytes))
