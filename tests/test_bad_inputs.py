@@ -831,3 +831,21 @@ def test_autoep_names_the_versions_that_fail_together(tmp_path, capsys, no_side_
     assert f"deepspeed {version('deepspeed')}'s AutoEP" in errors[0] and f"transformers {version('transformers')}" in errors[0]
     assert errors[0].endswith("use --moe-path moe-layer (or auto)")
     assert not (tmp_path / "r.jsonl").exists()
+
+
+@pytest.mark.parametrize("nodelist", ["node[01-", "node[02-01]"])
+def test_acceptance_sbatch_names_a_malformed_nodelist(nodelist, tmp_path):
+    """``run_scripts/acceptance.sbatch`` without ``scontrol`` expands SLURM_JOB_NODELIST itself: a malformed
+    one is one line naming it (``ds_bench.cluster.slurm``), exit 2, no traceback, nothing written."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable, "SLURM_JOB_NODELIST": nodelist,
+           "SLURM_SUBMIT_DIR": str(REPO), "OUT": str(tmp_path / "out"), "PATH": "/usr/bin:/bin"}  # no scontrol
+    done = subprocess.run(["bash", str(REPO / "run_scripts" / "acceptance.sbatch")], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2, done
+    assert done.stderr.splitlines() == [f"ds-bench: error: SLURM_JOB_NODELIST={nodelist!r}: not a Slurm host list; "
+                                        "expected e.g. 'node01' or 'node[01-04,07]'"], done.stderr
+    assert not (tmp_path / "out").exists()

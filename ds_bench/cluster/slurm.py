@@ -7,6 +7,9 @@ group varying slowest, as ``scontrol show hostnames`` prints them. Before the li
 text, this module rejects what it would let through: empty items (``a,,b``, ``a,``, an empty list)
 and characters host names do not have (``no de``, ``node!``). ``tasks_per_node`` expands
 ``SLURM_TASKS_PER_NODE`` (``4(x2),3``).
+
+``python -m ds_bench.cluster.slurm VAR`` prints ``$VAR``'s hosts one a line (``localhost`` when unset),
+or one ``ds-bench: error:`` line and exit 2: the scripts' fallback where there is no ``scontrol``.
 """
 
 from __future__ import annotations
@@ -44,3 +47,24 @@ def tasks_per_node(s: str, var: str = "SLURM_TASKS_PER_NODE") -> list[int]:
             raise UserError(f"{var}={s!r}: not a task count list; expected e.g. '4(x2),3'")
         counts.extend([int(match.group(1))] * int(match.group(2) or 1))
     return counts
+
+
+def main(argv: list[str]) -> int:
+    """``VAR``: print the hosts of the host list in environment variable ``VAR``, one a line."""
+    import os
+    import sys
+
+    var = argv[0] if argv else "SLURM_JOB_NODELIST"
+    try:
+        hosts = expand_nodelist(os.environ.get(var, "localhost"), var)
+    except UserError as e:
+        print(f"ds-bench: error: {e}", file=sys.stderr, flush=True)
+        return UserError.exit_code
+    print("\n".join(hosts))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
