@@ -7,7 +7,7 @@
 # --- edit these -------------------------------------------------------------------------------
 HOSTFILE=${HOSTFILE:-hostfiles/example_2nodes_4gpus}
 INCLUDE=${INCLUDE:-}           # DeepSpeed syntax, e.g. node01@node02
-IFACE=${IFACE:-ib0}
+IFACE=${IFACE:-}                # the interface that connects the nodes, e.g. ib0; empty or unset: ds_bench chooses
 WORKLOAD=${WORKLOAD:-resnet}
 DS_CONFIG=${DS_CONFIG:-ds_configs/zero2.json}
 EXTRA=${EXTRA:-"--size resnet50 --steps 50 --warmup 10"}

@@ -50,7 +50,7 @@ def test_the_sbatch_starts_ranks_with_srun_and_scales_over_the_allocation(tmp_pa
     commands = [ds_bench_args(a) for a in dry_run("acceptance.sbatch", OUT=str(out),
                                                   SLURM_JOB_NODELIST="gpu[01-04]", SLURM_NNODES="4")]
     assert [c[0] for c in commands] == STEPS
-    assert commands[0][:2] == ["launch", "srun"] and "--iface" in commands[0]
+    assert commands[0][:2] == ["launch", "srun"] and "--iface" not in commands[0]  # IFACE unset: ds_bench chooses
     scaling = commands[2]
     assert scaling[scaling.index("--nodes") + 1] == "1,2,4" and scaling[scaling.index("--launcher") + 1] == "mpirun"
     assert commands[-1][commands[-1].index("--expect") + 1] == "docs/expect.example.yaml"

@@ -6,7 +6,7 @@ import pytest
 
 from ds_bench.errors import UserError
 from ds_bench.jobs.launch import deepspeed_command, mpirun_command, srun_command, torchrun_command
-from tests.conftest import ds_bench, explain, records, run_cmd
+from tests.conftest import REPO, ds_bench, explain, records, run_cmd
 
 RUN = ["run", "--workload", "mnist", "--ds-config", "ds_configs/zero2.json"]
 
@@ -41,7 +41,7 @@ def test_torchrun_and_srun():
 SCRIPTS = {
     "slurm_single_node_deepspeed.sbatch": "deepspeed --num_gpus 4 --module ds_bench run --workload gpt2",
     "slurm_multi_node_srun.sbatch": "srun --nodes 2 --ntasks-per-node 4 --kill-on-bad-exit=1",
-    "mpirun_hostfile.sh": "mpirun -np 8 --host node01:4,node02:4 --map-by slot -x PATH --mca oob_tcp_if_include ib0",
+    "mpirun_hostfile.sh": "mpirun -np 8 --host node01:4,node02:4 --map-by slot -x PATH ",
     "torchrun_multi_node.sh": "torchrun --nnodes 2 --nproc_per_node 4 --node_rank 0 --master_addr node01",
 }
 
@@ -52,6 +52,67 @@ def test_run_scripts_print_their_command(script):
     assert proc.returncode == 0, explain(proc)
     assert proc.stdout.startswith(SCRIPTS[script]), proc.stdout
     assert "ds_bench run" in proc.stdout or "-m ds_bench run" in proc.stdout
+
+
+def test_srun_asks_for_gpus_only_when_given():
+    assert "--gpus-per-node=4" in srun_command(RUN, nnodes=1, tasks_per_node=4, python="py", gpus_per_node=4)
+    assert not any("gpus" in a for a in srun_command(RUN, nnodes=1, tasks_per_node=4, python="py"))
+    with pytest.raises(UserError, match="--gpus-per-node is an srun option"):
+        from ds_bench.jobs import launch
+
+        launch.build(launch.LaunchSpec("torchrun", tuple(RUN), gpus_per_node=4))
+
+
+def script_command(script: str, **env: str) -> str:
+    proc = run_cmd(["bash", f"run_scripts/{script}"], timeout=60, DRY_RUN="1", PYTHON=sys.executable, **env)
+    assert proc.returncode == 0, explain(proc)
+    return proc.stdout
+
+
+SBATCH = ["slurm_multi_node_srun.sbatch", "slurm_single_node_deepspeed.sbatch", "acceptance.sbatch"]
+
+
+@pytest.mark.parametrize("script", SBATCH)
+def test_sbatch_scripts_hard_code_no_gpus(script):
+    """An #SBATCH line cannot read a variable: a GRES line there makes sbatch refuse the job on a CPU
+    partition, so GPUs go on the sbatch command line (documented in the script)."""
+    text = (REPO / "run_scripts" / script).read_text()
+    directives = [line for line in text.splitlines() if line.startswith("#SBATCH")]
+    assert directives and not any(g in line for line in directives for g in ("gpu", "gres"))
+    assert f"sbatch --gpus-per-node=" in text
+
+
+@pytest.mark.parametrize("gpus", [None, "", "0"])
+def test_srun_scripts_ask_for_no_gpus_when_gpus_per_node_is_zero_or_unset(gpus):
+    env = {} if gpus is None else {"GPUS_PER_NODE": gpus}
+    out = script_command("slurm_multi_node_srun.sbatch", **env)
+    assert out.startswith("srun --nodes 2 --ntasks-per-node 4 --kill-on-bad-exit=1 ") and "gpu" not in out
+    acc = script_command("acceptance.sbatch", SLURM_JOB_NODELIST="n[1-2]", **env)
+    assert "gpus-per-node" not in acc
+
+
+def test_srun_scripts_ask_for_the_gpus_sbatch_was_given():
+    out = script_command("slurm_multi_node_srun.sbatch", SLURM_GPUS_PER_NODE="h100:4", SLURM_NTASKS_PER_NODE="4")
+    assert out.startswith("srun --nodes 2 --ntasks-per-node 4 --kill-on-bad-exit=1 --gpus-per-node=4 ")
+    acc = script_command("acceptance.sbatch", SLURM_JOB_NODELIST="n[1-2]", GPUS_PER_NODE="8")
+    assert all("--gpus-per-node 8" in line for line in acc.splitlines() if " launch srun " in line)
+
+
+SCRIPTS_WITH_IFACE = ["slurm_multi_node_srun.sbatch", "mpirun_hostfile.sh", "torchrun_multi_node.sh"]
+
+
+@pytest.mark.parametrize("script", SCRIPTS_WITH_IFACE + ["acceptance.sbatch"])
+@pytest.mark.parametrize("iface", [None, ""])
+def test_an_empty_or_unset_iface_lets_ds_bench_choose(script, iface):
+    env = {"SLURM_JOB_NODELIST": "n[1-2]"} | ({} if iface is None else {"IFACE": iface})
+    out = script_command(script, **env)
+    assert "--iface" not in out and "ib0" not in out and "if_include" not in out and "DS_BENCH_IFACE" not in out
+
+
+@pytest.mark.parametrize("script", SCRIPTS_WITH_IFACE + ["acceptance.sbatch"])
+def test_a_given_iface_is_passed_on(script):
+    out = script_command(script, IFACE="ib1", SLURM_JOB_NODELIST="n[1-2]")
+    assert "--iface ib1" in out or "DS_BENCH_IFACE=ib1" in out, out
 
 
 def test_launch_with_a_bad_hostfile_names_the_line(tmp_path):

@@ -50,6 +50,8 @@ class LaunchSpec:
     master_port: int = 29500
     iface: str | None = None
     mpi: str | None = None
+    gpus_per_node: int = 0
+    """srun only: ``--gpus-per-node`` for the step; 0 asks for no GPUs (a CPU partition, no GRES)."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> LaunchSpec:
@@ -92,9 +94,12 @@ def torchrun_command(run_args: list[str], *, nnodes: int, nproc_per_node: int, n
 
 
 def srun_command(run_args: list[str], *, nnodes: int, tasks_per_node: int, python: str,
-                 mpi: str | None = None) -> list[str]:
+                 mpi: str | None = None, gpus_per_node: int = 0) -> list[str]:
     argv = ["srun", "--nodes", str(nnodes), "--ntasks-per-node", str(tasks_per_node), "--kill-on-bad-exit=1"]
     argv += [f"--mpi={mpi}"] if mpi else []
+    # Only when non-zero: a GRES request on a partition (or cluster) without GPUs fails the step with
+    # "Invalid generic resource (gres) specification".
+    argv += [f"--gpus-per-node={gpus_per_node}"] if gpus_per_node else []
     return argv + [python, "-m", "ds_bench", *run_args]
 
 
@@ -110,6 +115,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master-port", type=int, default=29500)
     add_iface_argument(p)
     p.add_argument("--mpi", default=None, help="srun --mpi plugin, e.g. pmix")
+    p.add_argument("--gpus-per-node", type=int, default=0,
+                   help="srun: GPUs the step asks for on each node; 0 (default): none asked for (CPU partition)")
     p.add_argument("--dry-run", action="store_true", help="print the command, run nothing")
 
 
@@ -129,12 +136,15 @@ def check_args(spec: LaunchSpec) -> None:
     argcheck.at_least("--nnodes", spec.nnodes, 1)
     argcheck.at_least("--nproc-per-node", spec.nproc_per_node, 1)
     argcheck.at_least("--node-rank", spec.node_rank, 0)
+    argcheck.at_least("--gpus-per-node", spec.gpus_per_node, 0)
     argcheck.port("--master-port", spec.master_port)
     if (spec.include or spec.exclude) and not spec.hostfile:
         raise UserError(f"--{'include' if spec.include else 'exclude'} filters the hosts of a hostfile: "
                         "give --hostfile too")
     if spec.mpi and spec.launcher != "srun":
         raise UserError(f"--mpi is an srun option; ds-bench launch {spec.launcher} does not use it")
+    if spec.gpus_per_node and spec.launcher != "srun":
+        raise UserError(f"--gpus-per-node is an srun option; ds-bench launch {spec.launcher} does not use it")
 
 
 def build(spec: LaunchSpec) -> list[str]:
@@ -158,7 +168,8 @@ def build(spec: LaunchSpec) -> list[str]:
     if spec.launcher == "torchrun":
         return torchrun_command(run_args, nnodes=nnodes, nproc_per_node=per_node, node_rank=spec.node_rank,
                                 master_addr=master, master_port=spec.master_port)
-    return srun_command(run_args, nnodes=nnodes, tasks_per_node=per_node, python=sys.executable, mpi=spec.mpi)
+    return srun_command(run_args, nnodes=nnodes, tasks_per_node=per_node, python=sys.executable, mpi=spec.mpi,
+                        gpus_per_node=spec.gpus_per_node)
 
 
 def _slots(spec: LaunchSpec) -> dict[str, list[int]]:

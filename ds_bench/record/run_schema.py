@@ -138,6 +138,11 @@ class RunRecord(Stamped):
     """The resolved DeepSpeed config, as ``deepspeed.initialize`` got it."""
     zero_stage: int | None = None
     precision: str | None = None
+    precision_emulated: bool | None = None
+    """CPU runs: True when ``precision`` is emulated on this CPU (bf16 without avx512_bf16/AMX/Arm bf16),
+    several times slower than fp32; ``precision_note`` says so (records from before, GPU runs: None)."""
+    precision_note: str | None = None
+    """Why ``precision_emulated`` is True, with the fp32 alternative (``--set bf16.enabled=false``)."""
     optimizer: dict[str, Any] | None = None
     micro_batch: int | None = None
     grad_accum: int | None = None

@@ -15,7 +15,7 @@ from ds_bench.config import legality, preflight
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_config import RunConfig
 from ds_bench.engines import expert_parallel, pipeline, sequence_parallel, tensor_parallel
-from ds_bench.machine import environ, jit_ops
+from ds_bench.machine import cpu_features, environ, jit_ops
 from ds_bench.measure import checkpoint
 from ds_bench.run.state import Resolved
 from ds_bench.workloads import build_workload
@@ -41,6 +41,7 @@ def resolve(cfg: RunConfig) -> Resolved:
                                steps=cfg.steps, warmup=cfg.warmup, micro_batch=cfg.micro_batch,
                                hidden_size=workload.hidden_size)
     ds_cfg = ds_config.prepare(cfg.ds_config, cfg.overrides, ctx)
+    _warn_if_emulated(ds_config.precision_of(ds_cfg), environ.device_type(), rdzv.info.rank)
     if sp is not None:
         sp = sequence_parallel.with_stage(sp, ds_config.zero_stage(ds_cfg))
     micro_batch, accumulation = ds_cfg["train_micro_batch_size_per_gpu"], ds_cfg["gradient_accumulation_steps"]
@@ -50,6 +51,15 @@ def resolve(cfg: RunConfig) -> Resolved:
     ckpt = checkpoint.resolve(cfg, rdzv.info.world_size, micro_batch, accumulation)  # --checkpoint, --resume
     optimizer_op = jit_ops.optimizer_op(ds_cfg) if choice.name == "deepspeed" else None
     return Resolved(workload, ds_cfg, choice, rdzv, ckpt, optimizer_op)
+
+
+def _warn_if_emulated(precision: str, device_type: str, rank: int | None) -> None:
+    """Once per run (rank 0), before it starts: a CPU run in a precision this CPU emulates."""
+    if rank not in (0, None):
+        return
+    note = cpu_features.emulated_precision_note(precision, device_type, cpu_features.this_cpu_flags())
+    if note:
+        log.warning(note)
 
 
 def _expert_parallel(cfg: RunConfig, workload, world_size: int):

@@ -15,7 +15,7 @@ import socket
 from ds_bench.cluster import faults
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.errors import UserError
-from ds_bench.machine import memory
+from ds_bench.machine import cpu_features, memory
 from ds_bench.measure.metrics import RankReport, summarize
 from ds_bench.record import store as results
 from ds_bench.record.schema import Failure, RunMetrics, RunRecord
@@ -77,11 +77,20 @@ def run_record(run: Started, status: str, metrics: dict | None = None, error: st
         size=run.size, tag=cfg.tag, world_size=state.world_size, launcher=state.launcher,
         master_addr=state.master_addr, rendezvous=state.rendezvous, backend=state.backend, engine=run.engine.name, engine_plan=run.engine.describe(), ds_config=ds_cfg,
         zero_stage=run.engine.zero_stage, precision=ds_config.precision_of(ds_cfg),
+        **emulation_keys(ds_config.precision_of(ds_cfg), state.device.type),
         optimizer=run.engine.optimizer_record(ds_cfg, state.device.type),
         micro_batch=ds_cfg["train_micro_batch_size_per_gpu"],
         grad_accum=ds_cfg["gradient_accumulation_steps"], train_batch_size=ds_cfg["train_batch_size"],
         hardware=results.hardware(state.device), metrics=RunMetrics(**(metrics or {})), **run.ckpt.record_keys(),
         **_layout_keys(run), **extra)
+
+
+def emulation_keys(precision: str, device_type: str) -> dict:
+    """CPU runs: ``precision_emulated`` (and its note when True); GPU runs: nothing (the fields stay None)."""
+    if device_type != "cpu":
+        return {}
+    note = cpu_features.emulated_precision_note(precision, device_type, cpu_features.this_cpu_flags())
+    return {"precision_emulated": note is not None, "precision_note": note}
 
 
 def _layout_keys(run: Started) -> dict:
