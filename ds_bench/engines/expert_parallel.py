@@ -29,7 +29,6 @@ HF's.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from dataclasses import dataclass
 
@@ -164,7 +163,3 @@ def deepspeed_config(plan: ExpertParallelPlan | None, ds_cfg: dict) -> dict:
     if plan is None or plan.path != AUTOEP:
         return ds_cfg
     return {**ds_cfg, "expert_parallel": {"enabled": True, "autoep_size": plan.size, "preset_model": plan.arch}}
-
-
-def with_world(plan: ExpertParallelPlan, world_size: int) -> ExpertParallelPlan:
-    return dataclasses.replace(plan, world_size=world_size)
