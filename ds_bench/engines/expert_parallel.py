@@ -101,14 +101,23 @@ class ExpertParallelPlan:
                 "aux_loss_weight": r.aux_loss_weight}
 
 
+def check_split(size: int, experts: int, hint: str = "") -> None:
+    """``--expert-parallel size`` must divide the model's experts (a run's, or each value of a study's axis)."""
+    if experts % size:
+        raise UserError(f"--expert-parallel {size} does not divide the model's {experts} experts: every rank of a "
+                        f"group holds an equal share{hint}")
+
+
+def check_top_k(top_k: int, experts: int) -> None:
+    if top_k > experts:
+        raise UserError(f"--top-k {top_k} is above the model's {experts} experts")
+
+
 def resolve(size: int, world_size: int, experts: int, router: Router, requested_path: str = "auto",
             arch: str = "mixtral") -> ExpertParallelPlan:
     """The plan of ``--expert-parallel size`` (checked before joining: ``UserError``, exit 2)."""
-    if experts % size:
-        raise UserError(f"--expert-parallel {size} does not divide the model's {experts} experts: every rank of a "
-                        "group holds an equal share")
-    if router.top_k > experts:
-        raise UserError(f"--top-k {router.top_k} is above the model's {experts} experts")
+    check_split(size, experts)
+    check_top_k(router.top_k, experts)
     path = choose_path(requested_path)
     if path == HF_BLOCKS and size > 1:
         raise UserError(f"--moe-path hf with --expert-parallel {size}: HF's own blocks hold every expert on every "

@@ -75,20 +75,17 @@ class MoEWorkload(LlamaFamilyWorkload):
         if not custom and cfg.size is not None and cfg.size not in moe_shapes.SHAPES:
             raise UserError(f"--size {cfg.size!r} is not a size of workload moe; known: {', '.join(moe_shapes.SHAPES)}")
         shape = moe_shapes.run_shape(cfg.size, cfg.layers, cfg.hidden, cfg.heads, cfg.experts, cfg.top_k)
-        if shape.top_k > shape.experts:
-            raise UserError(f"--top-k {shape.top_k} is above the model's {shape.experts} experts")
+        expert_parallel.check_top_k(shape.top_k, shape.experts)
         return shape
 
     @classmethod
     def check_study(cls, degrees: dict[str, tuple[int, ...]], flags) -> None:
         """The dense checks, then the model the study's run flags build: each ``--expert-parallel`` value must
-        divide its experts (``expert_parallel.resolve``'s rule, before any job starts)."""
+        divide its experts (``expert_parallel.check_split``, as a run's, before any job starts)."""
         super().check_study(degrees, flags)
         experts = cls.shape_of(flags).experts
         for ep in degrees.get("expert_parallel", ()):
-            if experts % ep:
-                raise UserError(f"--expert-parallel {ep} does not divide the model's {experts} experts: every rank "
-                                "of a group holds an equal share (--experts E sets them)")
+            expert_parallel.check_split(ep, experts, " (--experts E sets them)")
 
     @classmethod
     def expert_param_count(cls, flags) -> int:
