@@ -548,7 +548,7 @@ CASES["sweep micro-batch 0"] = Case(cmd(*SWEEP, *MNIST, "--micro-batch", "0,2"),
 CASES["sweep micro-batch text"] = Case(cmd(*SWEEP, *MNIST, "--micro-batch", "big"), r"--micro-batch 'big': 'big' is not an integer")
 CASES["sweep grad-accum 0"] = Case(cmd(*SWEEP, *MNIST, "--grad-accum", "0"), r"--grad-accum '0': '0' must be a positive integer")
 CASES["sweep timeout 0"] = Case(cmd(*SWEEP, *MNIST, "--timeout", "0"), r"--timeout '0': must be more than 0 seconds")
-CASES["sweep timeout unit"] = Case(cmd(*SWEEP, *MNIST, "--timeout", "5x"), r"--timeout '5x': expected a duration such as 90s, 15m or 1h")
+CASES["sweep timeout unit"] = Case(cmd(*SWEEP, *MNIST, "--timeout", "5x"), r"--timeout '5x': expected a duration such as 90s, 15m, 1h or 1d")
 CASES["sweep headroom 100"] = Case(cmd(*SWEEP, *MNIST, "--headroom", "100"), r"--headroom must be a percentage in \[0, 100\), got 100")
 CASES["sweep memory cap unit"] = Case(cmd(*SWEEP, *MNIST, "--cpu-mem-limit", "3XB"), r"--cpu-mem-limit '3XB' is not a size")
 CASES["sweep bad point"] = Case(cmd(*SWEEP, *MNIST, "--point", "z9 mbs=4"), r"--point 'z9 mbs=4': 'z9' is not ddp\|fsdp, z0\.\.z3")

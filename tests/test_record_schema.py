@@ -197,9 +197,9 @@ def test_the_capacity_search_writes_valid_probe_and_layout_records(tmp_path):
                     metrics={"step_ms_median": 250.0, "tokens_per_s": 512.0, "peak_mem_bytes": 2**29,
                              "baseline_mem_bytes": 2**27, "tflops_per_device": 0.01})
     end = JobEnd(0, False, 10.0, 12.5)
-    ok = probe_record(fake, 0, SimpleNamespace(run=run, status="ok", reason=None, log="l", job=end, busy=BUSY))
+    ok = probe_record(fake, 0, SimpleNamespace(run=run, status="ok", reason=None, log="l", job=end, busy=BUSY, slurm=None))
     oom = probe_record(fake, 1, SimpleNamespace(run=None, status="oom", reason="out of memory", log="l", job=end,
-                                                busy=BUSY))
+                                                busy=BUSY, slurm=None))
     fake.probes = {0: ok, 1: oom}
     layout_record = LayoutSearch.summary(fake, search.Answer(0, 1, "oom"))
     path = tmp_path / "c.jsonl"

@@ -154,7 +154,8 @@ def probe_record(search_: LayoutSearch, index: int, attempt) -> CapacityProbeRec
         tokens_per_s=metrics.tokens_per_s if ok else None,
         tflops_per_device=metrics.tflops_per_device if ok else None,
         run_id=run and run.run_id, ds_config=run and run.ds_config, log=attempt.log,
-        wall_s=round(attempt.job.ended_at - attempt.job.started_at, 2), busy=Busy(**attempt.busy),
+        wall_s=round(attempt.job.ended_at - attempt.job.started_at, 2), busy=Busy(**attempt.busy) if attempt.busy is not None else None,
+        slurm=attempt.slurm and attempt.slurm.to_record(),
         time=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
 

@@ -30,7 +30,7 @@ from ds_bench.config.layout import Layout
 from ds_bench.config.legality import Where
 from ds_bench.jobs import ledger, predict, spawn
 from ds_bench.jobs.points import skip_reason, study_where
-from ds_bench.jobs.runner import INTERRUPTED, until_interrupted
+from ds_bench.jobs.runner import INTERRUPTED, run_concurrently, until_interrupted, workers
 from ds_bench.record import store
 from ds_bench.record.schema import CapacityProbeRecord, CapacityRecord
 from ds_bench.report import capacity_table
@@ -53,8 +53,9 @@ def main(args: argparse.Namespace) -> int:
         return 0
     done = load_probes(spec.results, spec.capacity_id())
     where = study_where(spec, world)
-    finished, summaries = until_interrupted(
-        lambda: [_search(spec, layout, where, per_node, capacity, done) for layout in spec.layouts],
+    searches = [lambda layout=layout: _search(spec, layout, where, per_node, capacity, done) for layout in spec.layouts]
+    finished, summaries = until_interrupted(  # layouts are independent: under Slurm, searched at once
+        lambda: run_concurrently(searches, workers(spec, len(searches))),
         lambda: (f"capacity search interrupted: {len(load_probes(spec.results, spec.capacity_id()))} probe(s) "
                  f"recorded in {spec.results}; re-run the same command to go on from there"))
     if not finished:

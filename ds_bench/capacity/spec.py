@@ -78,7 +78,8 @@ class CapacitySpec(StudySpec):
         seq = "seq" if self.scale == "seq" else self.seq_len
         key = json.dumps([self.base, [m.run_args for m in self.members], seq, self.run_args, self.nproc,
                           self.launcher, self.hostfile, self.steps, self.warmup, self.cpu_mem_limit]
-                         + ([self.workload] if self.workload != "gpt2" else []),  # gpt2's ids as before --workload
+                         + ([self.workload] if self.workload != "gpt2" else [])  # gpt2's ids as before --workload
+                         + ([["slurm nodes", self.slurm.nodes]] if self.slurm is not None else []),
                          sort_keys=True, default=str)
         return hashlib.sha256(key.encode()).hexdigest()[:12]
 

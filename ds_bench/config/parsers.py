@@ -60,11 +60,11 @@ def _example(flag: str) -> str:
 
 
 def parse_duration(flag: str, text: str) -> float:
-    """``90s``, ``15m``, ``1h`` or plain seconds -> seconds (pure)."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smh]?)\s*", text or "")
+    """``90s``, ``15m``, ``1h``, ``1d`` or plain seconds -> seconds (pure)."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)\s*", text or "")
     if not m:
-        raise UserError(f"{flag} {text!r}: expected a duration such as 90s, 15m or 1h")
-    seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+        raise UserError(f"{flag} {text!r}: expected a duration such as 90s, 15m, 1h or 1d")
+    seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
     if not math.isfinite(seconds) or seconds <= 0:
         raise UserError(f"{flag} {text!r}: must be more than 0 seconds")
     return seconds

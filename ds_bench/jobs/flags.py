@@ -19,7 +19,26 @@ from ds_bench.config import argcheck
 from ds_bench.config.layout import DEGREES, SWITCHES
 from ds_bench.config.parsers import parse_duration, parse_list
 from ds_bench.config.run_flags import add_iface_argument, parse_run_tail
+from ds_bench.errors import UserError
 from ds_bench.jobs.launch import LAUNCHERS
+
+
+EXECUTORS = ("local", "slurm")
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """What each job of a study run with ``--executor slurm`` asks Slurm for, beyond its ranks per node."""
+
+    nodes: int
+    """Nodes of each job (scaling: each point's own count)."""
+    partition: str | None
+    account: str | None
+    gpus_per_node: int
+    mpi: str | None
+    max_jobs: int | None
+    """Jobs of the study queued or running at once (None: every independent point at once)."""
+    queue_timeout_s: float
 
 
 @dataclass(frozen=True)
@@ -34,7 +53,9 @@ class StudySpec:
     iface: str | None
     master_port: int
     timeout_s: float
-    """Wall-clock limit of one job; also its ``ds-bench run --step-timeout``."""
+    """Wall-clock limit of one job; also its ``ds-bench run --step-timeout`` (and, under Slurm, its ``--time``)."""
+    slurm: SlurmOptions | None
+    """``--executor slurm``: each job a Slurm batch job of its own (``jobs.slurm_executor``); None: local."""
 
     @property
     def runs_path(self) -> str:
@@ -45,8 +66,10 @@ class StudySpec:
         return os.path.splitext(self.results)[0] + suffix
 
 
-def add_job_arguments(p: argparse.ArgumentParser, *, results: str, master_port: int, nproc: bool = True) -> None:
-    """``--results --launcher --hostfile [--nproc] --iface --master-port --timeout --dry-run``."""
+def add_job_arguments(p: argparse.ArgumentParser, *, results: str, master_port: int, nproc: bool = True,
+                      nodes: bool = True) -> None:
+    """``--results --launcher --hostfile [--nproc] --iface --master-port --timeout --dry-run`` and the Slurm
+    executor's flags (``add_slurm_arguments``; ``nodes``: with ``--nodes``, the jobs' nodes)."""
     p.add_argument("--results", default=results, help=f"the study's records, JSON lines; also its state (default "
                                                       f"{results})")
     p.add_argument("--launcher", default=LAUNCHERS[0], choices=LAUNCHERS,
@@ -58,8 +81,30 @@ def add_job_arguments(p: argparse.ArgumentParser, *, results: str, master_port: 
     add_iface_argument(p)
     p.add_argument("--master-port", type=int, default=master_port,
                    help=f"preferred rendezvous port; a free one from it is taken per job (default {master_port})")
-    p.add_argument("--timeout", default="15m", help="wall-clock limit per job: 90s, 15m, 1h (default 15m)")
+    p.add_argument("--timeout", default="15m", help="wall-clock limit per job: 90s, 15m, 1h (default 15m; under "
+                                                    "Slurm also the job's --time, in whole minutes)")
     p.add_argument("--dry-run", action="store_true", help="print what would run, run nothing")
+    add_slurm_arguments(p, nodes=nodes)
+
+
+def add_slurm_arguments(p: argparse.ArgumentParser, nodes: bool = True) -> None:
+    """``--executor`` and what each Slurm job asks for; ``nodes``: the study takes ``--nodes`` (its jobs' nodes)."""
+    g = p.add_argument_group("Slurm (--executor slurm: each job a batch job of its own)")
+    g.add_argument("--executor", default="local", choices=EXECUTORS,
+                   help="local: each job on this node or --hostfile, one at a time (default); slurm: each job an "
+                        "sbatch job, independent jobs queued at once")
+    if nodes:
+        g.add_argument("--nodes", type=int, default=None, help="nodes of each Slurm job (default 1)")
+    g.add_argument("--partition", default=None, help="Slurm partition of each job (default: the cluster's)")
+    g.add_argument("--account", default=None, help="Slurm account of each job")
+    g.add_argument("--gpus-per-node", type=int, default=0,
+                   help="GPUs each Slurm job asks for per node; 0 (default): none asked for (CPU partition)")
+    g.add_argument("--mpi", default=None, help="srun --mpi plugin of each job, e.g. pmix (rank 0 shares its address "
+                                               "through it; without one, --iface's address on the first node)")
+    g.add_argument("--max-jobs", type=int, default=None,
+                   help="Slurm jobs of the study queued or running at once (default: every independent point)")
+    g.add_argument("--queue-timeout", default="1d", help="how long a Slurm job may wait in the queue before it is "
+                                                         "cancelled and the point failed: 30m, 12h (default 1d)")
 
 
 def job_options(args: argparse.Namespace, local_mpirun: bool = False) -> dict:
@@ -73,8 +118,37 @@ def job_options(args: argparse.Namespace, local_mpirun: bool = False) -> dict:
     if not (local_mpirun and args.launcher == "mpirun"):
         argcheck.job_launcher(args.launcher, args.hostfile)
     check_results_path(args.results)
+    timeout_s = parse_duration("--timeout", args.timeout)
     return {"results": args.results, "launcher": args.launcher, "hostfile": args.hostfile, "iface": args.iface,
-            "master_port": args.master_port, "timeout_s": parse_duration("--timeout", args.timeout)}
+            "master_port": args.master_port, "timeout_s": timeout_s, "slurm": slurm_options(args)}
+
+
+def slurm_options(args: argparse.Namespace) -> SlurmOptions | None:
+    """The Slurm flags, checked (None with ``--executor local``, which refuses them)."""
+    nodes = getattr(args, "nodes", None) if isinstance(getattr(args, "nodes", None), int) else None
+    if args.executor == "local":
+        given = [f for f, v in (("--nodes", nodes), ("--partition", args.partition), ("--account", args.account),
+                                ("--gpus-per-node", args.gpus_per_node), ("--mpi", args.mpi),
+                                ("--max-jobs", args.max_jobs)) if v]
+        if given:
+            raise UserError(f"{given[0]} is for Slurm jobs: add --executor slurm (or leave it out)")
+        return None
+    if args.hostfile:
+        raise UserError("--hostfile with --executor slurm: each job's hosts are its allocation (--nodes); leave "
+                        "--hostfile out")
+    if args.launcher != LAUNCHERS[0]:
+        raise UserError(f"--launcher {args.launcher} with --executor slurm: each job starts its ranks with srun; "
+                        "leave --launcher out")
+    for flag, value, low in (("--nodes", nodes, 1), ("--gpus-per-node", args.gpus_per_node, 0),
+                             ("--max-jobs", args.max_jobs, 1)):
+        argcheck.at_least(flag, value, low)
+    if not args.dry_run:
+        from ds_bench.jobs.slurm_executor import check_cluster
+
+        check_cluster(args.partition)
+    return SlurmOptions(nodes=nodes or 1, partition=args.partition, account=args.account,
+                        gpus_per_node=args.gpus_per_node, mpi=args.mpi, max_jobs=args.max_jobs,
+                        queue_timeout_s=parse_duration("--queue-timeout", args.queue_timeout))
 
 
 def add_degree_arguments(p: argparse.ArgumentParser, what: str = "point") -> None:

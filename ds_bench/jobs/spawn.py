@@ -53,6 +53,8 @@ def command(spec, run_args: list[str], port: int) -> list[str]:
 
 def world_of(spec) -> tuple[int, int]:
     """(world size, ranks per node) of every point."""
+    if getattr(spec, "slurm", None) is not None:  # each job its own allocation of --nodes
+        return spec.slurm.nodes * spec.nproc, spec.nproc
     if spec.hostfile:
         from ds_bench.cluster.hostfile import load_hostfile, world_info
 

@@ -62,3 +62,19 @@ class Busy(Block):
     cores: int | None = None
     gpu_others: list[dict[str, Any]] = Field(default_factory=list)
     """Compute processes on the GPUs that were not the job's: ``pid``, ``used_mib``."""
+
+
+class SlurmJob(Block):
+    """The Slurm batch job a study point ran as (``--executor slurm``), as Slurm tells its end
+    (``ds_bench.jobs.slurm_batch.SlurmEnd``)."""
+
+    job_id: str
+    state: str
+    """Slurm's job state: ``COMPLETED``, ``FAILED``, ``TIMEOUT``, ``CANCELLED``, ``NODE_FAIL``, ``OUT_OF_MEMORY``..."""
+    reason: str | None = None
+    """Slurm's reason field (``NodeDown``, ``TimeLimit``...); None when it gave none."""
+    exit_code: int | None = None
+    signal: int | None = None
+    """Slurm's exit state ``code:signal`` of the batch script."""
+    nodes: str | None = None
+    """The job's node list, as Slurm writes it (``hosta,hostb``, ``node[01-04]``)."""

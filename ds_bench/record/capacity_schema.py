@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ds_bench.record.base_schema import Block, Busy, Record
+from ds_bench.record.base_schema import Block, Busy, Record, SlurmJob
 
 
 class CapacityProbeRecord(Record):
@@ -51,6 +51,8 @@ class CapacityProbeRecord(Record):
     wall_s: float | None = None
     """Seconds from launch to the job's end."""
     busy: Busy | None = None
+    slurm: SlurmJob | None = None
+    """``--executor slurm``: the batch job the probe ran as and how Slurm ended it."""
     time: str | None = None
 
 

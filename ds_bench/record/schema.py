@@ -20,12 +20,12 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, TypeAdapter
 
-from ds_bench.record.base_schema import SCHEMA_VERSION, Block, Busy, Record, Stamped
+from ds_bench.record.base_schema import SCHEMA_VERSION, Block, Busy, Record, SlurmJob, Stamped
 from ds_bench.record.capacity_schema import CapacityMember, CapacityProbeRecord, CapacityRecord
 from ds_bench.record.run_schema import Failure, ModelBuild, RunMetrics, RunRecord, SlowRank
 
 __all__ = ["SCHEMA_VERSION", "Block", "Busy", "CapacityMember", "CapacityProbeRecord", "CapacityRecord", "CommRecord", "CommRow", "DoctorRecord", "Failure", "ModelBuild", "Record",
-           "RunMetrics", "RunRecord", "ScalingRecord", "ScalingRow", "SlowRank", "Stamped", "SweepPointRecord",
+           "RunMetrics", "RunRecord", "ScalingRecord", "ScalingRow", "SlowRank", "SlurmJob", "Stamped", "SweepPointRecord",
            "json_schema", "model_of", "parse_record"]
 
 
@@ -70,6 +70,8 @@ class SweepPointRecord(Record):
     ended_at: float | None = None
     loop_started_at: float | None = None
     busy: Busy | None = None
+    slurm: SlurmJob | None = None
+    """``--executor slurm``: the batch job the attempt ran as and how Slurm ended it."""
     time: str | None = None
     bubble: float | None = None
     """Pipeline points: the measured bubble (fraction of the step), the mean over stages of each stage's
@@ -105,6 +107,8 @@ class ScalingRow(Block):
     """Per-device throughput / that of the baseline (smallest ok) point; 1.0 = perfect weak scaling."""
     wall_s: float | None = None
     busy: Busy | None = None
+    slurm: SlurmJob | None = None
+    """``--executor slurm``: the batch job the point ran as and how Slurm ended it."""
 
 
 class ScalingRecord(Stamped):

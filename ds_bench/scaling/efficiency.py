@@ -22,13 +22,14 @@ from ds_bench.record.schema import Busy, RunRecord, ScalingRow
 
 
 def row(point, status: str, reason: str | None, run: RunRecord | None, *, tag: str, log: str | None,
-        wall_s: float | None = None, busy: dict | None = None) -> ScalingRow:
-    """One table row; ``run`` is the point's ok run record (None for a failed point)."""
+        wall_s: float | None = None, busy: dict | None = None, slurm=None) -> ScalingRow:
+    """One table row; ``run`` is the point's ok run record (None for a failed point); ``slurm``: the point's
+    ``SlurmEnd`` under ``--executor slurm`` (its hosts are then the run's)."""
     m = run.metrics if run is not None else None
     ok = status == "ok" and m is not None
     return ScalingRow(
         world_size=point.world_size, nodes=point.nodes, ranks_per_node=point.per_node,
-        hosts=[h for h, _ in point.hosts], status=status, reason=reason, tag=tag,
+        hosts=[h for h, _ in point.hosts] or list(dict.fromkeys((slurm and run and run.hosts) or [])), status=status, reason=reason, tag=tag,
         run_id=run and run.run_id, log=log, torch_threads=run and run.hardware.get("torch_threads"),
         micro_batch=run and run.micro_batch, grad_accum=run and run.grad_accum,
         global_batch=run and run.train_batch_size,
@@ -39,6 +40,7 @@ def row(point, status: str, reason: str | None, run: RunRecord | None, *, tag: s
         step_ms_median=m.step_ms_median if ok else None,
         step_ms_p90=m.step_ms_p90 if ok else None,
         efficiency=None, wall_s=wall_s, busy=Busy(**busy) if busy is not None else None,
+        slurm=slurm and slurm.to_record(),
     )
 
 

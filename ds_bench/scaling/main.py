@@ -29,9 +29,8 @@ import uuid
 
 from tqdm import tqdm
 
-from ds_bench.cluster.rendezvous import free_port
 from ds_bench.jobs import spawn
-from ds_bench.jobs.runner import INTERRUPTED, run_argv, run_attempt, until_interrupted
+from ds_bench.jobs.runner import INTERRUPTED, command_line, run_argv, run_attempt, run_concurrently, until_interrupted, workers
 from ds_bench.record import store as results
 from ds_bench.record.schema import ScalingRecord, ScalingRow
 from ds_bench.report import scaling_table as report
@@ -76,9 +75,10 @@ def thread_setting(spec: ScalingSpec, environ, cores: int) -> tuple[dict[str, st
     if "OMP_NUM_THREADS" in environ:
         return None, _int(environ["OMP_NUM_THREADS"]), (f"OMP_NUM_THREADS={environ['OMP_NUM_THREADS']} from the "
                                                          "environment: every rank of every point uses it")
-    if spec.hostfile:
-        return None, None, ("threads per rank: ds-bench run's default on each node (its cores // its slots), the same "
-                            "at every point since each node keeps its hostfile slots")
+    if spec.hostfile or getattr(spec, "slurm", None) is not None:
+        return None, None, ("threads per rank: ds-bench run's default on each node (its cores // its ranks), the same "
+                            "at every point since each node keeps its " + ("hostfile slots" if spec.hostfile else
+                                                                            "--nproc ranks"))
     largest = spec.points[-1].per_node
     threads = points.threads_per_rank(cores, largest)
     note = (f"CPU ranks: OMP_NUM_THREADS={threads} at every point ({cores} cores // {largest} ranks of the largest "
@@ -87,15 +87,16 @@ def thread_setting(spec: ScalingSpec, environ, cores: int) -> tuple[dict[str, st
 
 
 def execute(spec: ScalingSpec, sid: str, env: dict[str, str] | None) -> list[ScalingRow]:
-    rows = []
+    """Every point, in order here; under Slurm each a job of its own, all queued at once (``--max-jobs``)."""
     with tqdm(total=len(spec.points), unit="point", desc="scaling", file=sys.stderr, dynamic_ncols=True,
               disable=None) as bar:
-        for point in spec.points:
+        def one(point: points.Placement) -> ScalingRow:
             row = run_point(spec, sid, point, env)
-            rows.append(row)
             bar.update(1)
             tqdm.write(_line(row), file=sys.stdout)
-    return rows
+            return row
+
+        return run_concurrently([lambda p=p: one(p) for p in spec.points], workers(spec, len(spec.points)))
 
 
 def run_point(spec: ScalingSpec, sid: str, point: points.Placement, env: dict[str, str] | None) -> ScalingRow:
@@ -104,18 +105,20 @@ def run_point(spec: ScalingSpec, sid: str, point: points.Placement, env: dict[st
     done = run_attempt(spec, run_argv(spec, tag, spec.ds_config), tag, log_path, job=_job(spec, sid, point), env=env)
     run = done.run if done.status == "ok" else None
     status, reason = efficiency.point_status(done.status, done.reason, run, point.world_size)
-    return efficiency.row(point, status, reason, run if status == "ok" else None, tag=tag, log=log_path,
-                          wall_s=round(done.job.ended_at - done.job.started_at, 2), busy=done.busy)
+    return efficiency.row(point, status, reason, run if status == "ok" else None, tag=tag, log=done.log,
+                          wall_s=round(done.job.ended_at - done.job.started_at, 2), busy=done.busy, slurm=done.slurm)
 
 
 def _job(spec: ScalingSpec, sid: str, point: points.Placement) -> points.Job:
+    if spec.slurm is not None:  # the point's own allocation: its nodes, its ranks per node
+        return points.job(point, "srun", None, spec.iface)
     hostfile = _write_hostfile(spec, sid, point) if points.needs_hostfile(point, spec.launcher) else None
     return points.job(point, spec.launcher, hostfile, spec.iface)
 
 
 def _command(spec: ScalingSpec, sid: str, point: points.Placement) -> list[str]:
     tag = points.tag(sid, point)
-    return spawn.command(_job(spec, sid, point), run_argv(spec, tag, spec.ds_config), free_port(spec.master_port))
+    return command_line(spec, run_argv(spec, tag, spec.ds_config), _job(spec, sid, point))
 
 
 def _write_hostfile(spec: ScalingSpec, sid: str, point: points.Placement) -> str:

@@ -33,6 +33,8 @@ class Job:
     nproc: int
     hostfile: str | None
     iface: str | None = None
+    nodes: int = 1
+    """Under ``--executor slurm``: the nodes of the point's own allocation."""
 
 
 def rank_points(ranks: tuple[int, ...]) -> tuple[Placement, ...]:
@@ -64,7 +66,7 @@ def needs_hostfile(point: Placement, launcher: str) -> bool:
 
 
 def job(point: Placement, launcher: str, hostfile: str | None, iface: str | None = None) -> Job:
-    return Job(launcher=launcher, nproc=point.per_node, hostfile=hostfile, iface=iface)
+    return Job(launcher=launcher, nproc=point.per_node, hostfile=hostfile, iface=iface, nodes=point.nodes)
 
 
 def threads_per_rank(cores: int, ranks_per_node: int) -> int:

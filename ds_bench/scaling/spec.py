@@ -49,9 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", required=True, help="mnist | resnet | gpt2 | llama")
     p.add_argument("--ds-config", required=True, help="DeepSpeed JSON config (ds_configs/), the same at every point")
     p.add_argument("--ranks", default=None, help="world sizes on this node, increasing, e.g. 1,2,4")
-    p.add_argument("--nodes", default=None, help="with --hostfile: run on its first k hosts for each k, e.g. 1,2,4")
+    p.add_argument("--nodes", default=None, help="with --hostfile: run on its first k hosts for each k, e.g. 1,2,4; "
+                                                 "with --executor slurm: each point a job of k nodes")
     p.add_argument("--plot", default=None, help="PNG plot (default: beside --results)")
-    add_job_arguments(p, results="results/scaling.jsonl", master_port=29700, nproc=False)
+    add_job_arguments(p, results="results/scaling.jsonl", master_port=29700, nodes=False)
 
 
 def parse_counts(flag: str, text: str) -> tuple[int, ...]:
@@ -66,6 +67,11 @@ def parse_counts(flag: str, text: str) -> tuple[int, ...]:
 
 def placements(args: argparse.Namespace, device_type: str, devices: int) -> tuple[Placement, ...]:
     """The points from ``--ranks`` or ``--hostfile`` + ``--nodes``, checked against what exists."""
+    if args.executor == "slurm":
+        return _slurm_placements(args, device_type, devices)
+    if args.nproc is not None:
+        raise UserError("--nproc is for --executor slurm (ranks per node of each point's job); on this node give "
+                        "--ranks, with --hostfile its slots")
     if args.nodes is not None and not args.hostfile:
         raise UserError("--nodes needs --hostfile: the hosts whose first k each point runs on")
     if args.hostfile and args.nodes is None:
@@ -83,6 +89,17 @@ def placements(args: argparse.Namespace, device_type: str, devices: int) -> tupl
     return rank_points(ranks)
 
 
+def _slurm_placements(args: argparse.Namespace, device_type: str, devices: int) -> tuple[Placement, ...]:
+    """``--executor slurm --nodes 1,2 [--nproc N]``: each point a job of k nodes with N ranks on each (default:
+    the GPUs each job asks for, else 2 CPU ranks)."""
+    if args.ranks is not None or args.nodes is None:
+        raise UserError("--executor slurm: give --nodes, e.g. --nodes 1,2 (each point a job of that many nodes) "
+                        "and --nproc (ranks per node), not --ranks")
+    per_node = args.nproc or args.gpus_per_node or 2
+    return tuple(Placement(world_size=k * per_node, nodes=k, per_node=per_node)
+                 for k in parse_counts("--nodes", args.nodes))
+
+
 def _node_placements(path: str, nodes: tuple[int, ...]) -> tuple[Placement, ...]:
     from ds_bench.cluster.hostfile import load_hostfile
 
@@ -97,7 +114,7 @@ def from_args(args: argparse.Namespace, device_type: str, devices: int) -> Scali
     from ds_bench.config.parsers import config_path
     from ds_bench.workloads import REGISTRY
 
-    if args.launcher == "srun":
+    if args.launcher == "srun" and args.executor != "slurm":
         raise UserError("--launcher srun: scaling starts each point on a part of the allocation, which is not built "
                         "yet; use deepspeed or mpirun with --hostfile and --nodes")
     job = job_options(args, local_mpirun=True)

@@ -24,7 +24,7 @@ from ds_bench.errors import UserError
 from ds_bench.jobs import ledger, predict, spawn
 from ds_bench.jobs.flags import run_flags_of
 from ds_bench.jobs.points import next_auto_micro_batch, skip_reason, study_where
-from ds_bench.jobs.runner import new_tag, run_argv, run_attempt, slug
+from ds_bench.jobs.runner import new_tag, run_argv, run_attempt, run_concurrently, slug, workers
 from ds_bench.record import store as results
 from ds_bench.record.schema import SweepPointRecord
 from ds_bench.report.ranking import GIB
@@ -51,9 +51,8 @@ class Sweep:
         s = self.spec
         fams = s.families()
         planned = (len(fams) * (len(s.micro_batches) if s.micro_batches else 4) + len(s.extra_points)) * s.repeats
-        with self.progress.open(planned):
-            for family in fams:
-                self._run_family(family)
+        with self.progress.open(planned):  # families are independent: under Slurm, all queued at once
+            run_concurrently([lambda f=f: self._run_family(f) for f in fams], workers(s, len(fams)))
             for point in self.spec.extra_points:  # one already measured in the grid is reused, not rerun
                 self._run_point(point, smallest_oom=None)
 
@@ -134,11 +133,11 @@ class Sweep:
         done = run_attempt(s, run_args, tag, log_path)
         record = point_record(sweep_id=self.sweep_id, spec=s, point=point, repeat=repeat, status=done.status,
                               reason=done.reason, world_size=self.world, run=done.run, predicted=predicted,
-                              capacity=self.capacity, log=log_path, job=done.job, busy=done.busy)
+                              capacity=self.capacity, log=done.log, job=done.job, busy=done.busy, slurm=done.slurm)
         self._append(record)
         if done.status == "ok":
             self.memory.learn_from([record])
-        self.progress.say(point, done.status, record=record, reason=done.reason, log_path=log_path)
+        self.progress.say(point, done.status, record=record, reason=done.reason, log_path=done.log)
         return record
 
     def _append(self, record: SweepPointRecord) -> None:

@@ -66,4 +66,10 @@ def dry_run_text(sweep) -> str:
         lines.append(f"  {f.family_label()}" + (f"  skipped: {why}" if why else ""))
     lines += [f"  point {p.key}" + (f"  skipped: {w}" if (w := skip_reason(sweep.with_seq(p), where)) else "")
               for p in s.extra_points]
+    if s.slurm is not None:
+        from ds_bench.jobs.runner import command_line, run_argv, workers
+
+        example = command_line(s, run_argv(s, "<tag>", "<config>"))
+        lines.append(f"each point a Slurm job, families at once (up to {workers(s, len(s.families()))}): "
+                     + " ".join(example))
     return "\n".join(lines)

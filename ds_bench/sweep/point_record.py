@@ -10,8 +10,9 @@ from ds_bench.record.schema import Busy, RunRecord, SweepPointRecord
 
 def point_record(*, sweep_id: str, spec, point, repeat: int, status: str, reason: str | None, world_size: int,
                  run: RunRecord | None = None, predicted: int | None = None, capacity: int | None = None,
-                 log: str | None = None, job=None, busy: dict | None = None) -> SweepPointRecord:
-    """The record of one attempt; ``run``: the point's run record (ok if one is), None when it wrote none."""
+                 log: str | None = None, job=None, busy: dict | None = None, slurm=None) -> SweepPointRecord:
+    """The record of one attempt; ``run``: the point's run record (ok if one is), None when it wrote none;
+    ``slurm``: the attempt's ``SlurmEnd`` under ``--executor slurm``."""
     m = run.metrics if run is not None else None
     unit = "tokens/s" if m and m.tokens_per_s is not None else f"{(m and m.sample_unit) or 'samples'}/s"
     throughput = (m.tokens_per_s if m.tokens_per_s is not None else m.samples_per_s) if m and status == "ok" else None
@@ -27,7 +28,7 @@ def point_record(*, sweep_id: str, spec, point, repeat: int, status: str, reason
         wall_s=round(job.ended_at - job.started_at, 2) if job else 0.0,
         launched_at=job.started_at if job else None, ended_at=job.ended_at if job else None,
         loop_started_at=run and run.loop_started_at,
-        busy=Busy(**busy) if busy is not None else None, time=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        busy=Busy(**busy) if busy is not None else None, slurm=slurm and slurm.to_record(), time=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         bubble=measured_bubble(run) if status == "ok" else None,
         schedule_bubble=run and run.schedule_bubble,
     )

@@ -75,7 +75,8 @@ class SweepSpec(StudySpec):
         content, ranks, launcher, steps, memory cap. The axes are not part of it, so widening a
         sweep reuses the points it already measured."""
         key = json.dumps([self.workload, self.run_args, base_config, self.nproc, self.launcher, self.hostfile,
-                          self.steps, self.warmup, self.cpu_mem_limit], sort_keys=True, default=str)
+                          self.steps, self.warmup, self.cpu_mem_limit, *_slurm_world(self)], sort_keys=True,
+                         default=str)
         return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
@@ -220,6 +221,11 @@ def _extra_points(texts, spec: SweepSpec) -> tuple[Layout, ...]:
         except ValueError as e:
             raise UserError(f"--point {text!r}: {e}") from None
     return tuple(out)
+
+
+def _slurm_world(spec) -> list:
+    """Under ``--executor slurm``, the jobs' nodes (the world size); nothing locally, so local ids stay as they were."""
+    return [] if spec.slurm is None else [["slurm nodes", spec.slurm.nodes]]
 
 
 def default_nproc(gpu: bool) -> int:

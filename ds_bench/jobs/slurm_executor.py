@@ -1,0 +1,199 @@
+"""The one place a study talks to Slurm (``--executor slurm``): submit a point as a batch job, find a job
+still queued or running from an earlier run of the study again, wait for its end, cancel what this
+process submitted.
+
+``run`` is ``spawn.run_job``'s counterpart: it returns when the job has ended (or never will start), with
+Slurm's own account of the end (``slurm_batch.SlurmEnd``) read from ``scontrol show job`` (kept
+``MinJobAge`` seconds after the end) or, once Slurm has forgotten the job, ``sacct``. Every wait is bounded:
+a queued job by ``queue_timeout_s``, a running one by its time limit plus Slurm's grace (``RUN_GRACE_S``);
+past either the job is cancelled. Ctrl-C or SIGTERM (``cancel_all``) cancels (``scancel``) every job this
+process submitted and still waits on, and each waiting thread then raises ``KeyboardInterrupt``: a
+cancelled point records nothing, so the study's re-run submits it again.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from ds_bench.errors import UserError
+from ds_bench.jobs import launch, slurm_batch
+from ds_bench.jobs.slurm_batch import Allocation, SlurmEnd
+
+CLIENT_TIMEOUT_S = 60.0
+"""sbatch, scontrol, squeue, scancel, sacct: a controller that does not answer within this is down."""
+RUN_GRACE_S = 180.0
+"""Beyond the job's time limit before this process gives up on it: Slurm's KillWait and OverTimeLimit."""
+POLL_S = (1.0, 10.0)
+"""Seconds between looks at a job: from the first, growing 1.5x to the second."""
+
+_active: dict[str, str] = {}
+"""Job id -> tag of the jobs this process waits on (what ``cancel_all`` cancels)."""
+_active_lock = threading.Lock()
+_stop = threading.Event()
+
+
+@dataclass(frozen=True)
+class Waited:
+    """A job's end as this process saw it."""
+
+    slurm: SlurmEnd
+    tag: str
+    """The tag its ranks record under (an earlier run's, when the job was found again)."""
+    log: str
+    started_at: float
+    ended_at: float
+    timed_out: bool
+    """This process gave up on it (queued or running past its bounds) and cancelled it."""
+    found_again: bool
+
+
+def srun_argv(alloc: Allocation, run_args: list[str], iface: str | None) -> list[str]:
+    if iface:
+        run_args = [*run_args[:1], "--iface", iface, *run_args[1:]]
+    return launch.srun_command(run_args, nnodes=alloc.nodes, tasks_per_node=alloc.tasks_per_node,
+                               python=sys.executable, mpi=alloc.mpi, gpus_per_node=alloc.gpus_per_node)
+
+
+def run(alloc: Allocation, run_args: list[str], iface: str | None, tag: str, log_path: str,
+        env: dict[str, str] | None, queue_timeout_s: float) -> Waited:
+    """Submit the job (or find the same unit's job again) and wait for its end."""
+    if _stop.is_set():  # interrupted while this thread was between jobs
+        raise KeyboardInterrupt
+    found = find_again(tag, env)
+    if found is not None:
+        job_id, tag, log_path = found
+        print(f"  found Slurm job {job_id} ({tag}) still in the queue from an earlier run: waiting for it", flush=True)
+    else:
+        job_id = submit(alloc, run_args, iface, tag, log_path, env)
+    with _active_lock:
+        _active[job_id] = tag
+    try:
+        fields, timed_out, seen = _wait(job_id, env, alloc.time_limit_s, queue_timeout_s)
+    except KeyboardInterrupt:
+        cancel_all()
+        raise
+    finally:
+        with _active_lock:
+            _active.pop(job_id, None)
+    started, ended = _epoch(fields.get("StartTime")) or seen[0], _epoch(fields.get("EndTime")) or seen[1]
+    return Waited(SlurmEnd.of(job_id, fields), tag, log_path, started, ended, timed_out, found is not None)
+
+
+def submit(alloc: Allocation, run_args: list[str], iface: str | None, tag: str, log_path: str,
+           env: dict[str, str] | None) -> str:
+    """``sbatch --parsable``; the job id. A refusal (bad partition, account, limits) is the study's bad input."""
+    script = slurm_batch.batch_script(srun_argv(alloc, run_args, iface), iface, alloc.mpi)
+    argv = slurm_batch.sbatch_argv(alloc, tag, os.path.abspath(log_path), os.getcwd())
+    os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write("$ " + " ".join(argv) + "\n" + script)
+    proc = _client(argv, env, stdin=script)
+    if proc.returncode != 0:
+        raise UserError(f"sbatch refused the job: {_last_line(proc.stderr) or f'exit {proc.returncode}'}")
+    return proc.stdout.strip().split(";")[0]
+
+
+def check_cluster(partition: str | None) -> None:
+    """Before a study starts: Slurm's commands answer, and ``--partition`` is one of the cluster's."""
+    proc = _client(["sinfo", "-h", "-o", "%P"], None)
+    if proc.returncode != 0:
+        raise UserError(f"--executor slurm: no Slurm controller answers here (sinfo: "
+                        f"{_last_line(proc.stderr) or f'exit {proc.returncode}'})")
+    known = [p.rstrip("*") for p in proc.stdout.split()]
+    if partition is not None and partition not in known:
+        raise UserError(f"--partition {partition}: not a partition of this cluster; it has {', '.join(known)}")
+
+
+def find_again(tag: str, env: dict[str, str] | None) -> tuple[str, str, str] | None:
+    """(job id, its tag, its log) of this user's queued or running job of the same unit, or None."""
+    proc = _client(["squeue", "--me", "-h", "-o", "%i|%j|%T"], env)
+    if proc.returncode != 0:
+        return None
+    for line in proc.stdout.splitlines():
+        job_id, name, state = (line.split("|") + ["", "", ""])[:3]
+        if slurm_batch.same_unit(name, tag) and state in slurm_batch.ACTIVE:
+            fields = job_fields(job_id, env)
+            return job_id, name, fields.get("StdOut") or os.devnull
+    return None
+
+
+def job_fields(job_id: str, env: dict[str, str] | None) -> dict[str, str]:
+    """The job as ``scontrol show job`` tells it, else ``sacct``; ``{}`` when neither knows it."""
+    proc = _client(["scontrol", "show", "job", "-o", job_id], env)
+    if proc.returncode == 0 and "JobState=" in proc.stdout:
+        return slurm_batch.parse_fields(proc.stdout.splitlines()[0])
+    proc = _client(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,JobName,State,ExitCode,Reason,NodeList"],
+                   env)
+    return slurm_batch.parse_sacct(proc.stdout) if proc.returncode == 0 else {}
+
+
+def cancel_all() -> None:
+    """Ctrl-C / SIGTERM: ``scancel`` every job this process waits on; the waiting threads raise."""
+    _stop.set()
+    with _active_lock:
+        ids = list(_active)
+    if ids:
+        _client(["scancel", *ids], None)
+        print(f"cancelled Slurm job(s) {', '.join(ids)}", flush=True)
+
+
+def reset() -> None:
+    """A new study in this process (tests): forget an earlier interrupt."""
+    _stop.clear()
+
+
+def _wait(job_id: str, env, time_limit_s: float, queue_timeout_s: float) -> tuple[dict[str, str], bool, tuple]:
+    queued_since, running_since, delay = time.monotonic(), None, POLL_S[0]
+    seen_start = time.time()
+    while True:
+        if _stop.is_set():
+            raise KeyboardInterrupt
+        fields = job_fields(job_id, env)
+        state = fields.get("JobState", "UNKNOWN")
+        if fields and state not in slurm_batch.ACTIVE:
+            return fields, False, (seen_start, time.time())
+        if not fields and running_since is None and time.monotonic() - queued_since > CLIENT_TIMEOUT_S:
+            return fields, False, (seen_start, time.time())  # Slurm forgot it and keeps no accounting
+        if state == "PENDING":
+            why = slurm_batch.never_starts(fields)
+            if why or time.monotonic() - queued_since > queue_timeout_s:
+                _client(["scancel", job_id], env)
+                fields = {**fields, "JobState": "CANCELLED",
+                          "Reason": why or f"still queued after {queue_timeout_s:g} s (--queue-timeout)"}
+                return fields, why is None, (seen_start, time.time())
+        elif running_since is None:
+            running_since, seen_start = time.monotonic(), time.time()
+        elif time.monotonic() - running_since > time_limit_s + RUN_GRACE_S:
+            _client(["scancel", job_id], env)
+            return {**fields, "JobState": "TIMEOUT"}, True, (seen_start, time.time())
+        _stop.wait(delay)
+        delay = min(delay * 1.5, POLL_S[1])
+
+
+def _client(argv: list[str], env: dict[str, str] | None, stdin: str | None = None) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S, env=env)
+    except FileNotFoundError:
+        raise UserError(f"--executor slurm: `{argv[0]}` not found: run the study where Slurm's commands are "
+                        "(a login node)") from None
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 1, "", f"{argv[0]}: no answer in {CLIENT_TIMEOUT_S:g} s")
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _epoch(text: str | None) -> float | None:
+    """``2026-11-26T05:09:51`` (Slurm's local time) as Unix time; None for ``Unknown``/``None``."""
+    try:
+        return time.mktime(time.strptime(text or "", "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
