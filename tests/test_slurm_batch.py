@@ -36,7 +36,7 @@ def test_sbatch_asks_for_the_allocation_and_names_the_job_after_the_tag():
     assert argv[:2] == ["sbatch", "--parsable"]
     for want in ("--job-name=sweep-abc-z1_mbs8-r0-1a2b3c", "--nodes=2", "--ntasks-per-node=4", "--time=15",
                  "--output=/r/s.logs/x.log", "--chdir=/work", "--partition=gpu", "--account=proj1",
-                 "--gpus-per-node=4", "--export=ALL"):
+                 "--gpus-per-node=4", "--export=ALL", "--no-requeue"):
         assert want in argv
 
 

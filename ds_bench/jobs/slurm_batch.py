@@ -70,10 +70,12 @@ def same_unit(job_name: str, tag: str) -> bool:
 
 
 def sbatch_argv(alloc: Allocation, tag: str, log_path: str, workdir: str) -> list[str]:
-    """``sbatch --parsable ...`` reading the batch script from stdin (``batch_script``)."""
+    """``sbatch --parsable ...`` reading the batch script from stdin (``batch_script``). ``--no-requeue``: a job
+    whose node fails ends as ``NODE_FAIL`` (the point's result) instead of running again later unseen; the
+    study's re-run decides what runs again (``jobs.ledger``)."""
     argv = ["sbatch", "--parsable", f"--job-name={tag}", f"--nodes={alloc.nodes}",
             f"--ntasks-per-node={alloc.tasks_per_node}", f"--time={time_limit(alloc.time_limit_s)}",
-            f"--output={log_path}", "--open-mode=append", f"--chdir={workdir}", "--export=ALL"]
+            f"--output={log_path}", "--open-mode=append", f"--chdir={workdir}", "--export=ALL", "--no-requeue"]
     argv += [f"--partition={alloc.partition}"] if alloc.partition else []
     argv += [f"--account={alloc.account}"] if alloc.account else []
     argv += [f"--gpus-per-node={alloc.gpus_per_node}"] if alloc.gpus_per_node else []
