@@ -207,3 +207,22 @@ def test_scaling_at_1_and_2_nodes_submits_one_job_per_node_count(slurm, tmp_path
     assert [(row["nodes"], row["world_size"], row["status"]) for row in rows] == [(1, 1, "ok"), (2, 2, "ok")], rows
     assert rows[1]["hosts"] == ["hosta", "hostb"] and rows[1]["slurm"]["nodes"] == "hosta,hostb"
     assert rows[0]["slurm"]["job_id"] != rows[1]["slurm"]["job_id"]
+
+
+@pytest.mark.full
+@pytest.mark.timeout(400)
+def test_a_capacity_search_on_slurm_searches_its_layouts_at_once(slurm, tmp_path):
+    """ZeRO-0 and ZeRO-3, a family of two, each probe a Slurm job; the two layouts' searches run side by side."""
+    results = tmp_path / "c.jsonl"
+    r = slurm.run([sys.executable, "-m", "ds_bench", "capacity", "--ds-config", "zero1.json", "--stages", "0,3",
+                   "--precision", "fp32", "--scale", "layers", "--layers", "2", "--hidden", "64", "--heads", "2",
+                   "--seq-len", "16", "--max-scale", "2", "--steps", "1", "--warmup", "0", "--nproc", "2",
+                   "--executor", "slurm", "--timeout", "3m", "--results", str(results)],
+                  env={"HF_HUB_OFFLINE": "1"}, timeout=360, cwd=REPO)
+    assert r.returncode == 0, r.explain()
+    answers = {a["layout"]: a for a in records(results, "capacity")}
+    assert len(answers) == 2 and all(a["largest"]["member"] == "4 x 64 x 2" for a in answers.values()), answers
+    probes = records(results, "capacity_probe")
+    assert len(probes) == 4 and all(p["status"] == "ok" and p["slurm"]["state"] == "COMPLETED" for p in probes)
+    first = sorted(probes, key=lambda p: int(p["slurm"]["job_id"]))[:2]  # each layout's first probe, side by side
+    assert {p["layout"] for p in first} == set(answers) and {p["slurm"]["nodes"] for p in first} == {"hosta", "hostb"}
