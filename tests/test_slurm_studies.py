@@ -179,6 +179,7 @@ def test_a_job_slurm_ends_is_a_failed_point_with_slurms_reason(slurm, tmp_path, 
     assert point["reason"].startswith(f"Slurm job {job['JobId']} {want}"), point["reason"]
     assert point["slurm"]["nodes"] == node and point["slurm"]["signal"] is not None, point["slurm"]
     assert code != 0
+    print(f"{how}: {point['status']}: {point['reason']}")
     if how == "node-down":
         _until(lambda: slurm.node_states().get(node) == "idle", 30)
 
