@@ -3,7 +3,8 @@ the study runs on hosta (the login node) and each point is a batch job of its ow
 
 - a sweep's two families run as two jobs at once, one per host, each recorded with its Slurm job;
 - Ctrl-C cancels what the sweep submitted and records nothing of it; a study killed outright leaves its jobs
-  queued or running, and the re-run finds them again instead of submitting them twice; the re-run finishes;
+  queued or running, and the re-run finds them again instead of submitting them twice (or takes the results of
+  those that completed meanwhile); the re-run finishes;
 - a job Slurm ends (node set DOWN, cancelled by someone else, its time limit) is a failed point with Slurm's
   own state, reason and exit state;
 - scaling at 1 and 2 nodes submits one job per node count.
@@ -126,6 +127,16 @@ def test_ctrl_c_cancels_a_killed_study_is_found_again_and_the_rerun_finishes(slu
     assert len(mine) == 4, [(j["JobId"], j["JobState"]) for j in mine]  # 2 cancelled + the 2 found again
     points = records(results, "sweep_point")
     assert {p["slurm"]["job_id"] for p in points} == running and all(p["status"] == "ok" for p in points), points
+    # 4. Jobs that completed while no study waited on them (killed after they ended, before it recorded them):
+    #    the re-run takes their results, submits nothing.
+    results.write_text("".join(line + "\n" for line in results.read_text().splitlines()
+                               if json.loads(line).get("kind") != "sweep_point"))
+    r = slurm.run(argv, env={"HF_HUB_OFFLINE": "1"}, timeout=120, cwd=REPO)
+    assert r.returncode == 0 and r.stdout.count("found Slurm job") == 2, r.explain()
+    assert len(jobs_named(slurm, f"sweep-{sweep_id(results)}")) == 4
+    again = records(results, "sweep_point")
+    assert [(p["slurm"]["job_id"], p["throughput"]) for p in again] == [(p["slurm"]["job_id"], p["throughput"])
+                                                                       for p in points]
 
 
 def _start(slurm, argv, env, sink):

@@ -67,7 +67,7 @@ def run(alloc: Allocation, run_args: list[str], iface: str | None, tag: str, log
     found = find_again(tag, env)
     if found is not None:
         job_id, tag, log_path = found
-        print(f"  found Slurm job {job_id} ({tag}) still in the queue from an earlier run: waiting for it", flush=True)
+        print(f"  found Slurm job {job_id} ({tag}) of an earlier run of this study: taking its result", flush=True)
     else:
         job_id = submit(alloc, run_args, iface, tag, log_path, env)
     with _active_lock:
@@ -110,15 +110,19 @@ def check_cluster(partition: str | None) -> None:
 
 
 def find_again(tag: str, env: dict[str, str] | None) -> tuple[str, str, str] | None:
-    """(job id, its tag, its log) of this user's queued or running job of the same unit, or None."""
-    proc = _client(["squeue", "--me", "-h", "-o", "%i|%j|%T"], env)
+    """(job id, its tag, its log) of this user's job of the same unit that is queued or running, or else one that
+    completed while no study waited on it (a killed study's), or None. Slurm lists ended jobs for ``MinJobAge``."""
+    proc = _client(["squeue", "--me", "-h", "-t", "all", "-o", "%i|%j|%T"], env)
     if proc.returncode != 0:
         return None
-    for line in proc.stdout.splitlines():
-        job_id, name, state = (line.split("|") + ["", "", ""])[:3]
-        if slurm_batch.same_unit(name, tag) and state in slurm_batch.ACTIVE:
-            fields = job_fields(job_id, env)
-            return job_id, name, fields.get("StdOut") or os.devnull
+    mine = [(job_id, name, state) for job_id, name, state in
+            ((line.split("|") + ["", "", ""])[:3] for line in proc.stdout.splitlines())
+            if slurm_batch.same_unit(name, tag)]
+    for wanted in (slurm_batch.ACTIVE, {"COMPLETED"}):
+        found = [(int(i), i, name) for i, name, state in mine if state in wanted and i.isdigit()]
+        if found:
+            _, job_id, name = max(found)
+            return job_id, name, job_fields(job_id, env).get("StdOut") or os.devnull
     return None
 
 
@@ -148,29 +152,34 @@ def reset() -> None:
 
 
 def _wait(job_id: str, env, time_limit_s: float, queue_timeout_s: float) -> tuple[dict[str, str], bool, tuple]:
-    queued_since, running_since, delay = time.monotonic(), None, POLL_S[0]
-    seen_start = time.time()
+    """(the ended job's fields, whether this process gave up on it, (seen start, seen end) in Unix time)."""
+    submitted, running_since, delay, seen_start = time.monotonic(), None, POLL_S[0], time.time()
+    last_known = submitted
     while True:
         if _stop.is_set():
             raise KeyboardInterrupt
         fields = job_fields(job_id, env)
-        state = fields.get("JobState", "UNKNOWN")
-        if fields and state not in slurm_batch.ACTIVE:
+        state = fields.get("JobState")
+        if not fields:  # not known (yet, or any more): a controller that keeps forgetting it is given up on
+            if time.monotonic() - last_known > CLIENT_TIMEOUT_S:
+                return {"JobState": "UNKNOWN", "Reason": "Slurm no longer knows the job"}, False, (seen_start,
+                                                                                                     time.time())
+        elif state not in slurm_batch.ACTIVE:
             return fields, False, (seen_start, time.time())
-        if not fields and running_since is None and time.monotonic() - queued_since > CLIENT_TIMEOUT_S:
-            return fields, False, (seen_start, time.time())  # Slurm forgot it and keeps no accounting
-        if state == "PENDING":
+        elif state == "PENDING":
+            last_known = time.monotonic()
             why = slurm_batch.never_starts(fields)
-            if why or time.monotonic() - queued_since > queue_timeout_s:
+            if why or time.monotonic() - submitted > queue_timeout_s:
                 _client(["scancel", job_id], env)
-                fields = {**fields, "JobState": "CANCELLED",
-                          "Reason": why or f"still queued after {queue_timeout_s:g} s (--queue-timeout)"}
-                return fields, why is None, (seen_start, time.time())
-        elif running_since is None:
-            running_since, seen_start = time.monotonic(), time.time()
-        elif time.monotonic() - running_since > time_limit_s + RUN_GRACE_S:
-            _client(["scancel", job_id], env)
-            return {**fields, "JobState": "TIMEOUT"}, True, (seen_start, time.time())
+                reason = why or f"still queued after {queue_timeout_s:g} s (--queue-timeout)"
+                return {**fields, "JobState": "CANCELLED", "Reason": reason}, why is None, (seen_start, time.time())
+        else:
+            last_known = time.monotonic()
+            if running_since is None:
+                running_since, seen_start = time.monotonic(), time.time()
+            elif time.monotonic() - running_since > time_limit_s + RUN_GRACE_S:
+                _client(["scancel", job_id], env)
+                return {**fields, "JobState": "TIMEOUT"}, True, (seen_start, time.time())
         _stop.wait(delay)
         delay = min(delay * 1.5, POLL_S[1])
 
