@@ -549,6 +549,21 @@ CASES["sweep micro-batch text"] = Case(cmd(*SWEEP, *MNIST, "--micro-batch", "big
 CASES["sweep grad-accum 0"] = Case(cmd(*SWEEP, *MNIST, "--grad-accum", "0"), r"--grad-accum '0': '0' must be a positive integer")
 CASES["sweep timeout 0"] = Case(cmd(*SWEEP, *MNIST, "--timeout", "0"), r"--timeout '0': must be more than 0 seconds")
 CASES["sweep timeout unit"] = Case(cmd(*SWEEP, *MNIST, "--timeout", "5x"), r"--timeout '5x': expected a duration such as 90s, 15m, 1h or 1d")
+CASES["sweep nodes without slurm"] = Case(cmd(*SWEEP, *MNIST, "--nodes", "2"),
+                                          r"--nodes is for Slurm jobs: add --executor slurm \(or leave it out\)")
+CASES["sweep slurm with hostfile"] = Case(cmd(*SWEEP, *MNIST, "--executor", "slurm", "--hostfile", "hostfiles/example_2nodes_4gpus"),
+                                          r"--hostfile with --executor slurm: each job's hosts are its allocation")
+CASES["sweep slurm no controller"] = Case(
+    cmd(*SWEEP, *MNIST, "--executor", "slurm"),
+    r"--executor slurm: (no Slurm controller answers here \(sinfo: .+\)|`sinfo` not found: run the study where)")
+CASES["capacity slurm max-jobs 0"] = Case(cmd("capacity", "--ds-config", "zero1.json", "--executor", "slurm", "--max-jobs",
+                                              "0", "--results", "{tmp}/c.jsonl"), r"--max-jobs must be a positive integer, got 0")
+CASES["scaling slurm with ranks"] = Case(cmd("scaling", "--workload", "mnist", "--ds-config", "zero1.json", "--executor",
+                                             "slurm", "--ranks", "1,2", "--results", "{tmp}/s.jsonl"),
+                                         r"--executor slurm: give --nodes, e.g. --nodes 1,2")
+CASES["scaling nproc without slurm"] = Case(cmd("scaling", "--workload", "mnist", "--ds-config", "zero1.json", "--ranks",
+                                                "1,2", "--nproc", "2", "--results", "{tmp}/s.jsonl"),
+                                            r"--nproc is for --executor slurm")
 CASES["sweep headroom 100"] = Case(cmd(*SWEEP, *MNIST, "--headroom", "100"), r"--headroom must be a percentage in \[0, 100\), got 100")
 CASES["sweep memory cap unit"] = Case(cmd(*SWEEP, *MNIST, "--cpu-mem-limit", "3XB"), r"--cpu-mem-limit '3XB' is not a size")
 CASES["sweep bad point"] = Case(cmd(*SWEEP, *MNIST, "--point", "z9 mbs=4"), r"--point 'z9 mbs=4': 'z9' is not ddp\|fsdp, z0\.\.z3")

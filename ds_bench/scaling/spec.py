@@ -117,8 +117,8 @@ def from_args(args: argparse.Namespace, device_type: str, devices: int) -> Scali
     if args.launcher == "srun" and args.executor != "slurm":
         raise UserError("--launcher srun: scaling starts each point on a part of the allocation, which is not built "
                         "yet; use deepspeed or mpirun with --hostfile and --nodes")
-    job = job_options(args, local_mpirun=True)
     points = placements(args, device_type, devices)
+    job = job_options(args, local_mpirun=True)
     if args.workload not in REGISTRY:
         raise UserError(f"--workload {args.workload!r} is unknown; known: {', '.join(sorted(REGISTRY))}")
     path = config_path(args.ds_config)
