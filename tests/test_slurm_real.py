@@ -8,11 +8,17 @@ installed nor installable through apt).
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
+from tests import netns
 from tests.conftest import REPO, records
 from tests.netns import ADDRS, skip_reason, two_hosts
 
@@ -78,3 +84,145 @@ def test_sbatch_multi_node_srun_pmix_rendezvous_on_ib0(slurm, tmp_path):
     assert rec["launcher"] == "pmix", rec["launcher"]
     rdv = rec["rendezvous"]
     assert (rdv["iface"], rec["master_addr"]) == ("ib0", ADDRS["hosta"]["ib0"]), rdv
+
+
+LONG_RUN = ["--steps", "100000", "--warmup", "2", "--micro-batch", "8", *FP32, *CONNECT]
+
+
+def submit(slurm, script: str, args: list[str], env: dict[str, str], out: Path) -> str:
+    """``sbatch --parsable`` a run script (no wait); the job id."""
+    env = {"PYTHON": PY, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **env}
+    res = slurm.run(["sbatch", "--parsable", f"--output={out}", *args, script], env=env, timeout=30, cwd=REPO)
+    assert res.returncode == 0, res.explain() + slurm.logs()
+    return res.stdout.strip().split(";")[0]
+
+
+def wait_for_output(slurm, job_id: str, out: Path, text: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in (out.read_text(errors="replace") if out.exists() else ""):
+        state = slurm.job(job_id).get("JobState")
+        assert state in ("PENDING", "CONFIGURING", "RUNNING"), f"job {job_id} {state} before {text!r}:\n{_tail(out)}"
+        assert time.monotonic() < deadline, f"no {text!r} within {timeout} s:\n{_tail(out)}"
+        time.sleep(0.5)
+
+
+def _tail(out: Path) -> str:
+    return out.read_text(errors="replace")[-6000:] if out.exists() else "(no job output)"
+
+
+def ranks_on(slurm, host: str) -> list[int]:
+    """Pids of ``ds_bench run`` processes (the ranks, not the launcher) in ``host``'s namespace."""
+    pids = []
+    for pid in netns._ns_pids(slurm.bed.namespaces[host]):
+        try:
+            cmd = psutil.Process(pid).cmdline()
+        except psutil.Error:
+            continue
+        if "ds_bench" in cmd and "run" in cmd and "launch" not in cmd:
+            pids.append(pid)
+    return pids
+
+
+def multi_node_long_run(slurm, tmp_path):
+    results, out = tmp_path / "r.jsonl", tmp_path / "job.out"
+    env = {"NODES": "2", "NPROC_PER_NODE": "1", "MPI": "pmix", "WORKLOAD": "mnist", "DS_CONFIG": "ds_configs/zero1.json",
+           "EXTRA": " ".join(LONG_RUN), "RESULTS": str(results)}
+    job_id = submit(slurm, "run_scripts/slurm_multi_node_srun.sbatch", ["-N2", "--ntasks-per-node=1", "--cpus-per-task=1"],
+                    env, out)
+    return job_id, results, out
+
+
+@pytest.mark.full
+@pytest.mark.timeout(200)
+def test_a_rank_killed_under_slurm_ends_the_job_with_a_record_naming_it(slurm, tmp_path):
+    """rank 1's process on hostb SIGKILLed mid-run (the OOM killer, a crash): srun ends the job within 60 s and
+    the surviving rank 0 records a failure naming rank 1 on hostb (the address gloo lost; /proc cannot see
+    another host)."""
+    job_id, results, out = multi_node_long_run(slurm, tmp_path)
+    try:
+        wait_for_output(slurm, job_id, out, "warm-up done", timeout=100)
+        (victim,) = ranks_on(slurm, "hostb")
+        os.kill(victim, signal.SIGKILL)
+        fields, seconds = ended(slurm, job_id, out, within=60)
+        assert_failed_record_names_rank_1(results, out, victim)
+        print(f"job {job_id}: {fields['JobState']} {fields['ExitCode']} {seconds:.1f} s after SIGKILL of rank 1")
+    finally:
+        slurm.run(["scancel", job_id], timeout=15)
+
+
+def ended(slurm, job_id: str, out: Path, within: float) -> tuple[dict[str, str], float]:
+    """The job's scontrol fields once it ended (within ``within`` s), and how long it took; it must have failed."""
+    start = time.monotonic()
+    fields = slurm.wait_job(job_id, timeout=within)
+    seconds = time.monotonic() - start
+    assert fields["JobState"] in ("FAILED", "NODE_FAIL", "CANCELLED"), f"{fields}\n{_tail(out)}"
+    assert fields["ExitCode"] != "0:0" or fields["JobState"] == "NODE_FAIL", f"{fields}\n{_tail(out)}"
+    return fields, seconds
+
+
+def assert_failed_record_names_rank_1(results: Path, out: Path, victim: int | None) -> dict:
+    recs = records(results)
+    assert recs and all(r["status"] == "failed" for r in recs), _tail(out)
+    (r,) = [r for r in recs if r["failure"]["rank"] == 0]
+    assert r["failure"]["steps_done"] >= 2 and r["failure"]["peers"] == {"1": "lost"}, r["failure"]
+    named = f"rank 1 (pid {victim} on hostb)" if victim else "rank 1 (pid "
+    assert named in r["error"] and "on hostb) dropped its connection" in r["error"], r["error"]
+    return r
+
+
+@pytest.mark.full
+@pytest.mark.timeout(240)
+def test_a_whole_node_killed_under_slurm_ends_the_job_with_a_record_naming_it(slurm, tmp_path):
+    """Every process of hostb SIGKILLed at once, its slurmd and slurmstepd included (a node crash, as far as one
+    machine can show it: the kernel still closes the dead processes' sockets). The job ends within 60 s,
+    rank 0's record names rank 1 on hostb, and Slurm marks hostb down. hostb's slurmd is started again
+    afterwards, so the cluster is whole for whatever runs next."""
+    job_id, results, out = multi_node_long_run(slurm, tmp_path)
+    try:
+        wait_for_output(slurm, job_id, out, "warm-up done", timeout=100)
+        (victim,) = ranks_on(slurm, "hostb")
+        killed = crash(slurm, "hostb")
+        assert slurm.slurmd_pid("hostb") in killed
+        fields, seconds = ended(slurm, job_id, out, within=60)
+        assert_failed_record_names_rank_1(results, out, victim)
+        print(f"job {job_id}: {fields['JobState']} {fields['ExitCode']} {seconds:.1f} s after hostb's crash")
+        states = wait_for_node(slurm, "hostb", ("down", "down*"), timeout=40)
+        print(f"hostb {states['hostb']} after its crash")
+    finally:
+        slurm.run(["scancel", job_id], timeout=15)
+        restart_slurmd(slurm, "hostb")
+
+
+def crash(slurm, host: str) -> list[int]:
+    """SIGKILL every process in ``host``'s namespace (no SIGINT first: a crash gives no one a chance)."""
+    ns = slurm.bed.namespaces[host]
+    killed = []
+    for _ in range(3):
+        pids = netns._ns_pids(ns)
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        time.sleep(0.2)
+    assert not netns._ns_pids(ns), f"processes left on {host}"
+    return killed
+
+
+def wait_for_node(slurm, host: str, states: tuple[str, ...], timeout: float) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    while (now := slurm.node_states()).get(host) not in states:
+        assert time.monotonic() < deadline, f"{host} {now.get(host)}, not {states}, after {timeout} s\n{slurm.logs()}"
+        time.sleep(1)
+    return now
+
+
+def restart_slurmd(slurm, host: str) -> None:
+    """A fresh slurmd for ``host`` (its node returns to service: ReturnToService=2); the bed stops it at the end."""
+    from tests import slurm_bed
+
+    conf = slurm.workdir / "etc" / host / "slurm.conf"
+    slurm_bed._start_daemon(slurm.bed, host, ["slurmd", "-D", "-f", str(conf), "-N", host],
+                            slurm.workdir / f"slurmd.{host}.out")
+    wait_for_node(slurm, host, ("idle",), timeout=40)
