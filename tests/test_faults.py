@@ -292,6 +292,20 @@ def test_messages_name_the_signal_the_stall_and_the_peer():
         "rank 0: failed at step 7 of 50: RuntimeError('Connection closed by peer'); rank 1 (pid 11 on a) had exited"
 
 
+def test_a_peer_on_another_host_is_named_by_the_address_in_the_error():
+    """Under Slurm the ranks are on other nodes, out of /proc's sight: gloo's error names the lost address."""
+    peers = [{**p, "addrs": [addr]} for p, addr in zip(PEERS, ("10.78.0.1", "10.78.0.1", "10.78.0.2"))]
+    error = RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error [10.78.0.2]:41157: Connection reset by peer.")
+    assert faults.peers_named_by(error, peers, "a") == {2: "lost"}
+    assert faults.peers_named_by(error, peers, "b") == {}  # its own host: /proc says (peer_states)
+    assert faults.peers_named_by(RuntimeError("Connection closed by peer"), peers, "a") == {}
+    assert faults.peers_named_by(None, peers, "a") == {}
+    assert faults.peers_named_by(RuntimeError("version 10.78.0.20"), peers, "a") == {}
+    assert faults.peers_named_by(error, PEERS, "a") == {}  # no addresses exchanged
+    assert faults.describe(rank=0, steps_done=7, steps=50, peers=peers, error=error, signum=None, stalled_s=None,
+                           troubled={2: "lost"}).endswith("; rank 2 (pid 12 on b) dropped its connection")
+
+
 def test_process_states_from_proc(tmp_path):
     # pid (comm) state ppid pgrp session tty_nr tpgid flags ...; flags 0x400104 carries PF_EXITING (0x4):
     # a killed rank closing its sockets before it turns zombie

@@ -6,7 +6,8 @@
 # - pins the resulting torch through a constraints file so no later install replaces it;
 # - installs Open MPI / numactl through apt when missing and we are root, else says what is missing;
 # - with --test, also the test dependencies, the offline datasets the tests read and Debian's chromium
-#   (the HTML report's browser test drives it through playwright; no browser download of its own).
+#   (the HTML report's browser test drives it through playwright; no browser download of its own), and
+#   Slurm + munge (slurm-wlm, munge) for the real-Slurm tests.
 set -euo pipefail
 venv=${1:?usage: tools/setup.sh VENV [--test]}
 want_test=${2:-}
@@ -53,6 +54,9 @@ if [ "$want_test" = --test ] && [ ! -d /usr/share/datasets/fashion-mnist ]; then
 fi
 if [ "$want_test" = --test ] && ! command -v chromium >/dev/null; then
   missing+=(chromium)
+fi
+if [ "$want_test" = --test ] && ! command -v slurmctld >/dev/null; then
+  missing+=(slurm-wlm munge)  # tests/test_slurm_real.py: a real Slurm on the two-host bed (skips, saying why, without)
 fi
 [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
 

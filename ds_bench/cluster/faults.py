@@ -9,7 +9,10 @@ Owns the run's signal handlers and its step watchdog, and says what happened in 
   or in a collective whose peer is stuck), it dumps every thread's stack (faulthandler), records
   ``no step finished in N s`` and ends the process, so a benchmark never sits silently for hours.
 - ``peer_states``: which ranks on this host have died or stopped (from /proc), so a failure caused
-  by a vanished peer names it.
+  by a vanished peer names it; ``peers_named_by``: which ranks on other hosts the error's own text
+  points at (gloo names the address of the connection it lost: ``Read error [10.78.0.2]:41157:
+  Connection reset by peer``), since /proc cannot see another host. Under Slurm the ranks are spread
+  over nodes, and a rank killed there, or its whole node, shows on the survivors only as that error.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import os
+import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -140,6 +145,32 @@ def peer_states(peers: list[dict], host: str, proc: str = "/proc") -> dict[int, 
     return out
 
 
+_ADDRESS = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3}|\[[0-9a-fA-F:.]+\])(?::\d+)?")
+
+
+def peers_named_by(error: BaseException | None, peers: list[dict], host: str) -> dict[int, str]:
+    """Ranks on other hosts whose address the error names: ``lost`` (pure).
+
+    ``peers``: rank, host, pid and ``addrs`` (the host's IPv4 addresses) of every rank. Every rank at a
+    named address counts: with several ranks on that host the error does not say which one went."""
+    if error is None:
+        return {}
+    named = {m.group(1).strip("[]") for m in _ADDRESS.finditer(str(error))}
+    return {p["rank"]: "lost" for p in peers
+            if p["host"] != host and named.intersection(p.get("addrs") or ())}
+
+
+def own_addresses() -> list[str]:
+    """This host's IPv4 addresses but loopback (what a peer's error may name), for the peers exchange."""
+    import psutil
+
+    return sorted({a.address for entries in psutil.net_if_addrs().values() for a in entries
+                   if a.family == socket.AF_INET and not a.address.startswith("127.")})
+
+
+_NOTES = {"gone": "had exited", "stopped": "was stopped", "lost": "dropped its connection"}
+
+
 def describe(*, rank: int, steps_done: int, steps: int, error: BaseException | None, signum: int | None,
              stalled_s: float | None, peers: list[dict], troubled: dict[int, str]) -> str:
     """One line saying why the run ended early (pure)."""
@@ -151,5 +182,5 @@ def describe(*, rank: int, steps_done: int, steps: int, error: BaseException | N
         what = f"failed at step {steps_done} of {steps}: {error!r}"
     by_rank = {p["rank"]: p for p in peers}
     notes = [f"rank {r} (pid {by_rank[r]['pid']} on {by_rank[r]['host']}) "
-             f"{'had exited' if state == 'gone' else 'was stopped'}" for r, state in sorted(troubled.items())]
+             f"{_NOTES[state]}" for r, state in sorted(troubled.items())]
     return f"rank {rank}: {what}" + (f"; {', '.join(notes)}" if notes else "")

@@ -112,7 +112,8 @@ class Failure(Block):
     stalled_s: float | None = None
     """Seconds without a finished step before the step watchdog fired."""
     peers: dict[str, str] = Field(default_factory=dict)
-    """Rank (as text) -> state of a peer process on this host that is gone or stopped."""
+    """Rank (as text) -> ``gone`` or ``stopped`` (a peer process on this host, from /proc), or ``lost`` (a rank on
+    another host whose address the error names: a connection reset or closed by it)."""
 
 
 class RunRecord(Stamped):

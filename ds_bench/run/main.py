@@ -35,7 +35,7 @@ def run_benchmark(cfg: RunConfig) -> int:
     state = join.join(ready.rdzv, cfg.dist_timeout_s, cfg.connect_timeout_s, optimizer_op=ready.optimizer_op,
                       memory_cap=cfg.cpu_mem_limit, took=marks)
     quiet_deepspeed()
-    whoami = {"rank": state.rank, "host": socket.gethostname(), "pid": os.getpid()}
+    whoami = {"rank": state.rank, "host": socket.gethostname(), "pid": os.getpid(), "addrs": faults.own_addresses()}
     run = Started(cfg, ready.ds_cfg, ready.engine, state, ready.workload.size, _shared_run_id(),
                   process.gather(whoami), ckpt=ready.ckpt, startup=marks)
     try:

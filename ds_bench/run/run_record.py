@@ -52,7 +52,8 @@ def record_failure(run: Started, error: BaseException | None = None, stalled_s: 
 def failure_record(run: Started, error: BaseException | None, stalled_s: float | None) -> tuple[str, RunRecord]:
     state, times = run.state, run.times
     signum = faults.received() if stalled_s is None else None
-    troubled = faults.peer_states(run.peers, socket.gethostname())
+    host = socket.gethostname()
+    troubled = {**faults.peers_named_by(error, run.peers, host), **faults.peer_states(run.peers, host)}
     reason = faults.describe(rank=state.rank, steps_done=times.steps_done, steps=run.cfg.steps, error=error,
                              signum=signum, stalled_s=stalled_s, peers=run.peers, troubled=troubled)
     metrics = {}

@@ -42,7 +42,7 @@ class Started:
     size: str | None
     run_id: str
     peers: list[dict]
-    """rank, host and pid of every rank, to name a peer that died."""
+    """rank, host, pid and addrs (the host's IPv4 addresses) of every rank, to name a peer that died."""
     times: LoopTimes = field(default_factory=LoopTimes)
     baseline_bytes: int = 0
     """Memory this rank held before the model was built (runtime, libraries, process group)."""
