@@ -32,12 +32,22 @@ def ds_bench_args(argv: list[str]) -> list[str]:
     return argv[3:]
 
 
+def parses(argv: list[str]) -> None:
+    """ds-bench's parser takes the command, and a scaling's run options after ``--`` are ``run``'s."""
+    from ds_bench.config.run_flags import parse_run_tail
+
+    cli.parse(argv)  # raises on a flag the command does not take
+    if argv[0] == "scaling":
+        tail = argv[argv.index("--") + 1:]
+        parse_run_tail(["--workload", argv[argv.index("--workload") + 1], "--ds-config", "zero1.json"], tail)
+
+
 def test_the_dry_run_prints_the_five_steps_and_each_parses():
     commands = [ds_bench_args(a) for a in dry_run("acceptance.sh", OUT="results/acc-dry")]
     assert [c[0] for c in commands] == STEPS
     assert commands[0][commands[0].index("--") + 1] == "doctor" and "--pairs" in commands[1]
     for argv in commands:
-        cli.parse(argv)  # raises on a flag the command does not take
+        parses(argv)
     report = commands[-1]
     assert report[report.index("--expect") + 1] == "docs/expect.cpu.yaml"
     assert [a for a in report if a.endswith(".jsonl")] == [f"results/acc-dry/{n}.jsonl" for n in
@@ -56,7 +66,7 @@ def test_the_sbatch_starts_ranks_with_srun_and_scales_over_the_allocation(tmp_pa
     assert commands[-1][commands[-1].index("--expect") + 1] == "docs/expect.example.yaml"
     assert not out.exists()  # the hostfile is written when it runs, not on a dry run
     for argv in commands:
-        cli.parse(argv)
+        parses(argv)
 
 
 @pytest.mark.full
