@@ -158,7 +158,7 @@ def resolve_auto(cfg: dict, ctx: RunContext, path: str) -> dict:
     for key, value in rules.items():
         if _get(out, key) == "auto":
             _get(out, key[:-1])[key[-1]] = value
-    left = _find_auto(out)
+    left = [key for key in _find_auto(out) if tuple(key.split(".")) not in ds_sections.deepspeed_auto_keys()]
     if left:
         raise UserError(f"{path}: no rule to resolve \"auto\" for {', '.join(left)}; give a value")
     return out

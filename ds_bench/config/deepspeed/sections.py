@@ -20,6 +20,8 @@ the run flag that lays it out.
 from __future__ import annotations
 
 import copy
+import functools
+import typing
 from typing import Any
 
 from ds_bench.errors import UserError
@@ -32,6 +34,35 @@ def _models() -> dict[str, Any]:
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 
     return {"zero_optimization": DeepSpeedZeroConfig, "bf16": DeepSpeedBF16Config, "fp16": DeepSpeedFP16Config}
+
+
+@functools.cache
+def deepspeed_auto_keys() -> frozenset[tuple[str, ...]]:
+    """Dotted keys whose ``"auto"`` is DeepSpeed's own value, not a HuggingFace placeholder for ds_bench to
+    fill (``zero_optimization.zenflow.select_strategy``...): fields of its models that default to "auto"."""
+    found: set[tuple[str, ...]] = set()
+
+    def walk(model, prefix: tuple[str, ...], seen: set) -> None:
+        for name, info in model.model_fields.items():
+            key = (*prefix, info.alias or name)
+            if info.default == "auto":
+                found.add(key)
+            for inner in _models_in(info.annotation):
+                if inner not in seen:
+                    walk(inner, key, seen | {inner})
+
+    for section, model in _models().items():
+        walk(model, (section,), {model})
+    return frozenset(found)
+
+
+def _models_in(annotation) -> list:
+    """The pydantic models an annotation holds (``Optional[ZenFlowConfig]`` -> [ZenFlowConfig])."""
+    import pydantic
+
+    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
 
 
 def rename_aliases(cfg: dict, path: str) -> dict:
