@@ -1,6 +1,7 @@
 """DeepSpeed config resolution: parsing, --set, unknown keys, "auto", batch arithmetic, precision."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from ds_bench.config.deepspeed.prepare import (
     resolve_auto,
     unknown_keys,
 )
+from ds_bench.config.deepspeed.sections import check_flag_keys
 from ds_bench.errors import UserError
 
 CONFIGS = sorted((Path(__file__).parent.parent / "ds_configs").glob("*.json"))
@@ -117,6 +119,58 @@ def test_batch_mismatch_shows_the_numbers():
     with pytest.raises(UserError, match=r"train_batch_size \(100\) must equal train_micro_batch_size_per_gpu \(16\) "
                                         r"x gradient_accumulation_steps \(2\) x world size \(2\) = 64"):
         resolve_auto(cfg, CPU, "c.json")
+
+
+def test_a_batch_written_for_another_world_size_names_it_and_the_way_out():
+    """128 = 4 x 4 x 8 GPUs, run on 2: what it implies, and each way out it names is one resolve accepts."""
+    cfg = {"train_batch_size": 128, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4}
+    with pytest.raises(UserError) as e:
+        resolve_auto(cfg, CPU, "c.json")
+    assert str(e.value) == (
+        "c.json: train_batch_size (128) must equal train_micro_batch_size_per_gpu (4) x gradient_accumulation_steps (4) "
+        "x world size (2) = 32: it implies micro-batch 4 x accumulation 4 x world size 8; to run micro-batch 4 x "
+        "accumulation 4 at world size 2 here, drop train_batch_size or --set train_batch_size=auto (it becomes 32), "
+        "or keep 128 with --set gradient_accumulation_steps=16")
+    for way_out in ("train_batch_size=auto", "gradient_accumulation_steps=16"):
+        out = resolve_auto(apply_overrides(cfg, (way_out,)), CPU, "c.json")
+        assert out["train_micro_batch_size_per_gpu"] == 4
+        assert (out["gradient_accumulation_steps"], out["train_batch_size"]) == ((4, 32) if "auto" in way_out else (16, 128))
+    dropped = resolve_auto({k: v for k, v in cfg.items() if k != "train_batch_size"}, CPU, "c.json")
+    assert dropped["train_batch_size"] == 32
+
+
+@pytest.mark.parametrize("cfg, why", [
+    ({"train_batch_size": 100, "train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 2},
+     "it cannot be split over this world size (micro-batch 16 x accumulation 2 x world size 2 does not divide 100)"),
+    ({"train_batch_size": 99, "gradient_accumulation_steps": 3},
+     "it cannot be split over this world size (accumulation 3 x world size 2 does not divide 99)"),
+    ({"train_batch_size": 7}, "it cannot be split over this world size (world size 2 does not divide 7)"),
+])
+def test_a_batch_that_cannot_be_split_here_says_so(cfg, why):
+    with pytest.raises(UserError, match=re.escape(why) + r"; to run micro-batch \d+ x accumulation \d+ at world size 2 "
+                                        r"here, drop train_batch_size or --set train_batch_size=auto"):
+        resolve_auto(cfg, CPU, "c.json")
+
+
+@pytest.mark.parametrize("cfg, match", [
+    ({"sequence_parallel_size": 4}, r"c\.json: sequence_parallel_size 4: give it as --sequence-parallel 4 instead, "
+                                     r"which wraps the attention in Ulysses"),
+    ({"tensor_parallel": {"autotp_size": 4}}, r"c\.json: tensor_parallel\.autotp_size 4: give it as --tensor-parallel 4 "
+                                              r"instead, which lays out the batch"),
+    ({"sequence_parallel_size": 0}, r"sequence_parallel_size must be an integer >= 1, got 0; a degree above 1 is "
+                                    r"given as --sequence-parallel N"),
+    ({"sequence_parallel_size": "2"}, r"sequence_parallel_size must be an integer >= 1, got '2'"),
+    ({"tensor_parallel": {"autotp_size": -1}}, r"tensor_parallel\.autotp_size must be an integer >= 0, got -1"),
+])
+def test_a_parallel_degree_in_the_config_points_to_its_run_flag(cfg, match):
+    with pytest.raises(UserError, match=match):
+        check_flag_keys(cfg, "c.json")
+
+
+@pytest.mark.parametrize("cfg", [{"sequence_parallel_size": 1}, {"tensor_parallel": {"autotp_size": 1}},
+                                 {"tensor_parallel": {"autotp_size": 0}}, {"tensor_parallel": {}}, {}])
+def test_a_degree_of_one_passes_quietly(cfg):
+    check_flag_keys(cfg, "c.json")
 
 
 def test_cli_micro_batch_wins_over_the_file():

@@ -111,13 +111,27 @@ def _limit_cpu_threads(device_type: str, local_world_size: int | None) -> None:
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // max(1, local_world_size or 1)))
 
 
+def _end_daemon_children(timeout_s: float = 5.0) -> None:
+    """What ``os._exit`` skips of ``multiprocessing``'s own exit: its daemon children ended. DeepSpeed's
+    ZenFlow (``overlap_step``) runs the optimizer in one per rank; left alive it outlived the run and held
+    the launcher's stdout open (a caller reading it to the end waited for ever)."""
+    mp = sys.modules.get("multiprocessing")
+    if mp is None:
+        return
+    children = [child for child in mp.active_children() if child.daemon]
+    for child in children:
+        child.terminate()
+    for child in children:
+        child.join(timeout_s)
+
+
 def exit_process(code: int) -> None:
     """End the process without the interpreter's teardown.
 
     - gloo worker threads can free tensors while the interpreter shuts down, killing ~1 in 10
       two-rank CPU runs with SIGABRT after all work is done (measured with deepspeed 0.19.8 and
       torch 2.13 on CPU ranks). So after a
-      distributed run: destroy the process group, finalize MPI, flush, and ``os._exit``. The
+      distributed run: destroy the process group, end daemon children, finalize MPI, flush, and ``os._exit``. The
       results file was fsync'ed before this point, so nothing is lost.
     - Under MPI a failing rank must not ``MPI_Finalize``: Open MPI's Finalize waits for every rank,
       so one bad rank would hold the job until rank 0's timeout. It calls ``Abort`` instead, which
@@ -128,6 +142,7 @@ def exit_process(code: int) -> None:
         sys.exit(code)
     if code == 0 and _state["initialized"]:
         _destroy_process_group()
+    _end_daemon_children()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

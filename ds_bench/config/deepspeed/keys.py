@@ -1,29 +1,18 @@
 """Which keys a DeepSpeed config may hold, for catching typos DeepSpeed would silently ignore.
 
 DeepSpeed reads top-level keys with ``dict.get`` and a default, so a misspelt top-level key (or
-one inside a hand-read section such as ``optimizer``) is dropped without a word. The top level is
-a curated list from the DeepSpeed config reference (docs/_pages/config-json.md) and
-``deepspeed/runtime/constants.py``; the sections DeepSpeed models with pydantic (ZeRO, offload,
-bf16, fp16) are read from the installed DeepSpeed, so they follow its version.
+one inside a hand-read section such as ``optimizer``) is dropped without a word. Both levels follow
+the installed DeepSpeed: the top level is what its source reads (``ds_reads.top_level_keys``: its
+``DeepSpeedConfig`` and ``deepspeed.initialize``, names resolved through its constants modules), the
+sections it models with pydantic (ZeRO, offload, bf16, fp16) are read from those models. Where its
+source cannot be read (a compiled install), the top level is not checked.
 """
 
 from __future__ import annotations
 
 import functools
 
-TOP_LEVEL = frozenset("""
-train_batch_size train_micro_batch_size_per_gpu gradient_accumulation_steps optimizer scheduler
-fp16 bf16 bfloat16 amp torch_autocast gradient_clipping prescale_gradients gradient_predivide_factor
-communication_data_type seq_parallel_communication_data_type gradient_allreduce_op sparse_gradients
-zero_optimization zero_allow_untested_optimizer zero_force_ds_cpu_optimizer steps_per_print
-wall_clock_breakdown memory_breakdown dump_state disable_allgather activation_checkpointing
-flops_profiler comms_logger tensorboard wandb csv_monitor comet aio elasticity sparse_attention
-pipeline checkpoint data_types data_efficiency curriculum_learning compression_training autotuning
-quantize_training eigenvalue progressive_layer_drop dataloader_drop_last hybrid_engine nebula
-weight_quantization compile tensor_parallel expert_parallel use_data_before_expert_parallelism
-log_level disable_python_gc timers graph_harvesting use_node_local_storage load_universal_checkpoint
-mics_shard_size mics_hierarchical_params_gather zenflow vocabulary_size
-""".split())
+from ds_bench.config.deepspeed.ds_reads import top_level_keys
 
 HAND_READ_SECTIONS = {
     "optimizer": frozenset({"type", "params", "legacy_fusion"}),
@@ -51,7 +40,8 @@ def _model_keys(model) -> frozenset[str]:
 @functools.cache
 def section_keys() -> dict[tuple[str, ...], frozenset[str]]:
     """Dotted section path -> keys allowed there."""
-    sections: dict[tuple[str, ...], frozenset[str]] = {(): TOP_LEVEL}
+    top = top_level_keys()
+    sections: dict[tuple[str, ...], frozenset[str]] = {(): top} if top else {}
     sections.update({(name,): keys for name, keys in HAND_READ_SECTIONS.items()})
     try:
         from deepspeed.runtime.precision_config import DeepSpeedBF16Config, DeepSpeedFP16Config

@@ -1,11 +1,12 @@
 """Loading and resolving a DeepSpeed JSON config before ``deepspeed.initialize`` sees it.
 
 Pipeline (``prepare``): parse the JSON (errors give line and column) -> apply ``--set`` overrides
--> rename legacy aliases (``ds_sections``) -> reject unknown keys with the nearest valid one ->
-resolve HuggingFace-style ``"auto"`` values from the run -> check the batch arithmetic -> validate
-the ZeRO/bf16/fp16 sections with DeepSpeed's models -> check the precision against the device and
-the combinations DeepSpeed rejects -> check optimizer and scheduler (``optim``) -> build
-DeepSpeed's own ``DeepSpeedConfig`` as a last net. Every problem is a one-line ``UserError``
+-> rename legacy aliases (``ds_sections``) -> reject unknown keys with the nearest valid one (``keys``)
+-> send parallel degrees written in the config to their run flags -> resolve HuggingFace-style
+``"auto"`` values from the run -> check the batch arithmetic (``batch``) -> validate the
+ZeRO/bf16/fp16 sections with DeepSpeed's models -> check the precision against the device and the
+combinations DeepSpeed rejects -> check optimizer and scheduler (``optim``) -> build DeepSpeed's own
+``DeepSpeedConfig`` as a last net. Every problem is a one-line ``UserError``
 naming the file and the dotted key. The result is a plain dict, stored verbatim in the record.
 
 ``"auto"`` rules follow the HF Trainer's DeepSpeed integration
@@ -23,10 +24,9 @@ from typing import Any
 
 from ds_bench.config.deepspeed import optim
 from ds_bench.config.deepspeed import sections as ds_sections
+from ds_bench.config.deepspeed.batch import resolve_batch
 from ds_bench.config.deepspeed.keys import section_keys
 from ds_bench.errors import UserError
-
-DEFAULT_MICRO_BATCH = 32
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class RunContext:
 def prepare(path: str, overrides: tuple[str, ...], ctx: RunContext) -> dict:
     cfg = ds_sections.rename_aliases(apply_overrides(load_json(path), overrides), path)
     check_unknown_keys(cfg, path)
+    ds_sections.check_flag_keys(cfg, path)
     cfg = ds_sections.normalize_sections(resolve_auto(cfg, ctx, path), path)
     check_precision(cfg, ctx.device_type, path)
     ds_sections.check_combinations(cfg, path)
@@ -136,7 +137,7 @@ def check_unknown_keys(cfg: dict, path: str) -> None:
 
 def resolve_auto(cfg: dict, ctx: RunContext, path: str) -> dict:
     out = copy.deepcopy(cfg)
-    _resolve_batch(out, ctx, path)
+    resolve_batch(out, ctx.world_size, ctx.micro_batch, path)
     hidden = ctx.hidden_size
     rules = {
         ("gradient_clipping",): 1.0,
@@ -157,30 +158,10 @@ def resolve_auto(cfg: dict, ctx: RunContext, path: str) -> dict:
     for key, value in rules.items():
         if _get(out, key) == "auto":
             _get(out, key[:-1])[key[-1]] = value
-    left = _find_auto(out)
+    left = [key for key in _find_auto(out) if tuple(key.split(".")) not in ds_sections.deepspeed_auto_keys()]
     if left:
         raise UserError(f"{path}: no rule to resolve \"auto\" for {', '.join(left)}; give a value")
     return out
-
-
-def _resolve_batch(cfg: dict, ctx: RunContext, path: str) -> None:
-    """train_batch_size = micro-batch x gradient accumulation x world size, any two giving the third."""
-    world = ctx.world_size
-    micro = _int_or_none(cfg, "train_micro_batch_size_per_gpu", path)
-    gas = _int_or_none(cfg, "gradient_accumulation_steps", path)
-    total = _int_or_none(cfg, "train_batch_size", path)
-    micro = ctx.micro_batch or micro
-    if micro is None:
-        micro = total // ((gas or 1) * world) if total and total % ((gas or 1) * world) == 0 else DEFAULT_MICRO_BATCH
-    if gas is None:
-        gas = total // (micro * world) if total and total % (micro * world) == 0 else 1
-    if total is None:
-        total = micro * gas * world
-    if total != micro * gas * world:
-        raise UserError(
-            f"{path}: train_batch_size ({total}) must equal train_micro_batch_size_per_gpu ({micro}) "
-            f"x gradient_accumulation_steps ({gas}) x world size ({world}) = {micro * gas * world}")
-    cfg.update(train_micro_batch_size_per_gpu=micro, gradient_accumulation_steps=gas, train_batch_size=total)
 
 
 def check_precision(cfg: dict, device_type: str, path: str) -> None:
@@ -204,15 +185,6 @@ def precision_of(cfg: dict) -> str:
 
 def zero_stage(cfg: dict) -> int:
     return int(_get(cfg, ("zero_optimization", "stage")) or 0)
-
-
-def _int_or_none(cfg: dict, key: str, path: str) -> int | None:
-    value = cfg.get(key)
-    if value is None or value == "auto":
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise UserError(f"{path}: {key} must be a positive integer or \"auto\", got {value!r}")
-    return value
 
 
 def _get(cfg: dict, key: tuple[str, ...]) -> Any:

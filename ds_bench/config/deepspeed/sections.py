@@ -12,12 +12,16 @@ DeepSpeed accepts several spellings of the same setting; ds_bench reads these se
   model and written back as the values DeepSpeed will use (``normalize_sections``).
 
 A validation error becomes one line naming the dotted key and what is allowed. ``check_combinations``
-mirrors the checks DeepSpeed makes only inside ``deepspeed.initialize``.
+mirrors the checks DeepSpeed makes only inside ``deepspeed.initialize``; ``check_flag_keys`` sends a
+parallel degree written in the config (``tensor_parallel.autotp_size``, ``sequence_parallel_size``) to
+the run flag that lays it out.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
+import typing
 from typing import Any
 
 from ds_bench.errors import UserError
@@ -30,6 +34,35 @@ def _models() -> dict[str, Any]:
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 
     return {"zero_optimization": DeepSpeedZeroConfig, "bf16": DeepSpeedBF16Config, "fp16": DeepSpeedFP16Config}
+
+
+@functools.cache
+def deepspeed_auto_keys() -> frozenset[tuple[str, ...]]:
+    """Dotted keys whose ``"auto"`` is DeepSpeed's own value, not a HuggingFace placeholder for ds_bench to
+    fill (``zero_optimization.zenflow.select_strategy``...): fields of its models that default to "auto"."""
+    found: set[tuple[str, ...]] = set()
+
+    def walk(model, prefix: tuple[str, ...], seen: set) -> None:
+        for name, info in model.model_fields.items():
+            key = (*prefix, info.alias or name)
+            if info.default == "auto":
+                found.add(key)
+            for inner in _models_in(info.annotation):
+                if inner not in seen:
+                    walk(inner, key, seen | {inner})
+
+    for section, model in _models().items():
+        walk(model, (section,), {model})
+    return frozenset(found)
+
+
+def _models_in(annotation) -> list:
+    """The pydantic models an annotation holds (``Optional[ZenFlowConfig]`` -> [ZenFlowConfig])."""
+    import pydantic
+
+    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
 
 
 def rename_aliases(cfg: dict, path: str) -> dict:
@@ -114,12 +147,34 @@ def check_combinations(cfg: dict, path: str) -> None:
         raise UserError(f"{path}: bf16.bf16_optimizer_states requires bf16.bf16_master_weights_and_grads: true")
     if (cfg.get("fp16") or {}).get("fp16_master_weights_and_grads") and stage == 0:
         raise UserError(f"{path}: fp16.fp16_master_weights_and_grads is only supported with ZeRO stage 1, 2 or 3")
-    autotp = (cfg.get("tensor_parallel") or {}).get("autotp_size") or 0
-    if isinstance(autotp, int) and autotp > 1:
-        raise UserError(f"{path}: tensor_parallel.autotp_size {autotp}: give it as --tensor-parallel {autotp} instead, "
-                        "which lays out the batch and the data for it (the ranks of a group read the same batch)")
     if str(cfg.get("gradient_allreduce_op", "")).lower() == "sum" and stage == 3:
         raise UserError(f"{path}: gradient_allreduce_op \"sum\" is not supported with ZeRO stage 3")
+
+
+FLAG_KEYS = {
+    ("tensor_parallel", "autotp_size"): ("--tensor-parallel", 0,
+                                         "which lays out the batch and the data for it (the ranks of a group read the same batch)"),
+    ("sequence_parallel_size",): ("--sequence-parallel", 1,
+                                  "which wraps the attention in Ulysses and shards each sequence over the group"),
+}
+"""Degrees DeepSpeed reads from the config that ds_bench lays out from a run flag: (flag, the value that
+means "none", what the flag does that the key alone would not). ``1`` and the "none" value pass quietly."""
+
+
+def check_flag_keys(cfg: dict, path: str) -> None:
+    """A parallel degree written in the config (AutoTP's, Ulysses') -> the run flag that gives it."""
+    for key, (flag, none, why) in FLAG_KEYS.items():
+        node = cfg
+        for part in key[:-1]:
+            node = node.get(part) if isinstance(node.get(part), dict) else {}
+        if key[-1] not in node:
+            continue
+        value, dotted = node[key[-1]], ".".join(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < none:
+            raise UserError(f"{path}: {dotted} must be an integer >= {none}, got {value!r}; "
+                            f"a degree above 1 is given as {flag} N")
+        if value > 1:
+            raise UserError(f"{path}: {dotted} {value}: give it as {flag} {value} instead, {why}")
 
 
 def check_with_deepspeed(cfg: dict, path: str) -> None:
