@@ -157,10 +157,11 @@ def test_classification_reads_records_and_exit_status():
 def test_parsers_of_the_axes():
     assert parsers.parse_list("--stages", "3,0,3", allowed=(0, 1, 2, 3), kind=int) == (3, 0)
     assert parsers.parse_duration("--timeout", "15m") == 900 and parsers.parse_duration("--timeout", "90") == 90
+    assert parsers.parse_duration("--queue-timeout", "1d") == 86400
     assert spec.parse_micro_batches("auto", 8) is None and spec.parse_micro_batches(None, 8) == (8,)
     assert spec.parse_micro_batches(None, None) is None
-    with pytest.raises(UserError, match="--timeout '1d'"):
-        parsers.parse_duration("--timeout", "1d")
+    with pytest.raises(UserError, match="--timeout '1w'"):
+        parsers.parse_duration("--timeout", "1w")
 
 
 def test_the_ledger_keeps_the_latest_attempt_and_only_final_ones(tmp_path):

@@ -28,7 +28,7 @@ CLIENT_TIMEOUT_S = 60.0
 """sbatch, scontrol, squeue, scancel, sacct: a controller that does not answer within this is down."""
 RUN_GRACE_S = 180.0
 """Beyond the job's time limit before this process gives up on it: Slurm's KillWait and OverTimeLimit."""
-POLL_S = (1.0, 10.0)
+POLL_S = (0.5, 5.0)
 """Seconds between looks at a job: from the first, growing 1.5x to the second."""
 
 _active: dict[str, str] = {}
