@@ -93,7 +93,7 @@ ReturnToService=2
 SlurmdTimeout={slurmd_timeout}
 SlurmctldTimeout=10
 MessageTimeout=10
-KillWait=5
+KillWait=30
 MinJobAge=3600
 InactiveLimit=0
 SchedulerParameters=sched_interval=2

@@ -194,6 +194,21 @@ def test_a_second_signal_ends_the_process_at_once(tmp_path):
     assert time.monotonic() - start < 10
 
 
+def test_a_sigterm_twice_at_once_is_one_stop_but_later_it_ends_at_once(tmp_path):
+    """Slurm's time limit: slurmstepd SIGTERMs every task and srun forwards the SIGTERM it got, so a rank gets two
+    within milliseconds; the second must not skip the record. A SIGTERM seconds later still ends it at once."""
+    code = ("import os, signal, sys, time; from ds_bench.cluster import faults; faults.install_signal_handlers()\n"
+            "try:\n"
+            "    with faults.deferred():\n"
+            "        os.kill(os.getpid(), signal.SIGTERM); os.kill(os.getpid(), signal.SIGTERM); print('held', flush=True)\n"
+            "except faults.Terminated as t:\n"
+            "    print('recorded', t.exit_code, flush=True)\n"
+            "    time.sleep(faults.DUPLICATE_S + 0.5); os.kill(os.getpid(), signal.SIGTERM)\n"
+            "    time.sleep(30); print('not reached', flush=True)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=40)
+    assert proc.stdout == "held\nrecorded 143\n" and proc.returncode == 143, proc
+
+
 _SIGTERM_WHILE_RECORDING = """
 import os, signal, socket, sys
 import torch

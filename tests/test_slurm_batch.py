@@ -90,6 +90,8 @@ def test_a_reason_with_spaces_is_kept_whole():
 def test_ends_slurm_imposes_set_the_point_status(state, status):
     end = SlurmEnd.of("9", {"JobState": state, "ExitCode": "0:15", "Reason": "None"})
     assert end.status(("ok", None)) == (status, "Slurm job 9 " + state + ", exit 0:15")
+    assert end.status(("crashed", "exit code 143 (SIGTERM) with no record"), recorded=False) == (
+        status, "Slurm job 9 " + state + ", exit 0:15; no rank recorded anything")
 
 
 @pytest.mark.parametrize("state", ["COMPLETED", "FAILED"])

@@ -191,6 +191,8 @@ def test_a_job_slurm_ends_is_a_failed_point_with_slurms_reason(slurm, tmp_path, 
     assert point["slurm"]["nodes"] == node and point["slurm"]["signal"] is not None, point["slurm"]
     assert code != 0
     print(f"{how}: {point['status']}: {point['reason']}")
+    if how != "node-down":  # SIGTERM, then KillWait: the ranks record why they stop (once, though signalled twice)
+        assert "the ranks recorded: rank " in point["reason"] and "terminated by SIGTERM at step" in point["reason"]
     if how == "node-down":
         _until(lambda: slurm.node_states().get(node) == "idle", 30)
 

@@ -4,7 +4,10 @@ Owns the run's signal handlers and its step watchdog, and says what happened in 
 - SIGTERM / SIGINT (Slurm's time limit and ``scancel``, a launcher stopping its ranks, Ctrl-C): the
   first raises ``Terminated`` in the main thread, so the run unwinds, records ``terminated by
   SIGTERM at step k`` with the steps done so far, and exits 128 + signal; a second signal ends the
-  process at once. While a results line is written (``deferred``), the first signal waits for it.
+  process at once, except a SIGTERM within ``DUPLICATE_S`` of the first one: at its time limit Slurm
+  signals every task itself and srun forwards the SIGTERM it got too, so each rank gets two at once
+  (measured on the real-Slurm bed: the ranks died before recording). While a results line is written
+  (``deferred``), the first signal waits for it.
 - ``StepWatchdog``: when no step finishes within ``--step-timeout`` seconds (a hang in data loading
   or in a collective whose peer is stuck), it dumps every thread's stack (faulthandler), records
   ``no step finished in N s`` and ends the process, so a benchmark never sits silently for hours.
@@ -30,7 +33,10 @@ from collections.abc import Callable, Iterator
 
 HANDLED = (signal.SIGTERM, signal.SIGINT)
 
-_state = {"received": None, "deferring": 0, "pending": None}
+_state = {"received": None, "received_at": 0.0, "deferring": 0, "pending": None}
+DUPLICATE_S = 2.0
+"""A SIGTERM this soon after the first is the same stop delivered twice (Slurm's stepd and srun), not a
+second request; SIGKILL after Slurm's KillWait is its hard stop."""
 
 
 class Terminated(BaseException):
@@ -57,8 +63,10 @@ def received() -> int | None:
 
 def _on_signal(signum: int, _frame) -> None:
     if _state["received"] is not None:  # the second signal: no more clean-up
+        if signum == _state["received"] == signal.SIGTERM and time.monotonic() - _state["received_at"] < DUPLICATE_S:
+            return
         os._exit(128 + signum)
-    _state["received"] = signum
+    _state["received"], _state["received_at"] = signum, time.monotonic()
     if _state["deferring"]:
         _state["pending"] = signum
         return

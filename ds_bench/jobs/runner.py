@@ -110,7 +110,7 @@ def _slurm_attempt(spec, run_args: list[str], tag: str, log_path: str, job, env:
         waited = slurm_executor.run(alloc, run_args, spec.iface, tag, log_path, env, spec.slurm.queue_timeout_s)
     runs = _runs_of(spec, waited.tag)
     own = outcome.classify(runs, waited.slurm.exit_status, waited.timed_out, spec.timeout_s)
-    status, reason = waited.slurm.status(own)
+    status, reason = waited.slurm.status(own, recorded=bool(runs))
     end = spawn.JobEnd(waited.slurm.exit_status, waited.timed_out, waited.started_at, waited.ended_at)
     return Attempt(status, reason, _chosen(runs), end, None, waited.log, tuple(runs), waited.tag, waited.slurm)
 

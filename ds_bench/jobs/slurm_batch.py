@@ -163,14 +163,15 @@ class SlurmEnd:
         exit_state = f", exit {self.exit_code}:{self.signal}" if self.exit_code is not None else ""
         return f"Slurm job {self.job_id} {self.state}{reason}{nodes}{exit_state}"
 
-    def status(self, own: tuple[str, str | None]) -> tuple[str, str | None]:
-        """The point's (status, reason): ``own`` (``outcome.classify`` of what the ranks recorded) unless Slurm
-        imposed the end, which then says what happened first and the ranks' record after it."""
+    def status(self, own: tuple[str, str | None], recorded: bool = True) -> tuple[str, str | None]:
+        """The point's (status, reason): ``own`` (``outcome.classify`` of the job) unless Slurm imposed the end,
+        which then says what happened first, and what the ranks recorded (``recorded``: they wrote a record)."""
         if not self.imposed:
             return own
         status = IMPOSED[self.state]
-        _, ranks = own
-        return status, self.describe() + (f"; the ranks recorded: {ranks}" if ranks and own[0] != "ok" else "")
+        status_own, ranks = own
+        said = f"; the ranks recorded: {ranks}" if recorded and ranks and status_own != "ok" else ""
+        return status, self.describe() + (said or ("" if recorded else "; no rank recorded anything"))
 
 
 def _exit_state(text: str) -> tuple[int | None, int | None]:
