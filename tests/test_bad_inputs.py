@@ -556,6 +556,12 @@ CASES["sweep slurm with hostfile"] = Case(cmd(*SWEEP, *MNIST, "--executor", "slu
 CASES["sweep slurm no controller"] = Case(
     cmd(*SWEEP, *MNIST, "--executor", "slurm"),
     r"--executor slurm: (no Slurm controller answers here \(sinfo: .+\)|`sinfo` not found: run the study where)")
+CASES["sweep slurm queue-timeout"] = Case(cmd(*SWEEP, *MNIST, "--executor", "slurm", "--queue-timeout", "soon"),
+                                          r"--queue-timeout 'soon': expected a duration such as 90s, 15m, 1h or 1d")
+CASES["sweep slurm gpus negative"] = Case(cmd(*SWEEP, *MNIST, "--executor", "slurm", "--gpus-per-node", "-1"),
+                                          r"--gpus-per-node must be an integer >= 0, got -1")
+CASES["sweep slurm launcher"] = Case(cmd(*SWEEP, *MNIST, "--executor", "slurm", "--launcher", "torchrun"),
+                                     r"--launcher torchrun with --executor slurm: each job starts its ranks with srun")
 CASES["capacity slurm max-jobs 0"] = Case(cmd("capacity", "--ds-config", "zero1.json", "--executor", "slurm", "--max-jobs",
                                               "0", "--results", "{tmp}/c.jsonl"), r"--max-jobs must be a positive integer, got 0")
 CASES["scaling slurm with ranks"] = Case(cmd("scaling", "--workload", "mnist", "--ds-config", "zero1.json", "--executor",

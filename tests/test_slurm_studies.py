@@ -95,6 +95,16 @@ def test_a_sweep_runs_its_families_as_slurm_jobs_two_at_once(slurm, tmp_path):
         assert "warm-up done" in log
 
 
+@pytest.mark.timeout(60)
+def test_a_partition_the_cluster_lacks_is_refused_before_anything_is_submitted(slurm, tmp_path):
+    results = tmp_path / "sweep.jsonl"
+    r = slurm.run([*SWEEP, "--stages", "1", "--steps", "6", "--partition", "gpu", "--results", str(results)],
+                  env={"HF_HUB_OFFLINE": "1"}, timeout=45, cwd=REPO)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "ds-bench: error: --partition gpu: not a partition of this cluster; it has bed"], r.explain()
+    assert "Traceback" not in r.stderr and not results.exists() and jobs_named(slurm, "sweep-") == []
+
+
 @pytest.mark.full
 @pytest.mark.timeout(420)
 def test_ctrl_c_cancels_a_killed_study_is_found_again_and_the_rerun_finishes(slurm, tmp_path):

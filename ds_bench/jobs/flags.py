@@ -142,13 +142,14 @@ def slurm_options(args: argparse.Namespace) -> SlurmOptions | None:
     for flag, value, low in (("--nodes", nodes, 1), ("--gpus-per-node", args.gpus_per_node, 0),
                              ("--max-jobs", args.max_jobs, 1)):
         argcheck.at_least(flag, value, low)
-    if not args.dry_run:
+    queue_timeout_s = parse_duration("--queue-timeout", args.queue_timeout)
+    if not args.dry_run:  # last: every flag is checked before Slurm is asked
         from ds_bench.jobs.slurm_executor import check_cluster
 
         check_cluster(args.partition)
     return SlurmOptions(nodes=nodes or 1, partition=args.partition, account=args.account,
                         gpus_per_node=args.gpus_per_node, mpi=args.mpi, max_jobs=args.max_jobs,
-                        queue_timeout_s=parse_duration("--queue-timeout", args.queue_timeout))
+                        queue_timeout_s=queue_timeout_s)
 
 
 def add_degree_arguments(p: argparse.ArgumentParser, what: str = "point") -> None:
