@@ -119,3 +119,22 @@ def test_keys_deepspeed_reads_only_inside_a_section_are_unknown_at_the_top(key, 
     """zenflow is read inside zero_optimization, load_universal inside checkpoint: at the top DeepSpeed drops them."""
     found = unknown_keys({key: 1})
     assert found == [key + (f" (did you mean {hint}?)" if hint else "")]
+
+
+@pytest.mark.parametrize("scan", ["raises", "partial"])
+def test_a_scan_that_fails_or_misses_core_keys_checks_nothing_rather_than_refusing_valid_keys(monkeypatch, scan):
+    """A DeepSpeed whose source the scanner trips on, or which reads its config another way, must not make every
+    run fail or call valid keys unknown: the top level then goes unchecked."""
+    from ds_bench.config.deepspeed import ds_reads
+
+    def fake():
+        if scan == "raises":
+            raise IndentationError("unexpected indent")
+        return frozenset({"train_batch_size", "zenflow"})
+
+    monkeypatch.setattr(ds_reads, "_scan_installed", fake)
+    ds_reads.top_level_keys.cache_clear()
+    try:
+        assert ds_reads.top_level_keys() == frozenset()
+    finally:
+        ds_reads.top_level_keys.cache_clear()

@@ -96,7 +96,10 @@ def test_reading_picks_a_kind_skips_unknown_ones_and_names_a_broken_line(tmp_pat
     assert [r.kind for r in read_records(str(path))] == ["run", "doctor"]  # unknown kinds skipped
     assert isinstance(read_records(str(path), Record)[1], DoctorRecord)
     with open(path, "a") as f:
-        f.write("{half a line\n")
+        f.write('{"workload": "mnist", "sta')  # another node's job mid-append: not a line yet
+    assert [r.workload for r in read_records(str(path), RunRecord)] == ["mnist"]
+    with open(path, "a") as f:
+        f.write("\n{half a line\n")
     with pytest.raises(UserError, match=r"r\.jsonl:5: not a JSON line"):
         read_records(str(path))
 

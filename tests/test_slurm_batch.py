@@ -86,7 +86,7 @@ def test_a_reason_with_spaces_is_kept_whole():
 
 
 @pytest.mark.parametrize("state, status", [("TIMEOUT", "timeout"), ("OUT_OF_MEMORY", "oom"), ("CANCELLED", "crashed"),
-                                           ("PREEMPTED", "crashed"), ("BOOT_FAIL", "crashed")])
+                                           ("PREEMPTED", "crashed"), ("BOOT_FAIL", "crashed"), ("UNKNOWN", "crashed")])
 def test_ends_slurm_imposes_set_the_point_status(state, status):
     end = SlurmEnd.of("9", {"JobState": state, "ExitCode": "0:15", "Reason": "None"})
     assert end.status(("ok", None)) == (status, "Slurm job 9 " + state + ", exit 0:15")
@@ -110,6 +110,9 @@ def test_sacct_lines_read_as_scontrols_keys():
 
 def test_a_job_that_can_never_start_is_told_from_one_that_waits():
     assert never_starts({"JobState": "PENDING", "Reason": "PartitionNodeLimit"}) == "PartitionNodeLimit"
+    assert never_starts({"JobState": "PENDING", "Reason": "QOSMaxWallDurationPerJobLimit"})
+    assert never_starts({"JobState": "PENDING", "Reason": "AssocMaxNodesPerJobLimit"})
+    assert never_starts({"JobState": "PENDING", "Reason": "Priority"}) is None
     assert never_starts({"JobState": "PENDING", "Reason": "Resources"}) is None
     assert never_starts({"JobState": "RUNNING", "Reason": "PartitionNodeLimit"}) is None
 
@@ -122,6 +125,7 @@ def _args(**kw) -> argparse.Namespace:
 
 @pytest.mark.parametrize("kw, message", [
     ({"nodes": 2}, "--nodes is for Slurm jobs: add --executor slurm"),
+    ({"nodes": 0}, "--nodes is for Slurm jobs: add --executor slurm"),
     ({"partition": "gpu"}, "--partition is for Slurm jobs"),
     ({"mpi": "pmix"}, "--mpi is for Slurm jobs"),
     ({"executor": "slurm", "hostfile": "h"}, "--hostfile with --executor slurm"),
@@ -176,3 +180,19 @@ def test_the_first_failure_of_a_part_is_raised():
 
     with pytest.raises(UserError, match="invalid account"):
         runner.run_concurrently([lambda: 1, bad, lambda: 3], 3)
+
+
+def test_a_local_record_has_no_slurm_block_and_a_slurm_one_has_it():
+    from ds_bench.jobs.slurm_batch import slurm_block
+
+    assert slurm_block(None) == {}
+    end = SlurmEnd.of("4", {"JobState": "COMPLETED", "ExitCode": "0:0", "NodeList": "hostb"})
+    assert slurm_block(end) == {"slurm": {"job_id": "4", "state": "COMPLETED", "reason": None, "exit_code": 0,
+                                          "signal": 0, "nodes": "hostb"}}
+
+
+def test_the_job_environment_drops_an_enclosing_allocations_variables():
+    from ds_bench.jobs.slurm_executor import _submit_env
+
+    env = _submit_env({"SLURM_CPUS_PER_TASK": "8", "SLURM_JOB_ID": "3", "SLURM_CONF": "/etc/s.conf", "PATH": "/bin"})
+    assert env == {"SLURM_CONF": "/etc/s.conf", "PATH": "/bin"}

@@ -30,6 +30,7 @@ from ds_bench.config.deepspeed.prepare import portable, write_config
 from ds_bench.config.layout import Layout
 from ds_bench.jobs import ledger, predict
 from ds_bench.jobs.runner import new_tag, run_argv, run_attempt, slug
+from ds_bench.jobs.slurm_batch import slurm_block
 from ds_bench.record import store
 from ds_bench.record.schema import (
     Busy,
@@ -154,8 +155,8 @@ def probe_record(search_: LayoutSearch, index: int, attempt) -> CapacityProbeRec
         tokens_per_s=metrics.tokens_per_s if ok else None,
         tflops_per_device=metrics.tflops_per_device if ok else None,
         run_id=run and run.run_id, ds_config=run and run.ds_config, log=attempt.log,
-        wall_s=round(attempt.job.ended_at - attempt.job.started_at, 2), busy=Busy(**attempt.busy) if attempt.busy is not None else None,
-        slurm=attempt.slurm and attempt.slurm.to_record(),
+        wall_s=round(attempt.job.ended_at - attempt.job.started_at, 2),
+        busy=Busy(**attempt.busy) if attempt.busy is not None else None, **slurm_block(attempt.slurm),
         time=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
 

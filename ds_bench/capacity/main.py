@@ -30,7 +30,14 @@ from ds_bench.config.layout import Layout
 from ds_bench.config.legality import Where
 from ds_bench.jobs import ledger, predict, spawn
 from ds_bench.jobs.points import skip_reason, study_where
-from ds_bench.jobs.runner import INTERRUPTED, run_concurrently, until_interrupted, workers
+from ds_bench.jobs.runner import (
+    INTERRUPTED,
+    check_cluster,
+    executor_line,
+    run_concurrently,
+    until_interrupted,
+    workers,
+)
 from ds_bench.record import store
 from ds_bench.record.schema import CapacityProbeRecord, CapacityRecord
 from ds_bench.report import capacity_table
@@ -51,6 +58,7 @@ def main(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(dry_run_text(spec, world))
         return 0
+    check_cluster(spec)
     done = load_probes(spec.results, spec.capacity_id())
     where = study_where(spec, world)
     searches = [lambda layout=layout: _search(spec, layout, where, per_node, capacity, done) for layout in spec.layouts]
@@ -90,6 +98,11 @@ def _skip_reason(spec: CapacitySpec, layout: Layout, where: Where) -> str | None
 
 
 def dry_run_text(spec: CapacitySpec, world: int) -> str:
+    slurm = executor_line(spec, len(spec.layouts), "probe (layouts at once)")
+    return "\n".join([_plan_text(spec, world), slurm] if slurm else [_plan_text(spec, world)])
+
+
+def _plan_text(spec: CapacitySpec, world: int) -> str:
     lines, where = ["layouts:"], study_where(spec, world)
     for layout in spec.layouts:
         why = _skip_reason(spec, layout, where)

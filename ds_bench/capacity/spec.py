@@ -28,7 +28,7 @@ from ds_bench.config.parsers import config_path, memory_cap, parse_list
 from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
 from ds_bench.jobs.flags import StudySpec, add_degree_arguments, add_job_arguments, add_switch_arguments, degrees_of
-from ds_bench.jobs.flags import job_options, run_flags_of, switches_of
+from ds_bench.jobs.flags import job_options, run_flags_of, slurm_gpus, switches_of
 from ds_bench.jobs.points import families
 
 OWNED = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
@@ -145,7 +145,8 @@ def from_args(args: argparse.Namespace, gpu: bool, native_bf16: bool) -> Capacit
     _check_study(args, (*members[0].run_args, *run_args))
     return CapacitySpec(
         ds_config=path, base=base, layouts=layouts, members=tuple(members), family=family, workload=args.workload,
-        seq_len=args.seq_len, run_args=run_args, nproc=args.nproc or (_gpus() if gpu else 2), **job,
+        seq_len=args.seq_len, run_args=run_args, nproc=args.nproc or slurm_gpus(args) or (_gpus() if gpu else 2),
+        **job,
         steps=args.steps, warmup=args.warmup, cpu_mem_limit=memory_cap(args.cpu_mem_limit), prune=args.prune,
         device_type="cuda" if gpu else "cpu", scale=args.scale, router=router, **seq)
 

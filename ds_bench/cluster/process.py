@@ -123,6 +123,8 @@ def _end_daemon_children(timeout_s: float = 5.0) -> None:
         child.terminate()
     for child in children:
         child.join(timeout_s)
+        if child.is_alive():  # it ignored SIGTERM
+            child.kill()
 
 
 def exit_process(code: int) -> None:

@@ -123,13 +123,20 @@ def job_options(args: argparse.Namespace, local_mpirun: bool = False) -> dict:
             "master_port": args.master_port, "timeout_s": timeout_s, "slurm": slurm_options(args)}
 
 
+def slurm_gpus(args: argparse.Namespace) -> int:
+    """Under ``--executor slurm``, the GPUs each job asks for per node: the default ranks per node (the node the
+    study runs on, a login node, may have none)."""
+    return args.gpus_per_node if getattr(args, "executor", "local") == "slurm" else 0
+
+
 def slurm_options(args: argparse.Namespace) -> SlurmOptions | None:
-    """The Slurm flags, checked (None with ``--executor local``, which refuses them)."""
+    """The Slurm flags, checked (None with ``--executor local``, which refuses them); that the cluster answers and
+    has ``--partition`` is the study's last check (``runner.check_cluster``), once every flag is."""
     nodes = getattr(args, "nodes", None) if isinstance(getattr(args, "nodes", None), int) else None
     if args.executor == "local":
         given = [f for f, v in (("--nodes", nodes), ("--partition", args.partition), ("--account", args.account),
-                                ("--gpus-per-node", args.gpus_per_node), ("--mpi", args.mpi),
-                                ("--max-jobs", args.max_jobs)) if v]
+                                ("--gpus-per-node", args.gpus_per_node or None), ("--mpi", args.mpi),
+                                ("--max-jobs", args.max_jobs)) if v is not None]
         if given:
             raise UserError(f"{given[0]} is for Slurm jobs: add --executor slurm (or leave it out)")
         return None
@@ -143,10 +150,6 @@ def slurm_options(args: argparse.Namespace) -> SlurmOptions | None:
                              ("--max-jobs", args.max_jobs, 1)):
         argcheck.at_least(flag, value, low)
     queue_timeout_s = parse_duration("--queue-timeout", args.queue_timeout)
-    if not args.dry_run:  # last: every flag is checked before Slurm is asked
-        from ds_bench.jobs.slurm_executor import check_cluster
-
-        check_cluster(args.partition)
     return SlurmOptions(nodes=nodes or 1, partition=args.partition, account=args.account,
                         gpus_per_node=args.gpus_per_node, mpi=args.mpi, max_jobs=args.max_jobs,
                         queue_timeout_s=queue_timeout_s)

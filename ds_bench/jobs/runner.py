@@ -53,8 +53,8 @@ class Attempt:
     run: RunRecord | None
     """The run record that speaks for the attempt: an ``ok`` one, else the first failed one."""
     job: spawn.JobEnd
-    busy: dict
-    """Other work on the machine meanwhile (``outcome.BusyProbe``)."""
+    busy: dict | None
+    """Other work on the machine meanwhile (``outcome.BusyProbe``); None for a Slurm job (it ran elsewhere)."""
     log: str
     runs: tuple[RunRecord, ...] = ()
     """Every run record the job's ranks wrote."""
@@ -173,6 +173,21 @@ class _Turn:
 
 
 _turn = _Turn()
+
+
+def executor_line(spec, parts: int, what: str) -> str | None:
+    """``--dry-run``'s line on how the study's jobs run under Slurm (None locally): the sbatch line and step of one
+    job (``<tag>``, ``<config>`` standing for each job's own) and how many run at once."""
+    if getattr(spec, "slurm", None) is None:
+        return None
+    example = command_line(spec, run_argv(spec, "<tag>", "<config>"))
+    return f"each {what} a Slurm job, up to {workers(spec, parts)} at once: " + " ".join(example)
+
+
+def check_cluster(spec) -> None:
+    """Under ``--executor slurm``: Slurm answers and has ``--partition`` (the study's last check before it runs)."""
+    if getattr(spec, "slurm", None) is not None:
+        slurm_executor.check_cluster(spec.slurm.partition)
 
 
 def workers(spec, parts: int) -> int:

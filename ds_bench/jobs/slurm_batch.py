@@ -21,8 +21,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
-ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING",
-                    "SIGNALING", "STAGE_OUT", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
+ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "REQUEUED",
+                    "RESIZING", "SIGNALING", "STAGE_OUT", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
 """States of a job that has not ended (it may still run)."""
 IMPOSED = {
     "TIMEOUT": "timeout",
@@ -32,11 +32,13 @@ IMPOSED = {
     "PREEMPTED": "crashed",
     "BOOT_FAIL": "crashed",
     "DEADLINE": "crashed",
+    "UNKNOWN": "crashed",
 }
-"""Ends Slurm imposed on the job, and the point status each gives (a job's own failure is ``FAILED``)."""
-NEVER_STARTS = ("PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints", "AccountNotAllowed",
-                "QOSMaxNodePerJobLimit", "InvalidAccount", "InvalidQOS", "PartitionDown", "PartitionInactive")
-"""Pending reasons of a job that cannot start without an administrator's change."""
+"""Ends Slurm imposed on the job, and the point status each gives (a job's own failure is ``FAILED``); ``UNKNOWN``:
+Slurm stopped answering about it and ds-bench cancelled it."""
+NEVER_STARTS = re.compile(r"^(PartitionNodeLimit|PartitionTimeLimit|BadConstraints|AccountNotAllowed|InvalidAccount|"
+                          r"InvalidQOS|PartitionDown|PartitionInactive|(QOS|Assoc)\w*PerJobLimit)")
+"""Pending reasons of a job that cannot start as asked (a limit of the partition, QOS or account per job)."""
 _TAG_NONCE = re.compile(r"-[0-9a-f]{6}$")
 
 
@@ -174,6 +176,11 @@ class SlurmEnd:
         return status, self.describe() + (said or ("" if recorded else "; no rank recorded anything"))
 
 
+def slurm_block(slurm: SlurmEnd | None) -> dict:
+    """A point record's ``{"slurm": ...}`` for a job Slurm ran, ``{}`` locally: local records stay as they were."""
+    return {"slurm": slurm.to_record()} if slurm is not None else {}
+
+
 def _exit_state(text: str) -> tuple[int | None, int | None]:
     m = re.match(r"^(\d+):(\d+)$", text.strip())
     return (int(m.group(1)), int(m.group(2))) if m else (None, None)
@@ -182,4 +189,4 @@ def _exit_state(text: str) -> tuple[int | None, int | None]:
 def never_starts(fields: dict[str, str]) -> str | None:
     """A pending job's reason when it is one that keeps it from ever starting, else None."""
     reason = fields.get("Reason", "")
-    return reason if fields.get("JobState") == "PENDING" and reason.startswith(NEVER_STARTS) else None
+    return reason if fields.get("JobState") == "PENDING" and NEVER_STARTS.match(reason) else None

@@ -2,11 +2,13 @@
 still queued or running from an earlier run of the study again, wait for its end, cancel what this
 process submitted.
 
-``run`` is ``spawn.run_job``'s counterpart: it returns when the job has ended (or never will start), with
-Slurm's own account of the end (``slurm_batch.SlurmEnd``) read from ``scontrol show job`` (kept
-``MinJobAge`` seconds after the end) or, once Slurm has forgotten the job, ``sacct``. Every wait is bounded:
-a queued job by ``queue_timeout_s``, a running one by its time limit plus Slurm's grace (``RUN_GRACE_S``);
-past either the job is cancelled. Ctrl-C or SIGTERM (``cancel_all``) cancels (``scancel``) every job this
+``run`` is ``spawn.run_job``'s counterpart: it returns when the job has ended, with Slurm's own account of
+the end (``slurm_batch.SlurmEnd``) read from ``scontrol show job`` (kept ``MinJobAge`` seconds after the end)
+or, once Slurm has forgotten the job, ``sacct``. A job found again must be of the same point and the same
+study (its log in this study's folder). Every wait is bounded and past its bound the job is cancelled: a
+queued job by ``queue_timeout_s`` (one Slurm says can never start as asked is the study's bad input at once),
+a running one by its time limit plus Slurm's grace (``RUN_GRACE_S``), a job Slurm gives no answer about by
+``UNANSWERED_S``. Ctrl-C or SIGTERM (``cancel_all``) cancels (``scancel``) every job this
 process submitted and still waits on, and each waiting thread then raises ``KeyboardInterrupt``: a
 cancelled point records nothing, so the study's re-run submits it again.
 """
@@ -26,6 +28,8 @@ from ds_bench.jobs.slurm_batch import Allocation, SlurmEnd
 
 CLIENT_TIMEOUT_S = 60.0
 """sbatch, scontrol, squeue, scancel, sacct: a controller that does not answer within this is down."""
+UNANSWERED_S = 300.0
+"""How long Slurm may give no answer about a job (scontrol and sacct both failing) before it is cancelled."""
 RUN_GRACE_S = 180.0
 """Beyond the job's time limit before this process gives up on it: Slurm's KillWait and OverTimeLimit."""
 POLL_S = (0.5, 5.0)
@@ -64,7 +68,7 @@ def run(alloc: Allocation, run_args: list[str], iface: str | None, tag: str, log
     """Submit the job (or find the same unit's job again) and wait for its end."""
     if _stop.is_set():  # interrupted while this thread was between jobs
         raise KeyboardInterrupt
-    found = find_again(tag, env)
+    found = find_again(tag, log_path, env)
     if found is not None:
         job_id, tag, log_path = found
         print(f"  found Slurm job {job_id} ({tag}) of an earlier run of this study: taking its result", flush=True)
@@ -80,7 +84,8 @@ def run(alloc: Allocation, run_args: list[str], iface: str | None, tag: str, log
     finally:
         with _active_lock:
             _active.pop(job_id, None)
-    started, ended = _epoch(fields.get("StartTime")) or seen[0], _epoch(fields.get("EndTime")) or seen[1]
+    started = _epoch(fields.get("StartTime")) or seen[0]  # a job that never ran has none: the times seen here
+    ended = _epoch(fields.get("EndTime")) or seen[1]
     return Waited(SlurmEnd.of(job_id, fields), tag, log_path, started, ended, timed_out, found is not None)
 
 
@@ -92,10 +97,17 @@ def submit(alloc: Allocation, run_args: list[str], iface: str | None, tag: str, 
     os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
     with open(log_path, "a", encoding="utf-8") as log:
         log.write("$ " + " ".join(argv) + "\n" + script)
-    proc = _client(argv, env, stdin=script)
+    proc = _client(argv, _submit_env(env), stdin=script)
     if proc.returncode != 0:
         raise UserError(f"sbatch refused the job: {_last_line(proc.stderr) or f'exit {proc.returncode}'}")
     return proc.stdout.strip().split(";")[0]
+
+
+def _submit_env(env: dict[str, str] | None) -> dict[str, str]:
+    """The job's environment (``--export=ALL``) without the ``SLURM_*`` of an allocation the study itself may run
+    in: they would reach the job's srun step (``SLURM_CONF`` stays: it says which cluster)."""
+    base = os.environ if env is None else env
+    return {k: v for k, v in base.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
 
 
 def check_cluster(partition: str | None) -> None:
@@ -105,24 +117,28 @@ def check_cluster(partition: str | None) -> None:
         raise UserError(f"--executor slurm: no Slurm controller answers here (sinfo: "
                         f"{_last_line(proc.stderr) or f'exit {proc.returncode}'})")
     known = [p.rstrip("*") for p in proc.stdout.split()]
-    if partition is not None and partition not in known:
-        raise UserError(f"--partition {partition}: not a partition of this cluster; it has {', '.join(known)}")
+    for one in (partition or "").split(","):  # sbatch takes a list: the first that can run the job
+        if one and one not in known:
+            raise UserError(f"--partition {partition}: {one} is not a partition of this cluster; it has "
+                            f"{', '.join(known)}")
 
 
-def find_again(tag: str, env: dict[str, str] | None) -> tuple[str, str, str] | None:
-    """(job id, its tag, its log) of this user's job of the same unit that is queued or running, or else one that
-    completed while no study waited on it (a killed study's), or None. Slurm lists ended jobs for ``MinJobAge``."""
+def find_again(tag: str, log_path: str, env: dict[str, str] | None) -> tuple[str, str, str] | None:
+    """(job id, its tag, its log) of this user's job of the same unit *and the same study* (its log in this
+    study's folder beside ``--results``) that is queued or running, or else one that completed while no study
+    waited on it (a killed study's), or None. Slurm lists ended jobs for ``MinJobAge``."""
     proc = _client(["squeue", "--me", "-h", "-t", "all", "-o", "%i|%j|%T"], env)
     if proc.returncode != 0:
         return None
     mine = [(job_id, name, state) for job_id, name, state in
             ((line.split("|") + ["", "", ""])[:3] for line in proc.stdout.splitlines())
-            if slurm_batch.same_unit(name, tag)]
+            if slurm_batch.same_unit(name, tag) and job_id.isdigit()]
+    folder = os.path.dirname(os.path.abspath(log_path))
     for wanted in (slurm_batch.ACTIVE, {"COMPLETED"}):
-        found = [(int(i), i, name) for i, name, state in mine if state in wanted and i.isdigit()]
-        if found:
-            _, job_id, name = max(found)
-            return job_id, name, job_fields(job_id, env).get("StdOut") or os.devnull
+        for _, job_id, name in sorted(((int(i), i, n) for i, n, state in mine if state in wanted), reverse=True):
+            log = job_fields(job_id, env).get("StdOut", "")
+            if os.path.dirname(log) == folder:
+                return job_id, name, log
     return None
 
 
@@ -152,41 +168,55 @@ def reset() -> None:
 
 
 def _wait(job_id: str, env, time_limit_s: float, queue_timeout_s: float) -> tuple[dict[str, str], bool, tuple]:
-    """(the ended job's fields, whether this process gave up on it, (seen start, seen end) in Unix time)."""
+    """(the ended job's fields, whether this process gave up on it, (seen start, seen end) in Unix time).
+    Raises ``UserError`` (after cancelling it) for a job Slurm says can never start as asked."""
     submitted, running_since, delay, seen_start = time.monotonic(), None, POLL_S[0], time.time()
-    last_known = submitted
+    last_answer = submitted
     while True:
         if _stop.is_set():
             raise KeyboardInterrupt
         fields = job_fields(job_id, env)
         state = fields.get("JobState")
-        if not fields:  # not known (yet, or any more): a controller that keeps forgetting it is given up on
-            if time.monotonic() - last_known > CLIENT_TIMEOUT_S:
-                return {"JobState": "UNKNOWN", "Reason": "Slurm no longer knows the job"}, False, (seen_start,
-                                                                                                     time.time())
+        now = time.monotonic()
+        if not fields:
+            if now - last_answer > UNANSWERED_S:
+                _client(["scancel", job_id], env)
+                return {"JobState": "UNKNOWN", "Reason": f"no answer from Slurm about it for {UNANSWERED_S:g} s; "
+                                                         "cancelled"}, False, (seen_start, time.time())
         elif state not in slurm_batch.ACTIVE:
             return fields, False, (seen_start, time.time())
         elif state == "PENDING":
-            last_known = time.monotonic()
-            why = slurm_batch.never_starts(fields)
-            if why or time.monotonic() - submitted > queue_timeout_s:
+            last_answer = now
+            _refuse_if_never_starts(job_id, fields, env)
+            if now - submitted > queue_timeout_s:
                 _client(["scancel", job_id], env)
-                reason = why or f"still queued after {queue_timeout_s:g} s (--queue-timeout)"
-                return {**fields, "JobState": "CANCELLED", "Reason": reason}, why is None, (seen_start, time.time())
+                reason = f"still queued after {queue_timeout_s:g} s (--queue-timeout); cancelled"
+                return {"JobState": "CANCELLED", "Reason": reason}, False, (seen_start, time.time())
         else:
-            last_known = time.monotonic()
+            last_answer = now
             if running_since is None:
-                running_since, seen_start = time.monotonic(), time.time()
-            elif time.monotonic() - running_since > time_limit_s + RUN_GRACE_S:
+                running_since, seen_start = now, time.time()
+            elif now - running_since > time_limit_s + RUN_GRACE_S:
                 _client(["scancel", job_id], env)
-                return {**fields, "JobState": "TIMEOUT"}, True, (seen_start, time.time())
+                reason = f"still running {RUN_GRACE_S:g} s past its time limit; cancelled by ds-bench"
+                return {**fields, "JobState": "TIMEOUT", "Reason": reason}, True, (seen_start, time.time())
         _stop.wait(delay)
         delay = min(delay * 1.5, POLL_S[1])
 
 
+def _refuse_if_never_starts(job_id: str, fields: dict[str, str], env) -> None:
+    why = slurm_batch.never_starts(fields)
+    if why:
+        _client(["scancel", job_id], env)
+        raise UserError(f"Slurm job {job_id} can never start as asked ({why}): check --timeout (its --time), "
+                        "--nodes, --nproc, --gpus-per-node, --partition and --account against the partition's limits")
+
+
 def _client(argv: list[str], env: dict[str, str] | None, stdin: str | None = None) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S, env=env)
+        # a session of its own: Ctrl-C at the terminal must not kill the scancel that follows it
+        return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S, env=env,
+                              start_new_session=True)
     except FileNotFoundError:
         raise UserError(f"--executor slurm: `{argv[0]}` not found: run the study where Slurm's commands are "
                         "(a login node)") from None

@@ -111,6 +111,8 @@ def read_records(path: str, kind: type[R] = Record, missing_ok: bool = False, st
         if start and not _at_line_start(f, start):  # an offset taken while a writer was mid-line: its next line
             cut = rest.find(b"\n") + 1
             before, rest = before + 1, rest[cut:] if cut else b""
+        if rest and not rest.endswith(b"\n"):  # a writer on another node mid-line (appends are whole lines)
+            rest = rest[:rest.rfind(b"\n") + 1]
         lines = [raw.decode("utf-8", errors="replace") for raw in rest.split(b"\n")]
         for lineno, line in enumerate(lines, before + 1):
             if not line.strip():

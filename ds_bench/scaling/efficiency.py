@@ -18,6 +18,7 @@ straggler step times, warm-up excluded, and that divided by the world size.
 
 from __future__ import annotations
 
+from ds_bench.jobs.slurm_batch import slurm_block
 from ds_bench.record.schema import Busy, RunRecord, ScalingRow
 
 
@@ -29,7 +30,8 @@ def row(point, status: str, reason: str | None, run: RunRecord | None, *, tag: s
     ok = status == "ok" and m is not None
     return ScalingRow(
         world_size=point.world_size, nodes=point.nodes, ranks_per_node=point.per_node,
-        hosts=[h for h, _ in point.hosts] or list(dict.fromkeys((slurm and run and run.hosts) or [])), status=status, reason=reason, tag=tag,
+        hosts=[h for h, _ in point.hosts] or list(dict.fromkeys((slurm and run and run.hosts) or [])),
+        status=status, reason=reason, tag=tag,
         run_id=run and run.run_id, log=log, torch_threads=run and run.hardware.get("torch_threads"),
         micro_batch=run and run.micro_batch, grad_accum=run and run.grad_accum,
         global_batch=run and run.train_batch_size,
@@ -39,8 +41,7 @@ def row(point, status: str, reason: str | None, run: RunRecord | None, *, tag: s
         tokens_per_s_per_device=m.tokens_per_s / point.world_size if ok and m.tokens_per_s else None,
         step_ms_median=m.step_ms_median if ok else None,
         step_ms_p90=m.step_ms_p90 if ok else None,
-        efficiency=None, wall_s=wall_s, busy=Busy(**busy) if busy is not None else None,
-        slurm=slurm and slurm.to_record(),
+        efficiency=None, wall_s=wall_s, busy=Busy(**busy) if busy is not None else None, **slurm_block(slurm),
     )
 
 

@@ -30,7 +30,16 @@ import uuid
 from tqdm import tqdm
 
 from ds_bench.jobs import spawn
-from ds_bench.jobs.runner import INTERRUPTED, command_line, run_argv, run_attempt, run_concurrently, until_interrupted, workers
+from ds_bench.jobs.runner import (
+    INTERRUPTED,
+    check_cluster,
+    command_line,
+    run_argv,
+    run_attempt,
+    run_concurrently,
+    until_interrupted,
+    workers,
+)
 from ds_bench.record import store as results
 from ds_bench.record.schema import ScalingRecord, ScalingRow
 from ds_bench.report import scaling_table as report
@@ -57,6 +66,7 @@ def main(args: argparse.Namespace) -> int:
         for point in spec.points:
             print(f"{point.label}: {shlex.join(_command(spec, sid, point))}")
         return 0
+    check_cluster(spec)
     print(f"scaling {sid}: {spec.workload}, {spec.layout.key}, {', '.join(str(p.world_size) for p in spec.points)} "
           f"rank(s), micro-batch {spec.layout.micro_batch} x {spec.layout.grad_accum} per device, results "
           f"{spec.results}", flush=True)

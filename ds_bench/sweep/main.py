@@ -10,7 +10,7 @@ import argparse
 import logging
 
 from ds_bench.errors import UserError
-from ds_bench.jobs.runner import INTERRUPTED, until_interrupted
+from ds_bench.jobs.runner import INTERRUPTED, check_cluster, executor_line, until_interrupted
 from ds_bench.report.sweep_report import report_sweep
 
 log = logging.getLogger("ds_bench")
@@ -32,6 +32,7 @@ def main(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(dry_run_text(sweep))
         return 0
+    check_cluster(spec)
     done_before = len(sweep.done)
     print(f"sweep {sweep.sweep_id}: {spec.workload}, {sweep.world} rank(s), results {spec.results}"
           + (f" ({done_before} attempt(s) recorded before: finished points are kept)" if done_before else ""),
@@ -66,10 +67,5 @@ def dry_run_text(sweep) -> str:
         lines.append(f"  {f.family_label()}" + (f"  skipped: {why}" if why else ""))
     lines += [f"  point {p.key}" + (f"  skipped: {w}" if (w := skip_reason(sweep.with_seq(p), where)) else "")
               for p in s.extra_points]
-    if s.slurm is not None:
-        from ds_bench.jobs.runner import command_line, run_argv, workers
-
-        example = command_line(s, run_argv(s, "<tag>", "<config>"))
-        lines.append(f"each point a Slurm job, families at once (up to {workers(s, len(s.families()))}): "
-                     + " ".join(example))
-    return "\n".join(lines)
+    slurm = executor_line(s, len(s.families()), "point (families at once)")
+    return "\n".join([*lines, slurm] if slurm else lines)

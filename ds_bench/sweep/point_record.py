@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from ds_bench.jobs.slurm_batch import slurm_block
 from ds_bench.record.schema import Busy, RunRecord, SweepPointRecord
 
 
@@ -28,7 +29,7 @@ def point_record(*, sweep_id: str, spec, point, repeat: int, status: str, reason
         wall_s=round(job.ended_at - job.started_at, 2) if job else 0.0,
         launched_at=job.started_at if job else None, ended_at=job.ended_at if job else None,
         loop_started_at=run and run.loop_started_at,
-        busy=Busy(**busy) if busy is not None else None, slurm=slurm and slurm.to_record(), time=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        busy=Busy(**busy) if busy is not None else None, **slurm_block(slurm), time=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         bubble=measured_bubble(run) if status == "ok" else None,
         schedule_bubble=run and run.schedule_bubble,
     )

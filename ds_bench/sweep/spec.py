@@ -21,7 +21,7 @@ from ds_bench.config.layout import ATTENTION, ENGINES, OFFLOADS, PRECISIONS, SWI
 from ds_bench.config.parsers import CONFIG_DIR, config_path, memory_cap, parse_list
 from ds_bench.errors import UserError
 from ds_bench.jobs.flags import StudySpec, add_degree_arguments, add_job_arguments, add_switch_arguments, degrees_of
-from ds_bench.jobs.flags import job_options, run_flags_of, switches_of
+from ds_bench.jobs.flags import job_options, run_flags_of, slurm_gpus, switches_of
 from ds_bench.jobs.points import families
 from ds_bench.sweep.common_args import common_run_args, seq_axis
 
@@ -144,7 +144,8 @@ def from_args(args: argparse.Namespace, run_tail: list[str], gpu: bool, native_b
     axes = _axes(args, base, gpu or native_bf16, notes)
     spec = SweepSpec(
         workload=args.workload, ds_config=path, overrides=tuple(args.overrides), **axes,
-        run_args=common_run_args(args, run_tail), nproc=args.nproc or default_nproc(gpu), **job, steps=args.steps,
+        run_args=common_run_args(args, run_tail), nproc=args.nproc or slurm_gpus(args) or default_nproc(gpu), **job,
+        steps=args.steps,
         warmup=args.warmup, repeats=args.repeats, headroom_pct=args.headroom, baseline=args.baseline, prune=args.prune,
         max_micro_batch=args.max_micro_batch, cpu_mem_limit=memory_cap(args.cpu_mem_limit),
         device_type="cuda" if gpu else "cpu", notes=tuple(notes))

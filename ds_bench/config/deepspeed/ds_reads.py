@@ -152,14 +152,14 @@ def walk(roots: list[tuple[Any, tuple[str, ...], type | None]]) -> set[str]:
     todo = list(roots)
     while todo:
         func, params, owner = todo.pop()
-        if (func, params) in seen or not getattr(func, "__module__", "").startswith("deepspeed"):
+        if (func, params) in seen or not (getattr(func, "__module__", None) or "").startswith("deepspeed"):
             continue
         seen.add((func, params))
         try:
             source = inspect.getsource(func)
-        except (OSError, TypeError):  # compiled or built-in: nothing to read
+            found, calls = scan(source, params, _lookup_for(func))
+        except (OSError, TypeError, SyntaxError, ValueError):  # compiled, built-in, or source ast cannot take
             continue
-        found, calls = scan(source, params, _lookup_for(func))
         keys |= found
         for written, position in calls:
             todo.extend(_callee(_resolve(written, func.__globals__, owner), position, owner))
@@ -182,9 +182,24 @@ def _callee(obj: Any, position: int, owner: type | None) -> list[tuple[Any, tupl
     return [(func, (names[position], *extra), cls if cls is not None else owner if method else None)]
 
 
+CORE_KEYS = frozenset({"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                       "optimizer", "scheduler", "zero_optimization", "bf16", "fp16", "gradient_clipping"})
+"""Keys every DeepSpeed reads: a scan that misses one has lost the way DeepSpeed reads its config."""
+
+
 @functools.cache
 def top_level_keys() -> frozenset[str]:
-    """Top-level keys the installed DeepSpeed reads; empty when it or its source is missing."""
+    """Top-level keys the installed DeepSpeed reads; empty (the top level goes unchecked) when it or its source
+    is missing, or when the scan fails or misses a key every DeepSpeed reads (``CORE_KEYS``): a DeepSpeed that
+    reads its config another way must not have valid keys called unknown."""
+    try:
+        keys = _scan_installed()
+    except Exception:  # noqa: BLE001 - a scanner surprise must never stop a run; the check is only a help
+        return frozenset()
+    return keys if CORE_KEYS <= keys else frozenset()
+
+
+def _scan_installed() -> frozenset[str]:
     try:
         import deepspeed
         from deepspeed.runtime.config import DeepSpeedConfig

@@ -5,7 +5,8 @@ one inside a hand-read section such as ``optimizer``) is dropped without a word.
 the installed DeepSpeed: the top level is what its source reads (``ds_reads.top_level_keys``: its
 ``DeepSpeedConfig`` and ``deepspeed.initialize``, names resolved through its constants modules), the
 sections it models with pydantic (ZeRO, offload, bf16, fp16) are read from those models. Where its
-source cannot be read (a compiled install), the top level is not checked.
+source cannot be read (a compiled install) or the scan finds DeepSpeed reading it another way (a core key
+missing), the top level is not checked.
 """
 
 from __future__ import annotations
