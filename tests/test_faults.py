@@ -317,6 +317,14 @@ def test_a_peer_on_another_host_is_named_by_the_address_in_the_error():
     assert faults.peers_named_by(None, peers, "a") == {}
     assert faults.peers_named_by(RuntimeError("version 10.78.0.20"), peers, "a") == {}
     assert faults.peers_named_by(error, PEERS, "a") == {}  # no addresses exchanged
+    try:  # srun's SIGTERM landing while gloo's error unwinds: the Terminated carries it as its context
+        try:
+            raise error
+        except RuntimeError:
+            raise faults.Terminated(15)  # noqa: B904 - as the signal handler raises it
+    except faults.Terminated as terminated:
+        assert faults.peers_named_by(terminated, peers, "a") == {2: "lost"}
+    assert faults.peers_named_by(faults.Terminated(15), peers, "a") == {}  # a plain SIGTERM names no one
     assert faults.describe(rank=0, steps_done=7, steps=50, peers=peers, error=error, signum=None, stalled_s=None,
                            troubled={2: "lost"}).endswith("; rank 2 (pid 12 on b) dropped its connection")
 

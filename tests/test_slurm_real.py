@@ -190,9 +190,11 @@ LONG_RUN = ["--steps", "100000", "--warmup", "2", "--micro-batch", "8", *FP32, *
 
 
 def submit(slurm, script: str, args: list[str], env: dict[str, str], out: Path) -> str:
-    """``sbatch --parsable`` a run script (no wait); the job id."""
+    """``sbatch --parsable --no-requeue`` a run script (no wait); the job id. Without ``--no-requeue`` Slurm puts a job
+    whose node failed back in the queue, to run again later (a benchmark's result must be the run it measured)."""
     env = {"PYTHON": PY, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **env}
-    res = slurm.run(["sbatch", "--parsable", f"--output={out}", *args, script], env=env, timeout=30, cwd=REPO)
+    res = slurm.run(["sbatch", "--parsable", "--no-requeue", f"--output={out}", *args, script], env=env, timeout=30,
+                    cwd=REPO)
     assert res.returncode == 0, res.explain() + slurm.logs()
     return res.stdout.strip().split(";")[0]
 

@@ -157,15 +157,24 @@ _ADDRESS = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3}|\[[0-9a-fA-F:.]+\])(?
 
 
 def peers_named_by(error: BaseException | None, peers: list[dict], host: str) -> dict[int, str]:
-    """Ranks on other hosts whose address the error names: ``lost`` (pure).
+    """Ranks on other hosts whose address the error, or one it was raised while handling, names: ``lost`` (pure).
 
     ``peers``: rank, host, pid and ``addrs`` (the host's IPv4 addresses) of every rank. Every rank at a
-    named address counts: with several ranks on that host the error does not say which one went."""
-    if error is None:
-        return {}
-    named = {m.group(1).strip("[]") for m in _ADDRESS.finditer(str(error))}
+    named address counts: with several ranks on that host the error does not say which one went. The chain
+    matters under Slurm: srun's SIGTERM to the survivors often lands while gloo's "connection reset" is
+    unwinding, and the ``Terminated`` it raises then carries that error as its context."""
+    named = {m.group(1).strip("[]") for e in _chain(error) for m in _ADDRESS.finditer(str(e))}
     return {p["rank"]: "lost" for p in peers
             if p["host"] != host and named.intersection(p.get("addrs") or ())}
+
+
+def _chain(error: BaseException | None) -> list[BaseException]:
+    """``error`` and the exceptions it was raised from or while handling, each once."""
+    out: list[BaseException] = []
+    while error is not None and error not in out:
+        out.append(error)
+        error = error.__cause__ or error.__context__
+    return out
 
 
 def own_addresses() -> list[str]:
