@@ -126,8 +126,9 @@ class SlurmBed:
 
     def job(self, job_id: str) -> dict[str, str]:
         """``scontrol show job -o``'s fields (JobState, Reason, ExitCode, NodeList...)."""
-        out = self.check(["scontrol", "show", "job", "-o", job_id])
-        return dict(f.split("=", 1) for f in out.split() if "=" in f)
+        from ds_bench.jobs.slurm_batch import parse_fields
+
+        return parse_fields(self.check(["scontrol", "show", "job", "-o", job_id]))
 
     def wait_job(self, job_id: str, timeout: float) -> dict[str, str]:
         """The job's fields once it has left PENDING/RUNNING/COMPLETING (raises after ``timeout``)."""
@@ -151,6 +152,16 @@ class SlurmBed:
             text = log.read_text(errors="replace")
             parts.append(f"--- {log.name}\n{text[-3000:]}")
         return "\n".join(parts)
+
+    def restart_slurmd(self, host: str, timeout: float = 40) -> None:
+        """A fresh slurmd for ``host`` after its crash (its node returns to service: ReturnToService=2); stopped
+        with the bed (``running_daemons``)."""
+        _start_slurmd(self.bed, self.workdir, host)
+        deadline = time.monotonic() + timeout
+        while self.node_states().get(host) != "idle":
+            if time.monotonic() > deadline:
+                raise SlurmBedError(f"{host} not idle {timeout:.0f} s after its slurmd restarted\n{self.logs()}")
+            time.sleep(1)
 
     def slurmd_pid(self, host: str) -> int | None:
         try:
@@ -253,9 +264,8 @@ def slurm_cluster(bed: TwoHosts, hosts: Sequence[str] = ("hosta", "hostb"), cpus
         procs.append(_start_daemon(bed, CONTROLLER, ["slurmctld", "-D", "-i", "-f", str(conf)],
                                    workdir / "slurmctld.out"))
         for host in hosts:
-            node_conf = _node_conf(workdir, conf, host)
-            procs.append(_start_daemon(bed, host, ["slurmd", "-D", "-f", str(node_conf), "-N", host],
-                                       workdir / f"slurmd.{host}.out"))
+            _node_conf(workdir, conf, host)
+            procs.append(_start_slurmd(bed, workdir, host))
         _wait_for(lambda: _all_idle(cluster), "the nodes to come up idle", timeout=_START_S)
         yield cluster
     except SlurmBedError as e:
@@ -266,6 +276,12 @@ def slurm_cluster(bed: TwoHosts, hosts: Sequence[str] = ("hosta", "hostb"), cpus
         for line in running_daemons(workdir):  # a daemon that forked away from its group
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(int(line.split()[1]), signal.SIGKILL)
+
+
+def _start_slurmd(bed: TwoHosts, workdir: Path, host: str) -> subprocess.Popen:
+    """``host``'s slurmd, in its namespace, reading its own copy of the configuration (``_node_conf``)."""
+    conf = workdir / "etc" / host / "slurm.conf"
+    return _start_daemon(bed, host, ["slurmd", "-D", "-f", str(conf), "-N", host], workdir / f"slurmd.{host}.out")
 
 
 def _node_conf(workdir: Path, conf: Path, host: str) -> Path:

@@ -291,7 +291,7 @@ def test_a_whole_node_killed_under_slurm_ends_the_job_with_a_record_naming_it(sl
         print(f"hostb {states['hostb']} after its crash")
     finally:
         slurm.run(["scancel", job_id], timeout=15)
-        restart_slurmd(slurm, "hostb")
+        slurm.restart_slurmd("hostb")
 
 
 def crash(slurm, host: str) -> list[int]:
@@ -317,13 +317,3 @@ def wait_for_node(slurm, host: str, states: tuple[str, ...], timeout: float) -> 
         assert time.monotonic() < deadline, f"{host} {now.get(host)}, not {states}, after {timeout} s\n{slurm.logs()}"
         time.sleep(1)
     return now
-
-
-def restart_slurmd(slurm, host: str) -> None:
-    """A fresh slurmd for ``host`` (its node returns to service: ReturnToService=2); the bed stops it at the end."""
-    from tests import slurm_bed
-
-    conf = slurm.workdir / "etc" / host / "slurm.conf"
-    slurm_bed._start_daemon(slurm.bed, host, ["slurmd", "-D", "-f", str(conf), "-N", host],
-                            slurm.workdir / f"slurmd.{host}.out")
-    wait_for_node(slurm, host, ("idle",), timeout=40)

@@ -66,10 +66,7 @@ def wait_running(slurm, part: str, n: int, timeout: float = 90) -> list[dict]:
 
 
 def wait_log(path: Path, text: str, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while not (path.exists() and text in path.read_text()):
-        assert time.monotonic() < deadline, f"no {text!r} in {path} within {timeout} s"
-        time.sleep(0.5)
+    _until(lambda: path.exists() and text in path.read_text(), timeout)
 
 
 def sweep_id(results: Path) -> str:

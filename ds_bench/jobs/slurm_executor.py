@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 
 from ds_bench.errors import UserError
-from ds_bench.jobs import launch, slurm_batch
+from ds_bench.jobs import launch, slurm_batch, spawn
 from ds_bench.jobs.slurm_batch import Allocation, SlurmEnd
 
 CLIENT_TIMEOUT_S = 60.0
@@ -57,9 +57,7 @@ class Waited:
 
 
 def srun_argv(alloc: Allocation, run_args: list[str], iface: str | None) -> list[str]:
-    if iface:
-        run_args = [*run_args[:1], "--iface", iface, *run_args[1:]]
-    return launch.srun_command(run_args, nnodes=alloc.nodes, tasks_per_node=alloc.tasks_per_node,
+    return launch.srun_command(spawn.with_iface(run_args, iface), nnodes=alloc.nodes, tasks_per_node=alloc.tasks_per_node,
                                python=sys.executable, mpi=alloc.mpi, gpus_per_node=alloc.gpus_per_node)
 
 

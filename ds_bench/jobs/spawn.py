@@ -38,8 +38,8 @@ def command(spec, run_args: list[str], port: int) -> list[str]:
     from ds_bench.jobs import launch
 
     iface = getattr(spec, "iface", None)
-    if iface and (spec.launcher == "srun" or (spec.launcher == "deepspeed" and not spec.hostfile)):
-        run_args = [*run_args[:1], "--iface", iface, *run_args[1:]]
+    if spec.launcher == "srun" or (spec.launcher == "deepspeed" and not spec.hostfile):
+        run_args = with_iface(run_args, iface)
     if spec.launcher == "deepspeed" and not spec.hostfile:
         return [deepspeed_launcher(), "--num_gpus", str(spec.nproc), "--master_port", str(port), "--module",
                 "ds_bench", *run_args]
@@ -49,6 +49,12 @@ def command(spec, run_args: list[str], port: int) -> list[str]:
     argv = launch.build(launch.LaunchSpec(spec.launcher, tuple(run_args), hostfile=spec.hostfile,
                                           nproc_per_node=spec.nproc, master_port=port, iface=iface))
     return [beside_python(argv[0]), *argv[1:]] if argv[0] in ("deepspeed", "torchrun") else argv
+
+
+def with_iface(run_args: list[str], iface: str | None) -> list[str]:
+    """``run ...`` with ``--iface IFACE`` after the command word, where the ranks choose their own rendezvous
+    interface (no launcher passes it on); unchanged without one."""
+    return [*run_args[:1], "--iface", iface, *run_args[1:]] if iface else run_args
 
 
 def world_of(spec) -> tuple[int, int]:
