@@ -121,6 +121,11 @@ class Workload(ABC):
             raise UserError(f"--expert-parallel: workload {cls.name} has no experts (moe has)")
 
     @classmethod
+    def has_pipeline(cls) -> bool:
+        """Whether the workload builds a DeepSpeed pipeline model (``build_pipeline``): known before one is built."""
+        return cls.build_pipeline is not Workload.build_pipeline
+
+    @classmethod
     def check_study(cls, degrees: dict[str, tuple[int, ...]], flags) -> None:
         """A study's degree axes (every value, ``jobs.flags.degrees_of``) and its run flags (``flags``: the ``run``
         flags every job gets, parsed, not yet checked: ``jobs.flags.run_flags_of``), before any job starts: the

@@ -1,0 +1,121 @@
+"""What the performance model knows of a device family and of a cluster of them (pure).
+
+A ``Device`` row is a family's datasheet (memory, HBM bandwidth; the dense peaks are ``measure.peaks``'), the
+nccl-tests-level bus bandwidth of its nodes (``intra_busbw_GBps``: all ranks of one node; ``nic_GBps``: the
+inter-node share of one GPU, busbw a cross-node group reaches per rank it has on each node), the fraction of
+peak its training matmuls achieve (``achieved``: one constant per family, docs/plan.md says from which runs)
+and what a process holds beyond the model (``reserve_bytes``: CUDA context, NCCL buffers, allocator slack).
+A ``Cluster`` is N nodes of G of them, each figure either the family's or this cluster's own measurement
+(``ds_bench.perf.calibrate``), with where each came from.
+
+Figures and their sources (docs/plan.md, "Hardware"): memory and HBM bandwidth, the NVIDIA V100, A100, H100,
+H200 and AMD MI300X datasheets; intra-node busbw, NVIDIA's nccl-tests all_reduce on 8 GPUs over NVSwitch
+(DGX A100 ~230 GB/s, DGX H100 ~480 GB/s with NVLS) and, for the 4-GPU V100 nodes without NVSwitch, the
+NVLink 2.0 links one GPU has to each peer; per-GPU network, the node's InfiniBand/Omni-Path rate shared by
+its GPUs at ~90% of line rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ds_bench.errors import UserError
+from ds_bench.measure.peaks import peak_tflops
+
+GiB = 1024 ** 3
+
+
+@dataclass(frozen=True)
+class Device:
+    family: str
+    """The name the peaks table matches (``measure.peaks.PEAKS``) and ``--device`` takes (case-insensitive)."""
+    memory_bytes: int
+    hbm_GBps: float
+    intra_busbw_GBps: float
+    nic_GBps: float
+    achieved: float
+    reserve_bytes: int = int(2.5 * GiB)
+    host_GBps: float = 25.0
+    """Host <-> device bytes per second, GB/s (PCIe), for offload traffic."""
+
+
+DEVICES: dict[str, Device] = {d.family.lower(): d for d in (
+    Device("V100", 16 * GiB, 900, 130, 0.9 * 12.5 * 4 / 4, 0.45, reserve_bytes=int(1.5 * GiB), host_GBps=12),
+    Device("V100-32GB", 32 * GiB, 900, 130, 0.9 * 12.5 * 4 / 4, 0.45, reserve_bytes=int(1.5 * GiB), host_GBps=12),
+    Device("A100", 80 * GiB, 2039, 230, 0.9 * 25, 0.5),
+    Device("A100-40GB", 40 * GiB, 1555, 230, 0.9 * 25, 0.5),
+    Device("H100", 80 * GiB, 3350, 480, 0.9 * 50, 0.45),
+    Device("H200", 141 * 10 ** 9, 4800, 480, 0.9 * 50, 0.45),
+    Device("MI300X", 192 * GiB, 5300, 300, 0.9 * 50, 0.35),
+)}
+"""The families ``--device`` names; another device needs ``--peak-tflops`` and ``--device-memory``."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    nodes: int
+    per_node: int
+    """Ranks (GPUs) per node."""
+    device_type: str
+    """``cuda`` or ``cpu``."""
+    device: str
+    memory_bytes: int
+    peak_tflops: float
+    """Dense peak of one rank at the plan's precision (or its measured matmul ceiling)."""
+    achieved: float
+    """Fraction of ``peak_tflops`` a training step's compute achieves."""
+    intra_busbw_GBps: dict[str, float]
+    """Collective -> busbw of a group inside one node (``all_reduce`` stands for any collective missing)."""
+    nic_GBps: float | None
+    """Inter-node busbw per rank a group has on each node; None: one node (nothing crosses)."""
+    hbm_GBps: float
+    """The rank's memory bandwidth (the optimizer step reads and writes its states)."""
+    host_GBps: float
+    reserve_bytes: int
+    sources: dict[str, str] = field(default_factory=dict)
+    """Figure -> where it came from (datasheet, a record's run id)."""
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.per_node
+
+    def busbw(self, collective: str, per_node: int, spans_nodes: bool) -> float:
+        """GB/s a group's ``collective`` reaches: inside a node the node's busbw; across nodes the network share of
+        the group's ``per_node`` ranks on each node (groups side by side each run on their own share; busbw is
+        bus bytes per rank, NVIDIA/nccl-tests doc/PERFORMANCE.md), at most the intra-node figure."""
+        intra = self.intra_busbw_GBps.get(collective) or self.intra_busbw_GBps.get("all_reduce") or 0.0
+        if not spans_nodes or self.nic_GBps is None:
+            return intra
+        return min(intra or float("inf"), max(1, per_node) * self.nic_GBps)
+
+    def with_figures(self, **figures) -> Cluster:
+        return replace(self, **figures)
+
+
+def device_row(name: str) -> Device | None:
+    return DEVICES.get(name.lower())
+
+
+def cluster_of(device: str, nodes: int, per_node: int, precision: str, *, peak: float | None = None,
+               memory_bytes: int | None = None) -> Cluster:
+    """A cluster from a family's datasheet row (``--device``), its figures overridden by ``peak`` (TFLOP/s) and
+    ``memory_bytes``; a ``UserError`` naming what is missing for a device the table does not know."""
+    if nodes < 1 or per_node < 1:
+        raise UserError(f"--nodes {nodes} and --gpus-per-node {per_node} must be positive")
+    row = device_row(device)
+    table_peak, _ = peak_tflops(row.family if row else device, "cuda", precision)
+    peak = peak or table_peak
+    memory = memory_bytes or (row.memory_bytes if row else None)
+    if peak is None or memory is None:
+        known = ", ".join(d.family for d in DEVICES.values())
+        missing = " and ".join(f for f, v in (("--peak-tflops", peak), ("--device-memory", memory)) if v is None)
+        raise UserError(f"--device {device}: not a known family ({known}) for {precision}; give {missing}")
+    row = row or Device(device, memory, 2000.0, 0.0, 0.0, 0.4)
+    sources = {"peak_tflops": f"{row.family} {precision} dense peak (ds_bench.measure.peaks)" if not peak
+               or peak == table_peak else "--peak-tflops", "memory": "--device-memory" if memory_bytes else
+               f"{row.family} datasheet", "busbw": f"{row.family} nccl-tests-level defaults (docs/plan.md)",
+               "achieved": f"{row.family} family constant (docs/plan.md)"}
+    return Cluster(nodes, per_node, "cuda", row.family, memory, peak, row.achieved,
+                   {"all_reduce": row.intra_busbw_GBps} if row.intra_busbw_GBps else {},
+                   (row.nic_GBps or None) if nodes > 1 else None, row.hbm_GBps, row.host_GBps,
+                   row.reserve_bytes, sources)

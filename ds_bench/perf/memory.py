@@ -1,0 +1,112 @@
+"""One rank's memory under a candidate layout, at any scale (pure): the model states ZeRO leaves it, the
+activations it keeps for backward, the loss's logits, and what the process holds beyond the model.
+
+    memory = reserve + states + activations + logits
+
+- **states**: ``jobs.predict.model_states_bytes`` (the ZeRO paper's formulas and DeepSpeed's own estimators, as
+  the sweep predicts them), over the parameters of the rank's pipeline stage (the blocks' 1/P and the
+  embeddings, on the first and last stage) and the ranks ZeRO partitions them over (world / P). DDP counts as
+  ZeRO-0, FSDP as ZeRO-3 (``reshard_after_forward``) or ZeRO-2.
+- **activations**, per block and micro-batch, for tau = micro-batch x T / SP tokens on the rank and T-way
+  tensor parallelism (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+  Models", sec. 4.1, eq. 1-2, generalised from their 2-byte elements to E bytes, grouped KV heads, SwiGLU and
+  experts): block and MLP inputs and the two norms' inputs 4 E tau h (not split by TP), q, k, v and the
+  attention output E tau (2 h_q + 2 h_kv) / t, the MLP's intermediates (GELU: 2 f, SwiGLU: 4 f; a MoE: 4 f for
+  each of the k experts a token visits, and its router's fp32 logits) E tau f / t, dropout masks 1 byte per
+  element where the model has dropout; attention scores only for eager attention, E a/(t S) T^2 b (+ mask and
+  dropout output with dropout); a fused kernel (sdpa, flash) keeps O(T). GPT-2 small at T = 1024, 2 bytes:
+  34 + 5 a T / h bytes per token and hidden unit, their eq. 1.
+  With activation checkpointing a block keeps only its input (E tau h) and one block's whole working set is
+  live again in backward. A 1F1B pipeline's first stage holds P micro-batches of its L/P blocks in flight
+  (their sec. 4.2.3): L blocks' worth; without a pipeline, one micro-batch of all L.
+- **logits**: the loss's [tokens x vocabulary / t] tensors, ``jobs.seq_memory.LOSS_ELEMENT_BYTES`` (12) per
+  element, on the last stage.
+- **reserve**: the device family's (``perf.devices``) or this cluster's measured baseline.
+Not modelled: allocator fragmentation beyond the reserve, communication buckets beyond DeepSpeed's estimator
+factor, the peak of building the model (ZeRO-3 without ``zero_init`` builds it whole on every rank).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ds_bench.jobs.predict import ELEMENT_BYTES, ModelShape, model_states_bytes
+from ds_bench.jobs.seq_memory import LOSS_ELEMENT_BYTES
+from ds_bench.perf.candidate import Candidate
+from ds_bench.perf.devices import Cluster
+from ds_bench.perf.shapes import Transformer
+
+
+@dataclass(frozen=True)
+class Memory:
+    states: int
+    activations: int
+    logits: int
+    reserve: int
+
+    @property
+    def total(self) -> int:
+        return self.states + self.activations + self.logits + self.reserve
+
+
+def stage_shape(shape: Transformer, stages: int) -> ModelShape:
+    """What the largest pipeline stage holds: 1/P of the blocks and the embeddings (the first stage's token
+    embedding; a tied head is the same tensor again on the last stage)."""
+    blocks = -(-shape.layers // stages) * shape.block_params()
+    expert = -(-shape.layers // stages) * shape.experts * 3 * shape.hidden * shape.ffn if shape.experts else 0
+    embeddings = shape.embedding_params() if stages == 1 else (shape.vocab + shape.positions) * shape.hidden
+    return ModelShape(blocks + embeddings, shape.largest_layer_params, expert)
+
+
+def states_bytes(shape: Transformer, candidate: Candidate, cluster: Cluster) -> int:
+    layout = candidate.layout
+    p = layout.pipeline_stages
+    stage = 0 if layout.engine == "ddp" else layout.stage
+    as_deepspeed = dataclasses.replace(layout, engine="deepspeed", stage=stage, pipeline_stages=1)
+    per_node = max(1, min(cluster.per_node, cluster.world // p))
+    return model_states_bytes(stage_shape(shape, p), as_deepspeed, cluster.world // p, per_node, cluster.device_type)
+
+
+def block_bytes(shape: Transformer, candidate: Candidate, seq_len: int, eager: bool) -> float:
+    """One block's activations for one micro-batch (module docstring), bytes."""
+    layout = candidate.layout
+    e = ELEMENT_BYTES[layout.precision]
+    t, s = layout.tensor_parallel, layout.sequence_parallel
+    tau = layout.micro_batch * seq_len / s
+    h, f = shape.hidden, shape.ffn
+    mask = 1 if shape.dropout else 0
+    kept_whole = 4 * e * tau * h + 2 * mask * tau * h
+    attention = e * tau * (2 * shape.q_width + 2 * shape.kv_width) / t
+    if shape.experts:
+        mlp = e * tau * shape.top_k * (h + 4 * f) + 4 * tau * shape.experts
+    else:
+        mlp = e * tau * (2 if shape.mlp == "gelu" else 4) * f / t + mask * tau * f / t
+    scores = 0.0
+    if eager:
+        scores = (e + (1 + e) * mask) * shape.heads / (t * s) * seq_len ** 2 * layout.micro_batch
+    return kept_whole + attention + mlp + scores
+
+
+def activation_bytes(shape: Transformer, candidate: Candidate, seq_len: int, eager: bool = False) -> int:
+    """The activations the busiest rank keeps: L blocks' worth of one micro-batch (with a 1F1B pipeline, its
+    first stage's P micro-batches in flight of L/P blocks), or with checkpointing their inputs and one block."""
+    layout = candidate.layout
+    layers = -(-shape.layers // layout.pipeline_stages) * min(layout.pipeline_stages, layout.grad_accum)
+    one_block = block_bytes(shape, candidate, seq_len, eager)
+    if candidate.checkpointing:
+        e = ELEMENT_BYTES[layout.precision]
+        tau = layout.micro_batch * seq_len / layout.sequence_parallel
+        return int(layers * e * tau * shape.hidden + one_block)
+    return int(layers * one_block)
+
+
+def logits_bytes(shape: Transformer, candidate: Candidate, seq_len: int) -> int:
+    layout = candidate.layout
+    tokens = layout.micro_batch * seq_len // layout.sequence_parallel
+    return tokens * -(-shape.vocab // layout.tensor_parallel) * LOSS_ELEMENT_BYTES
+
+
+def memory(shape: Transformer, candidate: Candidate, seq_len: int, cluster: Cluster, eager: bool = False) -> Memory:
+    return Memory(states_bytes(shape, candidate, cluster), activation_bytes(shape, candidate, seq_len, eager),
+                  logits_bytes(shape, candidate, seq_len), cluster.reserve_bytes)

@@ -1,0 +1,165 @@
+"""``ds-bench plan``'s search: every candidate layout for a model on a cluster, each either ranked by its predicted
+tokens/s per rank (``perf.step``) or dropped with why (pure apart from reading the workload's capabilities).
+
+A candidate is DP x TP x PP x SP x EP (degrees whose product of TP, PP and SP divides the world; EP divides the
+world and the experts) x engine x ZeRO stage x offload x micro-batch x activation checkpointing. It is dropped,
+in this order, when:
+1. the legality table refuses it (``config.legality``: the rule's sentence), or the workload's model cannot be
+   split so (``Workload.check_degrees``; a pipeline deeper than the blocks, TP not dividing the heads, KV heads
+   or MLP, SP not dividing the heads or the sequence, EP not dividing the experts);
+2. the global batch does not divide into its replicas x micro-batch;
+3. its predicted memory per rank (``perf.memory``) exceeds the device's less the headroom: by how much.
+TP is kept inside a node (its all-reduces are on the critical path: Narayanan et al. 2021, sec. 3.3).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+
+from ds_bench.config import legality
+from ds_bench.config.layout import OFFLOADS, Layout
+from ds_bench.config.legality_rules import Where
+from ds_bench.errors import UserError
+from ds_bench.perf import memory as mem
+from ds_bench.perf import step as timing
+from ds_bench.perf.candidate import Candidate
+from ds_bench.perf.devices import Cluster
+from ds_bench.perf.shapes import Transformer
+
+GiB = 1024 ** 3
+
+
+@dataclass(frozen=True)
+class Space:
+    """What the search varies (``ds-bench plan``'s axis flags; None: every value that can be)."""
+
+    precision: str = "bf16"
+    engines: tuple[str, ...] = ("deepspeed",)
+    stages: tuple[int, ...] = (0, 1, 2, 3)
+    offloads: tuple[str, ...] = OFFLOADS
+    micro_batches: tuple[int, ...] | None = None
+    checkpointing: tuple[bool, ...] = (False, True)
+    degrees: dict[str, tuple[int, ...]] | None = None
+    """Degree field -> the values to try; None: every divisor the model and the world allow."""
+    headroom_pct: float = 10.0
+    attn: str = ""
+    eager: bool = False
+    """Whether attention keeps its T x T scores (eager, or sdpa's math kernel on CPU ranks)."""
+    tp_style: str = "autotp"
+
+
+@dataclass(frozen=True)
+class Planned:
+    candidate: Candidate
+    step: timing.Step
+    memory: mem.Memory
+    tokens_per_s_per_rank: float
+    mfu: float
+
+
+@dataclass(frozen=True)
+class Dropped:
+    label: str
+    rule: str
+    """What it is grouped under: the legality rule's name, ``model``, ``batch`` or ``memory``."""
+    why: str
+    excess_bytes: int = 0
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def degree_values(shape: Transformer, cluster: Cluster, space: Space) -> dict[str, list[int]]:
+    """Each degree's values: the space's, else TP within a node, PP up to the blocks, SP and EP any divisor of the
+    world (every value beyond 1 only for a model that has the engine: the caller's legality check says why)."""
+    world = cluster.world
+    given = space.degrees or {}
+    default = {"tensor_parallel": [d for d in divisors(cluster.per_node)],
+               "pipeline_stages": [d for d in divisors(world) if d <= shape.layers],
+               "sequence_parallel": divisors(world),
+               "expert_parallel": [d for d in divisors(world) if shape.experts and shape.experts % d == 0] or [1]}
+    return {name: sorted(given.get(name) or values) for name, values in default.items()}
+
+
+def candidates(shape: Transformer, cluster: Cluster, space: Space, sequences: int) -> list[Candidate]:
+    """Every combination the space names whose parallel degrees fit the world (no legality yet)."""
+    world = cluster.world
+    values = degree_values(shape, cluster, space)
+    out = []
+    for tp, pp, sp, ep in itertools.product(*(values[k] for k in ("tensor_parallel", "pipeline_stages",
+                                                                   "sequence_parallel", "expert_parallel"))):
+        if world % (tp * pp * sp) or world % ep:
+            continue
+        replicas = world // (tp * pp * sp)
+        per_replica = sequences // replicas if sequences % replicas == 0 else 0
+        micro = space.micro_batches or [2 ** i for i in range(0, 16) if 2 ** i <= max(1, per_replica)]
+        for engine, stage, offload, mbs, ckpt in itertools.product(space.engines, space.stages, space.offloads, micro,
+                                                                   space.checkpointing):
+            ga = per_replica // mbs if per_replica and per_replica % mbs == 0 else 1
+            layout = Layout(stage=stage, offload=offload, precision=space.precision, micro_batch=mbs, grad_accum=ga,
+                            engine=engine, pipeline_stages=pp, tensor_parallel=tp, sequence_parallel=sp,
+                            expert_parallel=ep, attn=space.attn)
+            out.append(Candidate(layout, ckpt))
+    return out
+
+
+def model_reason(shape: Transformer, layout: Layout, seq_len: int, workload_cls) -> str | None:
+    """Why the model cannot be split as ``layout`` says, or None."""
+    try:
+        workload_cls.check_degrees(layout.degrees())
+    except UserError as e:
+        return str(e)
+    tp, pp, sp, ep = layout.tensor_parallel, layout.pipeline_stages, layout.sequence_parallel, layout.expert_parallel
+    if pp > 1 and not workload_cls.has_pipeline():
+        return f"--pipeline-stages {pp}: workload {workload_cls.name} has no pipeline model (gpt2 has)"
+    if pp > shape.layers:
+        return f"--pipeline-stages {pp} is more than the model's {shape.layers} blocks"
+    for what, width in (("heads", shape.heads), ("KV heads", shape.kv_heads), ("MLP width", shape.ffn)):
+        if tp > 1 and width % tp:
+            return f"--tensor-parallel {tp} does not divide the {what} ({width})"
+    if sp > 1 and (shape.heads % sp or seq_len % sp):
+        return f"--sequence-parallel {sp} does not divide the heads ({shape.heads}) and the sequence ({seq_len})"
+    if ep > 1 and shape.experts % ep:
+        return f"--expert-parallel {ep} does not divide the {shape.experts} experts"
+    return None
+
+
+def search(shape: Transformer, cluster: Cluster, space: Space, seq_len: int, sequences: int,
+           workload_cls) -> tuple[list[Planned], list[Dropped]]:
+    """Every candidate ranked (best first) or dropped (module docstring)."""
+    world, ranked, dropped = cluster.world, [], []
+    where = Where(world, cluster.device_type, frozenset(),
+                  frozenset({"expert_parallel"}) if shape.experts else frozenset())
+    capacity = cluster.memory_bytes * (1 - space.headroom_pct / 100)
+    for c in candidates(shape, cluster, space, sequences):
+        label = c.label(world)
+        layout = dataclasses.replace(c.layout, seq_len=seq_len)
+        rule = legality.first_broken(layout, where)
+        if rule is None and c.layout.engine == "ddp" and c.layout.stage:
+            continue  # DDP replicates: one candidate (z0) per precision, as the sweep takes it
+        if rule is not None:
+            dropped.append(Dropped(label, rule.name, rule.says(layout, where)))
+            continue
+        why = model_reason(shape, c.layout, seq_len, workload_cls)
+        if why:
+            dropped.append(Dropped(label, "model", why))
+            continue
+        if timing.micro_steps(c, sequences, world) is None:
+            dropped.append(Dropped(label, "batch", f"{sequences} sequences do not divide into "
+                                   f"{c.replicas(world)} replicas x micro-batch {c.layout.micro_batch}"))
+            continue
+        need = mem.memory(shape, c, seq_len, cluster, space.eager or c.layout.attn == "eager")
+        if need.total > capacity:
+            over = need.total - capacity
+            dropped.append(Dropped(label, "memory", f"needs {need.total / GiB:.1f} GiB per rank, {over / GiB:.1f} GiB "
+                                   f"over the {capacity / GiB:.1f} GiB usable", over))
+            continue
+        st = timing.step(shape, c, seq_len, sequences, cluster, space.tp_style)
+        tokens = sequences * seq_len / world / st.total_s
+        mfu = tokens * shape.flops_per_token(seq_len) / (cluster.peak_tflops * 1e12)
+        ranked.append(Planned(c, st, need, tokens, mfu))
+    ranked.sort(key=lambda p: (-p.tokens_per_s_per_rank, p.memory.total))
+    return ranked, dropped

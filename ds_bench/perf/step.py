@@ -1,0 +1,196 @@
+"""One optimizer step's time on the busiest rank of a candidate layout, broken down (pure; docs/plan.md).
+
+    step = compute + exposed communication + pipeline bubble + optimizer
+
+- **compute** = tokens per step x FLOPs per token (``perf.shapes``; with activation checkpointing the recomputed
+  forward too) / ranks / (peak x achieved fraction). A third of the model FLOPs is the forward, the rest the
+  backward (recomputation counts with the backward).
+- **communication**, each collective's bus bytes per step over the busbw of the link its group spans
+  (``perf.devices.Cluster.busbw``; bus bytes as nccl-tests defines them, ``report.comm_bound``):
+  - data parallel (ZeRO's volumes, ``report.comm_bound.bus_bytes_per_step``): the dense parameters' 1/(T P)
+    over the world / (T P) ranks ZeRO partitions them over (sequence ranks included); a MoE's experts' 1/(EP P)
+    over their world / (EP P) holders. DDP moves ZeRO-0's bytes; FSDP ZeRO-3's (FSDP at "stage 2",
+    ``reshard_after_forward=False``, gathers once per micro-step instead of twice);
+  - tensor parallel: per micro-step ``TP_ALL_REDUCES`` all-reduces per block (+2 with checkpointing) and 2 for
+    the embedding and head, each micro-batch x T x h elements, 2(t-1)/t of them on the bus;
+  - Ulysses: per micro-step and block 8 all-to-alls (+4 with checkpointing) of the rank's q, k, v and output
+    slices (``CausalLMWorkload.sequence_parallel_all_to_all_elements``' count), (S-1)/S on the bus;
+  - experts: per MoE block 4 all-to-alls (+2 with checkpointing) of the rank's k x tokens x h dispatch buffer
+    (capacity factor 1), (EP-1)/EP on the bus;
+  - pipeline: each micro-batch's activation forward and its gradient back, micro-batch x T x h elements each,
+    at one rank's share of the link; a tied embedding's gradient all-reduced between the first and last stage
+    (DeepSpeed's ``_exec_reduce_tied_grads``, Megatron's embedding all-reduce) once per step.
+  Groups are placed TP innermost, then SP (or EP), then DP, the pipeline outermost (Megatron-LM's order): a
+  group spans nodes when its ranks' stride x size exceeds a node.
+- **overlap** (the assumption, ``OVERLAPS``): on GPUs DDP's bucketed all-reduce and ZeRO-2's reduce-scatter
+  (``overlap_comm``) hide behind the backward, ZeRO-3's and FSDP's gathers (prefetched) behind forward and
+  backward, up to the compute they overlap; ZeRO-0/1's reductions (at the accumulation boundary), every
+  all-gather of updated parameters after the step, tensor/sequence/expert collectives (on the critical path)
+  and anything under a pipeline (reduced after the flush) are exposed. On CPU ranks nothing overlaps: gloo's
+  threads and the compute share the same cores.
+- **bubble** (1F1B): (P-1)/m of the compute, m micro-batches per step (a fraction (P-1)/(m+P-1) of the step).
+- **optimizer**: Adam reads and writes ``OPTIMIZER_BYTES`` per parameter the rank updates at its memory
+  bandwidth; offloaded, DeepSpeed's CPU Adam at the host's and each step's gradients down and parameters up
+  over PCIe (``host_GBps``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ds_bench.jobs.predict import ELEMENT_BYTES
+from ds_bench.perf.candidate import Candidate
+from ds_bench.perf.devices import Cluster
+from ds_bench.perf.shapes import Transformer
+from ds_bench.report.comm_bound import bus_bytes_per_step
+
+TP_ALL_REDUCES = {"autotp": 7, "megatron": 4}
+"""All-reduces per block and micro-step: AutoTP's 2 forward + 5 backward (measured, ``ds_bench.workloads.llama``);
+Megatron-LM's 2 + 2 (Shoeybi et al. 2019, sec. 3)."""
+OPTIMIZER_BYTES = {"mixed": 30, "fp32": 28}
+"""Adam per parameter: reads fp32 params, gradients, m, v (16 B), writes params, m, v (12 B) and, in mixed
+precision, the 2-byte copy the model computes with."""
+HOST_ADAM_GBps = 10.0
+"""DeepSpeed CPU Adam's memory rate per rank on a GPU node (a node's ~100-200 GB/s shared by its ranks)."""
+OVERLAPS = {("deepspeed", 2): {"reduce_scatter": "backward"},
+            ("deepspeed", 3): {"reduce_scatter": "backward", "all_gather": "compute"},
+            ("ddp", 0): {"all_reduce": "backward"},
+            ("fsdp", 2): {"reduce_scatter": "backward", "all_gather": "compute"},
+            ("fsdp", 3): {"reduce_scatter": "backward", "all_gather": "compute"}}
+"""(engine, stage) -> data-parallel collective -> the compute it hides behind (module docstring)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    compute_s: float
+    forward_s: float
+    comm_s: dict[str, float]
+    """Collective -> seconds on the bus per step, before overlap."""
+    exposed_s: dict[str, float]
+    """Collective -> seconds the step waits for it."""
+    bubble_s: float
+    optimizer_s: float
+    micro_steps: int
+    busbw_GBps: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + sum(self.exposed_s.values()) + self.bubble_s + self.optimizer_s
+
+
+def micro_steps(candidate: Candidate, sequences: int, world: int) -> int | None:
+    """Micro-batches per step of each replica, None when the global batch does not divide evenly."""
+    per_step = candidate.replicas(world) * candidate.layout.micro_batch
+    return sequences // per_step if per_step and sequences % per_step == 0 else None
+
+
+def group(size: int, stride: int, cluster: Cluster) -> tuple[int, bool]:
+    """(the group's ranks on each node, whether it spans nodes) for ranks r, r + stride, ... in rank order."""
+    g = cluster.per_node
+    spans = size > 1 and cluster.nodes > 1 and stride * size > g
+    return (1 if stride >= g else min(size, g // stride)), spans
+
+
+def step(shape: Transformer, candidate: Candidate, seq_len: int, sequences: int, cluster: Cluster,
+         tp_style: str = "autotp") -> Step:
+    """The step of ``candidate`` for a global batch of ``sequences`` of ``seq_len`` tokens (module docstring)."""
+    layout, world = candidate.layout, cluster.world
+    m = micro_steps(candidate, sequences, world)
+    if m is None:
+        raise ValueError(f"{sequences} sequences do not divide over {candidate.label(world)}")
+    flops = sequences * seq_len * shape.flops_per_token(seq_len, candidate.checkpointing) / world
+    compute = flops / (cluster.peak_tflops * 1e12 * cluster.achieved)
+    forward = compute * shape.flops_per_token(seq_len) / 3 / shape.flops_per_token(seq_len, candidate.checkpointing)
+    moved = collectives(shape, candidate, seq_len, m, cluster, tp_style)
+    comm = {name: nbytes / (bw * 1e9) if bw else float("inf") for name, (nbytes, bw) in moved.items()}
+    exposed = exposed_times(comm, candidate, cluster, compute, forward)
+    p = layout.pipeline_stages
+    bubble = compute * (p - 1) / m if p > 1 else 0.0
+    return Step(compute, forward, comm, exposed, bubble, optimizer_s(shape, candidate, cluster), m,
+                {name: bw for name, (_, bw) in moved.items()})
+
+
+def collectives(shape: Transformer, candidate: Candidate, seq_len: int, m: int,
+                cluster: Cluster, tp_style: str = "autotp") -> dict[str, tuple[float, float]]:
+    """Collective -> (bus bytes per step on the rank's link, the busbw it moves at)."""
+    layout, world = candidate.layout, cluster.world
+    e = ELEMENT_BYTES[layout.precision]
+    t, p, s, ep = layout.tensor_parallel, layout.pipeline_stages, layout.sequence_parallel, layout.expert_parallel
+    stage = 0 if layout.engine == "ddp" else layout.stage
+    out: dict[str, tuple[float, float]] = {}
+
+    def add(name: str, nbytes: float, collective: str, size: int, stride: int) -> None:
+        if nbytes <= 0:
+            return
+        per_node, spans = group(size, stride, cluster)
+        bw = cluster.busbw(collective, per_node, spans)
+        before = out.get(name, (0.0, bw))
+        out[name] = (before[0] + nbytes, bw)
+
+    dense = (shape.params - shape.expert_params) / (t * p)
+    dp_ranks = world // (t * p)
+    fsdp = layout.engine == "fsdp"
+    volumes = bus_bytes_per_step(3 if fsdp else stage, int(dense), e, e, dp_ranks, m) if dp_ranks > 1 else {}
+    if fsdp and stage == 2 and volumes:  # parameters kept whole from forward to backward: one gather per micro-step
+        volumes["all_gather"] /= 2
+    for collective, nbytes in volumes.items():
+        add(collective, nbytes, collective, dp_ranks, t)
+    if shape.expert_params and world // (ep * p) > 1:
+        holders = world // (ep * p)
+        for collective, nbytes in bus_bytes_per_step(stage, shape.expert_params // (ep * p), e, e, holders, m).items():
+            add(collective, nbytes, collective, holders, ep)
+    tokens = layout.micro_batch * seq_len
+    ckpt = candidate.checkpointing
+    stage_layers = -(-shape.layers // p)
+    if t > 1:
+        count = (TP_ALL_REDUCES[tp_style] + (2 if ckpt else 0)) * stage_layers + 2
+        add("tp_all_reduce", 2 * (t - 1) / t * count * tokens * shape.hidden * e * m, "all_reduce", t, 1)
+    if s > 1:
+        per_pass = (2 * shape.heads + 2 * max(shape.kv_heads, s)) * shape.head_dim * tokens / s
+        passes = (8 + (4 if ckpt else 0)) // 4 * stage_layers
+        add("sp_all_to_all", (s - 1) / s * passes * per_pass * e * m, "all_to_all", s, t)
+    if ep > 1 and shape.experts:
+        count = (4 + (2 if ckpt else 0)) * stage_layers
+        add("ep_all_to_all", (ep - 1) / ep * count * shape.top_k * tokens * shape.hidden * e * m, "all_to_all", ep, 1)
+    if p > 1:
+        add("pp_send_recv", 2 * m * tokens * shape.hidden * e / t, "send_recv", 2, world // p)
+        if shape.tied:
+            add("pp_tied_all_reduce", shape.vocab * shape.hidden / t * e, "all_reduce", 2, world // p)
+    return out
+
+
+def exposed_times(comm: dict[str, float], candidate: Candidate, cluster: Cluster, compute: float,
+                  forward: float) -> dict[str, float]:
+    """Collective -> the seconds the step waits for it, under ``OVERLAPS`` (module docstring)."""
+    layout = candidate.layout
+    stage = 0 if layout.engine == "ddp" else layout.stage
+    hidden = {} if cluster.device_type == "cpu" or layout.pipeline_stages > 1 else OVERLAPS.get((layout.engine, stage), {})
+    backward = compute - forward
+    in_backward = sum(v for k, v in comm.items() if hidden.get(k) == "backward")
+    in_compute = sum(v for k, v in comm.items() if hidden.get(k) == "compute")
+    left_backward = max(0.0, in_backward - backward)
+    left_compute = max(0.0, in_compute - (compute - min(in_backward, backward)))
+    out = {k: v for k, v in comm.items() if k not in hidden}
+    for k in hidden:
+        if k in comm:
+            share = comm[k] / (in_backward if hidden[k] == "backward" else in_compute)
+            out[k] = share * (left_backward if hidden[k] == "backward" else left_compute)
+    return out
+
+
+def optimizer_s(shape: Transformer, candidate: Candidate, cluster: Cluster) -> float:
+    """Adam over the parameters this rank updates (module docstring)."""
+    layout, world = candidate.layout, cluster.world
+    t, p = layout.tensor_parallel, layout.pipeline_stages
+    stage = 0 if layout.engine == "ddp" else layout.stage
+    dense = (shape.params - shape.expert_params) / (t * p)
+    experts = shape.expert_params / (layout.expert_parallel * p)
+    if stage >= 1:
+        dense /= world // (t * p)
+        experts /= max(1, world // (layout.expert_parallel * p))
+    local = dense + experts
+    per_param = OPTIMIZER_BYTES["fp32" if layout.precision == "fp32" else "mixed"]
+    if layout.offload == "none" or cluster.device_type == "cpu":
+        return local * per_param / (cluster.hbm_GBps * 1e9)
+    e = ELEMENT_BYTES[layout.precision]
+    return local * per_param / (HOST_ADAM_GBps * 1e9) + local * 2 * e / (cluster.host_GBps * 1e9)
