@@ -1,4 +1,4 @@
-"""Command line: ``ds-bench run | sweep | bench | comm | scaling | capacity | roofline | doctor | launch | report | compare | schema``
+"""Command line: ``ds-bench run | sweep | bench | comm | scaling | capacity | roofline | plan | doctor | launch | report | compare | schema``
 (also ``python -m ds_bench``).
 
 A router only: each command is a module of ``ds_bench.commands`` giving ``add_arguments(parser)`` and
@@ -37,6 +37,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                                "offload, parallel degrees, memory options)"),
     "roofline": ("ds_bench.commands.roofline", "measured ceiling of every device of the job: dense matmul TFLOP/s "
                                                "per dtype and copy GB/s (runs then report mfu_vs_measured)"),
+    "plan": ("ds_bench.commands.plan", "the best layouts for a model on a cluster (e.g. 512 GPUs), predicted from the "
+                                       "datasheet or this cluster's records; --confirm K runs the best"),
     "doctor": ("ds_bench.commands.doctor", "per-rank network/device/version report and an all_reduce check"),
     "launch": ("ds_bench.commands.launch", "build (and run) an mpirun/deepspeed/torchrun/srun command"),
     "report": ("ds_bench.commands.report", "table (and plot) of a results file; --html: one page of any results "

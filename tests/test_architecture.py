@@ -27,13 +27,14 @@ LAYERS = (
     ("measure",),
     ("record",),
     ("jobs",),
+    ("perf",),
     ("report",),
-    ("run", "sweep", "scaling", "capacity", "comm", "roofline"),
+    ("run", "sweep", "scaling", "capacity", "comm", "roofline", "plan"),
     ("commands",),
     ("cli", "__main__"),
 )
 """Folders (or root modules) in data-flow order: each may import its own folder and those before it."""
-COMMAND_FOLDERS = ("run", "sweep", "scaling", "capacity", "comm", "roofline")
+COMMAND_FOLDERS = ("run", "sweep", "scaling", "capacity", "comm", "roofline", "plan")
 """The folders a command's implementation lives in: none imports another."""
 
 

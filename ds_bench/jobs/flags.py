@@ -155,16 +155,21 @@ def slurm_options(args: argparse.Namespace) -> SlurmOptions | None:
                         queue_timeout_s=queue_timeout_s)
 
 
-def add_degree_arguments(p: argparse.ArgumentParser, what: str = "point") -> None:
-    """One list flag per parallel degree, e.g. ``--pipeline-stages 1,2``."""
+def add_degree_arguments(p: argparse.ArgumentParser, what: str = "point", default: str = "1") -> None:
+    """One list flag per parallel degree, e.g. ``--pipeline-stages 1,2``; ``default`` ``auto``: every value that can
+    be (``degrees_of`` gives an empty tuple)."""
     for d in DEGREES:
-        p.add_argument(d.flag, default="1", help=f"{d.what} per {what}, e.g. 1,2 (default 1; labels {d.word}2 ...)")
+        p.add_argument(d.flag, default=default, help=f"{d.what} per {what}, e.g. 1,2 (default {default}; labels "
+                                                     f"{d.word}2 ...)")
 
 
 def degrees_of(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
-    """``{"pipeline_stages": (1, 2), ...}`` from the degree flags, each value a positive integer."""
+    """``{"pipeline_stages": (1, 2), ...}`` from the degree flags, each value a positive integer; ``auto``: ()."""
     out = {}
     for d in DEGREES:
+        if getattr(args, d.field) == "auto":
+            out[d.field] = ()
+            continue
         values = parse_list(d.flag, getattr(args, d.field), kind=int)
         for v in values:
             argcheck.at_least(d.flag, v, 1)

@@ -92,8 +92,39 @@ class Cluster:
         return replace(self, **figures)
 
 
+CPU_ACHIEVED = 0.5
+"""Fraction of its measured matmul ceiling (``ds-bench roofline``) a CPU rank's training step achieves: docs/plan.md
+says on which runs it was measured."""
+CPU_RESERVE = int(0.6 * GiB)
+"""What a CPU rank holds before its model (torch, DeepSpeed, the process group), when no run record says."""
+
+
 def device_row(name: str) -> Device | None:
-    return DEVICES.get(name.lower())
+    """The family row of ``--device`` (its key) or of a device's full name (``NVIDIA H100 80GB HBM3``: the longest
+    family named in it as a whole word)."""
+    import re
+
+    if name.lower() in DEVICES:
+        return DEVICES[name.lower()]
+    for key in sorted(DEVICES, key=len, reverse=True):
+        if re.search(rf"(?<![\w-]){re.escape(key)}(?![\w])", name.lower()):
+            return DEVICES[key]
+    return None
+
+
+def cpu_cluster(nodes: int, per_node: int, memory_bytes: int, peak: float | None, busbw: dict[str, float],
+                copy_GBps: float | None, reserve_bytes: int | None, achieved: float | None) -> Cluster:
+    """CPU ranks: no datasheet, so the peak is the measured matmul ceiling (or ``--peak-tflops``) and the busbw
+    the measured gloo figures; a ``UserError`` saying how to measure what is missing."""
+    if peak is None:
+        raise UserError("--device cpu: CPU ranks have no datasheet peak; measure one (ds-bench roofline, then "
+                        "--calibrate results/roofline.jsonl) or give --peak-tflops")
+    if nodes * per_node > 1 and not busbw:
+        raise UserError("--device cpu: no busbw for CPU ranks; measure it (ds-bench comm on the same ranks, then "
+                        "--calibrate results/comm.jsonl)")
+    return Cluster(nodes, per_node, "cpu", "cpu", memory_bytes, peak, achieved or CPU_ACHIEVED, dict(busbw), None,
+                   copy_GBps or 10.0, copy_GBps or 10.0, reserve_bytes or CPU_RESERVE,
+                   {"achieved": "--achieved" if achieved else "CPU constant (docs/plan.md)"})
 
 
 def cluster_of(device: str, nodes: int, per_node: int, precision: str, *, peak: float | None = None,

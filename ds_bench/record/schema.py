@@ -9,7 +9,8 @@ before ``schema_version`` 1 is):
 - ``scaling``: ``ScalingRecord``, one per ``ds-bench scaling``, a ``ScalingRow`` per point;
 - ``comm``: ``CommRecord``, one per ``ds-bench comm``, a ``CommRow`` per collective, size and group;
 - ``doctor``: ``DoctorRecord``, ``ds-bench doctor --json``;
-- ``capacity_probe`` and ``capacity``: ``ds-bench capacity`` (``ds_bench.record.capacity_schema``).
+- ``capacity_probe`` and ``capacity``: ``ds-bench capacity`` (``ds_bench.record.capacity_schema``);
+- ``plan``: ``ds-bench plan`` (``ds_bench.record.plan_schema``).
 ``ds-bench schema`` (``ds_bench.commands.schema``) prints the JSON Schema of them all (``json_schema``),
 which ``docs/record.schema.json`` is.
 """
@@ -22,9 +23,10 @@ from pydantic import Field, TypeAdapter
 
 from ds_bench.record.base_schema import SCHEMA_VERSION, Block, Busy, Record, SlurmJob, Stamped
 from ds_bench.record.capacity_schema import CapacityMember, CapacityProbeRecord, CapacityRecord
+from ds_bench.record.plan_schema import PlanRecord
 from ds_bench.record.run_schema import Failure, ModelBuild, RunMetrics, RunRecord, SlowRank
 
-__all__ = ["SCHEMA_VERSION", "Block", "Busy", "CapacityMember", "CapacityProbeRecord", "CapacityRecord", "CommRecord", "CommRow", "DoctorRecord", "Failure", "ModelBuild", "Record",
+__all__ = ["SCHEMA_VERSION", "Block", "Busy", "CapacityMember", "CapacityProbeRecord", "CapacityRecord", "CommRecord", "CommRow", "DoctorRecord", "Failure", "ModelBuild", "PlanRecord", "Record",
            "RunMetrics", "RunRecord", "ScalingRecord", "ScalingRow", "SlowRank", "SlurmJob", "Stamped", "SweepPointRecord",
            "json_schema", "model_of", "parse_record"]
 
@@ -224,10 +226,10 @@ class RooflineRecord(Stamped):
 
 
 AnyRecord = Annotated[Union[RunRecord, SweepPointRecord, ScalingRecord, CommRecord, DoctorRecord, CapacityProbeRecord,
-                            CapacityRecord, RooflineRecord], Field(discriminator="kind")]
+                            CapacityRecord, RooflineRecord, PlanRecord], Field(discriminator="kind")]
 KINDS: dict[str, type[Record]] = {"run": RunRecord, "sweep_point": SweepPointRecord, "scaling": ScalingRecord,
                                   "comm": CommRecord, "doctor": DoctorRecord, "capacity_probe": CapacityProbeRecord,
-                                  "capacity": CapacityRecord, "roofline": RooflineRecord}
+                                  "capacity": CapacityRecord, "roofline": RooflineRecord, "plan": PlanRecord}
 
 
 def model_of(data: Any) -> type[Record] | None:

@@ -1,0 +1,161 @@
+"""``ds-bench plan``: the model's shape, the cluster (datasheet or ``--calibrate`` records), the search
+(``perf.space``), then the table, the recommended layout's DeepSpeed config, ``--confirm``'s runs and one ``plan``
+record. Bad input (``plan.spec``; a batch no layout divides; a model no layout fits) stops before anything is
+written, exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+
+from ds_bench.errors import UserError
+from ds_bench.perf import calibrate, shapes
+from ds_bench.perf.devices import Cluster, cluster_of, cpu_cluster
+from ds_bench.perf.space import Dropped, Planned, Space, search
+from ds_bench.plan.spec import PlanSpec, spec_from_args
+from ds_bench.record import store
+from ds_bench.record.plan_schema import DroppedGroup, PlanRecord, PlanRow
+from ds_bench.report import plan_table
+
+EXAMPLES = 3
+GiB = 1024 ** 3
+
+
+def main(args: argparse.Namespace) -> int:
+    spec = spec_from_args(args)
+    shape = shapes.of_workload(spec.workload, spec.size, spec.shape_flags["layers"], spec.shape_flags["hidden"],
+                               spec.shape_flags["heads"], spec.seq_len, spec.shape_flags["experts"],
+                               spec.shape_flags["top_k"])
+    cluster = cluster_for(spec)
+    from ds_bench.workloads import REGISTRY
+
+    space = Space(spec.precision, spec.engines, spec.stages, spec.offloads, spec.micro_batches, spec.checkpointing,
+                  {k: v for k, v in spec.degrees.items() if v}, spec.headroom_pct, spec.attn,
+                  eager=spec.attn == "eager" or cluster.device_type == "cpu")
+    if spec.sequences < 1:
+        raise UserError(f"--global-batch {spec.global_batch_tokens} tokens is less than one --seq-len {spec.seq_len} "
+                        "sequence")
+    ranked, dropped = search(shape, cluster, space, spec.seq_len, spec.sequences, REGISTRY[spec.workload])
+    if not ranked:
+        raise UserError(nothing_left(shape, spec, cluster, dropped))
+    record = plan_record(spec, shape, cluster, ranked, dropped)
+    print(plan_table.render(record))
+    if spec.show_dropped:
+        print("\n".join(f"dropped {d.label}: {d.why}" for d in dropped))
+    if spec.dry_run:
+        return 0
+    record.recommended_config = write_config(spec, ranked[0])
+    print(f"recommended layout's DeepSpeed config: {record.recommended_config}")
+    status = 0
+    if spec.confirm:
+        from ds_bench.plan.confirm import confirm
+
+        status = confirm(spec, record, ranked[:spec.confirm])
+        print(plan_table.confirmed(record))
+    store.append_record(spec.results, record)
+    print(f"plan record appended to {spec.results}")
+    return status
+
+
+def cluster_for(spec: PlanSpec) -> Cluster:
+    """The datasheet's cluster (or CPU ranks') with every figure ``--calibrate``'s records measured in its place;
+    ``--achieved`` last."""
+    figures = calibrate.read(list(spec.calibrate), spec.precision) if spec.calibrate else calibrate.Figures()
+    if spec.device.lower() == "cpu":
+        import psutil
+
+        memory = spec.device_memory or spec.cpu_mem_limit or psutil.virtual_memory().total // spec.per_node
+        cluster = cpu_cluster(spec.nodes, spec.per_node, memory, spec.peak_tflops or figures.peak_tflops,
+                              figures.intra, figures.hbm_GBps, figures.reserve_bytes, spec.achieved)
+    else:
+        memory = spec.device_memory or _local_memory(spec)
+        cluster = cluster_of(spec.device, spec.nodes, spec.per_node, spec.precision, peak=spec.peak_tflops,
+                             memory_bytes=memory)
+    cluster = calibrate.apply(cluster, figures)
+    if spec.peak_tflops:
+        cluster = cluster.with_figures(peak_tflops=spec.peak_tflops,
+                                       sources={**cluster.sources, "peak_tflops": "--peak-tflops"})
+    if spec.achieved:
+        cluster = cluster.with_figures(achieved=spec.achieved, sources={**cluster.sources, "achieved": "--achieved"})
+    return cluster
+
+
+def _local_memory(spec: PlanSpec) -> int | None:
+    """This machine's GPU memory when the plan is for its own device (no ``--device``)."""
+    import torch
+
+    if torch.cuda.is_available() and spec.device == torch.cuda.get_device_name(0):
+        return int(torch.cuda.get_device_properties(0).total_memory)
+    return None
+
+
+def nothing_left(shape, spec: PlanSpec, cluster: Cluster, dropped: list[Dropped]) -> str:
+    """The one line said when no candidate is left: the batch divides no layout, or none fits (the least memory
+    any would need)."""
+    rules = collections.Counter(d.rule for d in dropped)
+    where = f"{cluster.nodes} x {cluster.per_node} {cluster.device}"
+    if rules.get("memory"):
+        closest = min((d for d in dropped if d.rule == "memory"), key=lambda d: d.excess_bytes)
+        usable = cluster.memory_bytes * (1 - spec.headroom_pct / 100)
+        return (f"{shape.label} ({shape.params / 1e9:.3g}B parameters) fits no layout on {where} "
+                f"({usable / GiB:.1f} GiB usable per device): the least any layout needs is "
+                f"{(usable + closest.excess_bytes) / GiB:.1f} GiB per device ({closest.label}); more devices, "
+                "offload or a shorter --seq-len")
+    if rules.get("batch"):
+        return (f"--global-batch {spec.global_batch_tokens} tokens ({spec.sequences} sequences of {spec.seq_len}) "
+                f"divides into no layout's replicas x micro-batch on {where}: give a multiple of the data-parallel "
+                f"degrees, e.g. {cluster.world * spec.seq_len} tokens")
+    reasons = "; ".join(f"{rule} ({n})" for rule, n in rules.most_common(3))
+    return f"no candidate layout is left on {where}: {reasons} (--show-dropped says each)"
+
+
+def plan_record(spec: PlanSpec, shape, cluster: Cluster, ranked: list[Planned], dropped: list[Dropped]) -> PlanRecord:
+    base = store.base_record(store.new_run_id(), {"argv": "plan", **{k: str(v) for k, v in vars(spec).items()}})
+    return PlanRecord(kind="plan", status="ok", workload=spec.workload, size=shape.label, params=shape.params,
+                      seq_len=spec.seq_len, global_batch_tokens=spec.global_batch_tokens, sequences=spec.sequences,
+                      precision=spec.precision, cluster=cluster_dict(cluster), candidates=len(ranked) + len(dropped),
+                      feasible=len(ranked), ranked=[row(i + 1, p, cluster.world) for i, p in enumerate(ranked[:spec.top])],
+                      dropped=groups(dropped), **{k: v for k, v in base.items() if k in PlanRecord.model_fields})
+
+
+def cluster_dict(c: Cluster) -> dict:
+    return {"nodes": c.nodes, "per_node": c.per_node, "device_type": c.device_type, "device": c.device,
+            "memory_bytes": c.memory_bytes, "peak_tflops": c.peak_tflops, "achieved": c.achieved,
+            "intra_busbw_GBps": c.intra_busbw_GBps, "nic_GBps": c.nic_GBps, "hbm_GBps": c.hbm_GBps,
+            "reserve_bytes": c.reserve_bytes, "sources": c.sources}
+
+
+def row(rank: int, p: Planned, world: int) -> PlanRow:
+    st, mem = p.step, p.memory
+    return PlanRow(rank=rank, label=p.candidate.label(world), point=p.candidate.layout.to_dict(),
+                   checkpointing=p.candidate.checkpointing, tokens_per_s_per_rank=p.tokens_per_s_per_rank, mfu=p.mfu,
+                   step_s=st.total_s, compute_s=st.compute_s, bubble_s=st.bubble_s, optimizer_s=st.optimizer_s,
+                   exposed_s=st.exposed_s, comm_s=st.comm_s, busbw_GBps=st.busbw_GBps, memory_bytes=mem.total,
+                   states_bytes=mem.states, activations_bytes=mem.activations, logits_bytes=mem.logits,
+                   reserve_bytes=mem.reserve)
+
+
+def groups(dropped: list[Dropped]) -> list[DroppedGroup]:
+    by_rule: dict[str, list[Dropped]] = collections.defaultdict(list)
+    for d in dropped:
+        by_rule[d.rule].append(d)
+    out = []
+    for rule, items in sorted(by_rule.items(), key=lambda kv: -len(kv[1])):
+        shown = sorted(items, key=lambda d: d.excess_bytes)[:EXAMPLES] if rule == "memory" else items[:EXAMPLES]
+        out.append(DroppedGroup(rule=rule, count=len(items), examples=[f"{d.label}: {d.why}" for d in shown]))
+    return out
+
+
+def write_config(spec: PlanSpec, best: Planned) -> str:
+    """The best layout's DeepSpeed config, derived from ``--ds-config`` (``config.deepspeed.derive``) with the batch
+    resolved for the plan's world, portable (as the sweep writes its recommendation), beside the results."""
+    from ds_bench.config.deepspeed.derive import derive
+    from ds_bench.config.deepspeed.prepare import load_json, portable, write_config as write
+
+    layout = best.candidate.layout
+    cfg = derive(load_json(spec.ds_config), layout)
+    path = os.path.splitext(spec.results)[0] + ".best.json"
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    write(path, portable(cfg))
+    return path

@@ -1,0 +1,189 @@
+"""``ds-bench plan``'s flags and its checked spec (``PlanSpec``): the model, the batch, the cluster (a device
+family's datasheet, or this cluster's records), the axes searched, the output, and ``--confirm``'s jobs. Every
+flag is checked here, before anything is computed or run: one line naming it, exit 2."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+from ds_bench.config import argcheck
+from ds_bench.config.layout import ENGINES, OFFLOADS, PRECISIONS
+from ds_bench.config.parsers import parse_list, parse_size
+from ds_bench.errors import UserError
+from ds_bench.jobs.flags import StudySpec, add_degree_arguments, add_job_arguments, degrees_of, job_options
+
+WORKLOADS = ("llama", "gpt2", "moe")
+DEFAULT_SEQ = {"gpt2": 1024, "llama": 2048, "moe": 2048}
+CPU_RANKS = 2
+
+
+@dataclass(frozen=True)
+class PlanSpec(StudySpec):
+    workload: str = "llama"
+    size: str | None = None
+    shape_flags: dict = field(default_factory=dict)
+    """``layers``, ``hidden``, ``heads``, ``experts``, ``top_k`` as given (None: the size's)."""
+    seq_len: int = 2048
+    global_batch_tokens: int = 0
+    precision: str = "bf16"
+    device: str = "cpu"
+    nodes: int = 1
+    per_node: int = CPU_RANKS
+    peak_tflops: float | None = None
+    device_memory: int | None = None
+    achieved: float | None = None
+    calibrate: tuple[str, ...] = ()
+    engines: tuple[str, ...] = ("deepspeed",)
+    stages: tuple[int, ...] = (0, 1, 2, 3)
+    offloads: tuple[str, ...] = OFFLOADS
+    micro_batches: tuple[int, ...] | None = None
+    checkpointing: tuple[bool, ...] = (False, True)
+    degrees: dict = field(default_factory=dict)
+    headroom_pct: float = 10.0
+    attn: str = ""
+    top: int = 10
+    show_dropped: bool = False
+    ds_config: str = "ds_configs/zero1.json"
+    confirm: int = 0
+    steps: int = 12
+    warmup: int = 4
+    nproc: int | None = None
+    run_args: tuple[str, ...] = ()
+    cpu_mem_limit: int | None = None
+    dry_run: bool = False
+
+    @property
+    def sequences(self) -> int:
+        return self.global_batch_tokens // self.seq_len
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.per_node
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    m = p.add_argument_group("the model and the batch")
+    m.add_argument("--workload", default="llama", choices=WORKLOADS, help="the model's architecture (default llama)")
+    m.add_argument("--size", default=None, help="a named size: llama3.1-70b, gpt3-13b, mixtral-8x7b ... (default: "
+                                                "the workload's)")
+    for flag in ("--layers", "--hidden", "--heads", "--experts", "--top-k"):
+        m.add_argument(flag, type=int, default=None, help=f"a custom shape's {flag[2:]} (with --layers, --hidden and "
+                                                          "--heads together)")
+    m.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default 1024 gpt2, else 2048)")
+    m.add_argument("--global-batch", default=None, metavar="TOKENS",
+                   help="tokens per optimizer step, e.g. 4M (M = 2^20) or 1048576 (default: 8 sequences per rank)")
+    m.add_argument("--precision", default=None, choices=PRECISIONS, help="default bf16 (fp32 on CPU ranks)")
+    c = p.add_argument_group("the cluster (--nodes and --gpus-per-node: the Slurm group's flags)")
+    c.add_argument("--device", default=None, help="device family for the peaks and memory: H100, H200, A100, "
+                                                   "A100-40GB, V100, MI300X, cpu (default: this machine's)")
+    c.add_argument("--peak-tflops", type=float, default=None, help="dense peak TFLOP/s per device at --precision")
+    c.add_argument("--device-memory", default=None, metavar="SIZE", help="memory per device, e.g. 80GiB")
+    c.add_argument("--achieved", type=float, default=None,
+                   help="fraction of the peak a training step's compute achieves (default: the family's constant)")
+    c.add_argument("--calibrate", action="append", default=[], metavar="FILE",
+                   help="this cluster's own figures: a results file with roofline / comm / run records, or an "
+                        "expectations file (repeatable; docs/plan.md)")
+    a = p.add_argument_group("what is searched (default: everything the legality table and the memory allow)")
+    a.add_argument("--engines", default="deepspeed", help="deepspeed,ddp,fsdp (default deepspeed)")
+    a.add_argument("--stages", default="0,1,2,3", help="ZeRO stages (default 0,1,2,3)")
+    a.add_argument("--offload", default="none,optimizer,all", help="default none,optimizer,all")
+    a.add_argument("--micro-batch", default="auto", help="e.g. 1,2,4 (default auto: powers of two)")
+    a.add_argument("--activation-checkpointing", default="off,on", metavar="off|on|off,on",
+                   help="recompute each block's activations in backward (default off,on)")
+    add_degree_arguments(a, "candidate", default="auto")
+    a.add_argument("--attn", default="", help="attention kernel (default: the workload's; eager keeps T x T scores)")
+    a.add_argument("--headroom", type=float, default=10.0, help="%% of device memory a candidate must leave free")
+    o = p.add_argument_group("output and --confirm")
+    o.add_argument("--top", type=int, default=10, help="ranked candidates printed and recorded (default 10)")
+    o.add_argument("--show-dropped", action="store_true", help="print every dropped candidate with why")
+    o.add_argument("--ds-config", default="ds_configs/zero1.json",
+                   help="base DeepSpeed config of the recommended layout's config and of --confirm's runs")
+    o.add_argument("--confirm", type=int, default=0, metavar="K",
+                   help="run the K best predicted layouts for real on these ranks and print measured beside predicted")
+    o.add_argument("--steps", type=int, default=12, help="--confirm: steps per run, warm-up included (default 12)")
+    o.add_argument("--warmup", type=int, default=4)
+    o.add_argument("--cpu-mem-limit", default=None, metavar="SIZE", help="--confirm: cap each CPU rank's memory")
+    add_job_arguments(p, results="results/plan.jsonl", master_port=29800)
+
+
+def spec_from_args(args: argparse.Namespace) -> PlanSpec:
+    """The checked spec (module docstring)."""
+    from ds_bench.config.parsers import memory_cap
+
+    for flag, value in (("--top", args.top), ("--seq-len", args.seq_len), ("--nodes", args.nodes),
+                        ("--confirm", args.confirm or None)):
+        argcheck.at_least(flag, value, 1 if flag != "--confirm" else 0)
+    if args.gpus_per_node < 0:
+        raise UserError(f"--gpus-per-node must be positive, got {args.gpus_per_node}")
+    if not 0 <= args.headroom < 100:
+        raise UserError(f"--headroom must be in [0, 100) %, got {args.headroom}")
+    if args.achieved is not None and not 0 < args.achieved <= 1:
+        raise UserError(f"--achieved must be in (0, 1], got {args.achieved}")
+    if args.peak_tflops is not None and args.peak_tflops <= 0:
+        raise UserError(f"--peak-tflops must be positive, got {args.peak_tflops}")
+    device = args.device or _this_device()
+    cpu = device.lower() == "cpu"
+    per_node = args.gpus_per_node or args.nproc or (CPU_RANKS if cpu else _local_gpus() or 8)
+    seq_len = args.seq_len or DEFAULT_SEQ[args.workload]
+    nodes = args.nodes or 1
+    tokens = _tokens(args.global_batch, seq_len, nodes * per_node)
+    if args.confirm:
+        argcheck.steps("--steps", args.steps, args.warmup)
+    argcheck.input_file("--ds-config", args.ds_config, "DeepSpeed JSON config")
+    if args.confirm and args.executor == "local" and nodes > 1 and not args.hostfile:
+        raise UserError(f"--confirm runs the plan's layouts on these ranks: --nodes {nodes} needs --hostfile or "
+                        "--executor slurm (or plan for this node: --nodes 1)")
+    # --nodes and --gpus-per-node are the plan's cluster; under --executor slurm also what each job asks for
+    local = args.executor == "local"
+    options = job_options(argparse.Namespace(**{**vars(args), **({"nodes": None, "gpus_per_node": 0} if local else {})}))
+    return PlanSpec(
+        **options, workload=args.workload, size=args.size,
+        shape_flags={k: getattr(args, k) for k in ("layers", "hidden", "heads", "experts", "top_k")},
+        seq_len=seq_len, global_batch_tokens=tokens, precision=args.precision or ("fp32" if cpu else "bf16"),
+        device=device, nodes=nodes, per_node=per_node, peak_tflops=args.peak_tflops,
+        device_memory=_size("--device-memory", args.device_memory), achieved=args.achieved,
+        calibrate=tuple(args.calibrate), engines=parse_list("--engines", args.engines, allowed=ENGINES),
+        stages=parse_list("--stages", args.stages, allowed=(0, 1, 2, 3), kind=int),
+        offloads=parse_list("--offload", args.offload, allowed=OFFLOADS),
+        micro_batches=None if args.micro_batch == "auto" else parse_list("--micro-batch", args.micro_batch, kind=int),
+        checkpointing=tuple(v == "on" for v in parse_list("--activation-checkpointing", args.activation_checkpointing,
+                                                          allowed=("off", "on"))),
+        degrees=degrees_of(args), headroom_pct=args.headroom, attn=args.attn, top=args.top,
+        show_dropped=args.show_dropped, ds_config=args.ds_config, confirm=args.confirm, steps=args.steps,
+        warmup=args.warmup, nproc=per_node, run_args=tuple(args.run_args),
+        cpu_mem_limit=memory_cap(args.cpu_mem_limit), dry_run=args.dry_run)
+
+
+def _tokens(text: str | None, seq_len: int, world: int) -> int:
+    if text is None:
+        return 8 * world * seq_len
+    try:
+        tokens = parse_size(text)
+    except ValueError:
+        raise UserError(f"--global-batch {text!r}: expected tokens, e.g. 4M or 1048576") from None
+    if tokens % seq_len:
+        raise UserError(f"--global-batch {text} ({tokens} tokens) is not a whole number of --seq-len {seq_len} "
+                        f"sequences (e.g. {max(1, tokens // seq_len) * seq_len})")
+    return tokens
+
+
+def _size(flag: str, text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise UserError(f"{flag} {e}") from None
+
+
+def _this_device() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
+def _local_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0

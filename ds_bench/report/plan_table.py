@@ -1,0 +1,66 @@
+"""``ds-bench plan``'s text: the cluster it modelled, the ranked layouts with their predicted step broken down,
+why the rest were dropped, and ``--confirm``'s measured beside predicted (from a ``plan`` record, so ``ds-bench
+report`` prints the same)."""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from ds_bench.record.plan_schema import PlanRecord
+
+GiB = 1024 ** 3
+
+
+def render(record: PlanRecord) -> str:
+    return "\n".join([header(record), ranked(record), dropped(record)])
+
+
+def header(r: PlanRecord) -> str:
+    c = r.cluster
+    intra = ", ".join(f"{k} {v:.3g}" for k, v in c.get("intra_busbw_GBps", {}).items()) or "-"
+    nic = f"{c['nic_GBps']:.3g} GB/s per rank across nodes" if c.get("nic_GBps") else "one node"
+    sources = "; ".join(f"{k}: {v}" for k, v in c.get("sources", {}).items())
+    return (f"plan: {r.workload} {r.size} ({r.params / 1e9:.3g}B parameters), seq {r.seq_len}, global batch "
+            f"{r.global_batch_tokens:,} tokens ({r.sequences} sequences), {r.precision}\n"
+            f"cluster: {c['nodes']} x {c['per_node']} {c['device']}, {c['memory_bytes'] / GiB:.1f} GiB each, peak "
+            f"{c['peak_tflops']:.4g} TFLOP/s x achieved {c['achieved']:.2f}, busbw in a node {intra} GB/s, {nic}\n"
+            f"figures from: {sources}\n"
+            f"{r.feasible} of {r.candidates} candidates fit and are legal; the best {len(r.ranked)}:")
+
+
+def ranked(r: PlanRecord) -> str:
+    rows = []
+    for row in r.ranked:
+        comm = sum(row.exposed_s.values())
+        busiest = max(row.exposed_s.items(), key=lambda kv: kv[1], default=("", 0.0))
+        rows.append([row.rank, row.label, f"{row.tokens_per_s_per_rank:,.4g}", f"{row.mfu:.1%}",
+                     f"{row.step_s * 1e3:,.4g}", f"{row.compute_s * 1e3:,.4g}", f"{comm * 1e3:,.3g}"
+                     + (f" ({busiest[0]})" if busiest[1] > 0 else ""), f"{row.bubble_s * 1e3:,.3g}",
+                     f"{row.optimizer_s * 1e3:,.3g}", f"{row.memory_bytes / GiB:.2f}"])
+    return tabulate(rows, headers=["#", "layout", "tokens/s/rank", "MFU", "step ms", "compute", "exposed comm",
+                                   "bubble", "optimizer", "GiB/rank"], disable_numparse=True)
+
+
+def dropped(r: PlanRecord) -> str:
+    if not r.dropped:
+        return "nothing dropped"
+    lines = [f"dropped {sum(g.count for g in r.dropped)}:"]
+    for g in r.dropped:
+        lines.append(f"  {g.count} {g.rule}: e.g. {g.examples[0]}" if g.examples else f"  {g.count} {g.rule}")
+    return "\n".join(lines)
+
+
+def confirmed(r: PlanRecord) -> str:
+    rows = []
+    for row in r.ranked:
+        m = row.confirmed
+        if m is None:
+            continue
+        measured = f"{m.step_s * 1e3:,.4g}" if m.step_s else m.status
+        ratio = f"{m.ratio:.2f}" + (" far off" if m.flagged else "") if m.ratio else "-"
+        rows.append([row.rank, row.label, f"{row.step_s * 1e3:,.4g}", measured, ratio,
+                     f"{row.memory_bytes / GiB:.2f}", f"{m.peak_mem_bytes / GiB:.2f}" if m.peak_mem_bytes else "-"])
+    table = tabulate(rows, headers=["#", "layout", "predicted step ms", "measured", "predicted/measured",
+                                    "predicted GiB", "measured GiB"], disable_numparse=True)
+    median = f"median predicted/measured {r.confirm_median_ratio:.2f}" if r.confirm_median_ratio else ""
+    return f"{table}\n{median}".rstrip()
