@@ -27,6 +27,7 @@ LAYERS = (
     ("measure",),
     ("record",),
     ("jobs",),
+    ("perf",),
     ("report",),
     ("run", "sweep", "scaling", "capacity", "comm", "roofline"),
     ("commands",),
