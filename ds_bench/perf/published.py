@@ -38,7 +38,7 @@ from ds_bench.config.layout import Layout
 from ds_bench.perf import memory as mem
 from ds_bench.perf import step as timing
 from ds_bench.perf.candidate import Candidate
-from ds_bench.perf.devices import DEVICES, GiB, Cluster, cluster_of
+from ds_bench.perf.devices import GiB, Cluster, cluster_of
 from ds_bench.perf.shapes import Transformer, custom
 
 DATA = Path(__file__).with_name("published_runs.yaml")
@@ -195,7 +195,3 @@ def source_text(r: dict) -> str:
 
 def table() -> list[dict]:
     return [row(r) for r in runs()]
-
-
-def achieved_constants() -> dict[str, float]:
-    return {row_.family: row_.achieved for row_ in DEVICES.values()}
