@@ -8,11 +8,19 @@ and what a process holds beyond the model (``reserve_bytes``: CUDA context, NCCL
 A ``Cluster`` is N nodes of G of them, each figure either the family's or this cluster's own measurement
 (``ds_bench.perf.calibrate``), with where each came from.
 
-Figures and their sources (docs/plan.md, "Hardware"): memory and HBM bandwidth, the NVIDIA V100, A100, H100,
-H200 and AMD MI300X datasheets; intra-node busbw, NVIDIA's nccl-tests all_reduce on 8 GPUs over NVSwitch
-(DGX A100 ~230 GB/s, DGX H100 ~480 GB/s with NVLS) and, for the 4-GPU V100 nodes without NVSwitch, the
-NVLink 2.0 links one GPU has to each peer; per-GPU network, the node's InfiniBand/Omni-Path rate shared by
-its GPUs at ~90% of line rate.
+Figures and their sources (docs/plan.md, "Hardware"; ``perf/published_runs.yaml``'s ``hardware:`` quotes them):
+memory and HBM bandwidth, the NVIDIA V100, A100, H100, H200 and AMD MI300X datasheets; intra-node busbw,
+all_reduce over one node's GPUs: 8 H100 ~480 GB/s with NVLS (NVIDIA/nccl-tests#212, #290), 8 A100 80GB
+~200 GB/s (nccl-tests#149), 4 V100 SXM2 16GB 125 GB/s (BigScience's all_reduce_bench on a Jean Zay node,
+bigscience experiments/bandwidth/single_node_16gb_all_reduce_bench.txt); per-GPU network, the node's
+InfiniBand/Omni-Path rate shared by its GPUs at ~90% of line rate (NDR 400 Gb/s: 46-48 GB/s per NIC,
+nccl-tests#290).
+
+``achieved`` is fitted to published runs (``perf.published``: the median over a family's runs of the fraction
+each needs for the model to reproduce its throughput): V100 from BigScience's six Megatron-LM runs on Jean
+Zay, A100 from BLOOM-176B, torchtitan's two 64-A100 Llama 3 rows and llm-foundry's five MPT rows, H100 from
+torchtitan's two Llama 3.1 8B rows and llm-foundry's six MPT rows; H200 takes the H100's (the same GH100
+compute); MI300X's is not fitted (no published run here).
 """
 
 from __future__ import annotations
@@ -40,12 +48,12 @@ class Device:
 
 
 DEVICES: dict[str, Device] = {d.family.lower(): d for d in (
-    Device("V100", 16 * GiB, 900, 130, 0.9 * 12.5 * 4 / 4, 0.45, reserve_bytes=int(1.5 * GiB), host_GBps=12),
-    Device("V100-32GB", 32 * GiB, 900, 130, 0.9 * 12.5 * 4 / 4, 0.45, reserve_bytes=int(1.5 * GiB), host_GBps=12),
-    Device("A100", 80 * GiB, 2039, 230, 0.9 * 25, 0.5),
-    Device("A100-40GB", 40 * GiB, 1555, 230, 0.9 * 25, 0.5),
-    Device("H100", 80 * GiB, 3350, 480, 0.9 * 50, 0.45),
-    Device("H200", 141 * 10 ** 9, 4800, 480, 0.9 * 50, 0.45),
+    Device("V100", 16 * GiB, 900, 125, 0.9 * 12.5 * 4 / 4, 0.41, reserve_bytes=int(1.5 * GiB), host_GBps=12),
+    Device("V100-32GB", 32 * GiB, 900, 125, 0.9 * 12.5 * 4 / 4, 0.41, reserve_bytes=int(1.5 * GiB), host_GBps=12),
+    Device("A100", 80 * GiB, 2039, 200, 0.9 * 25, 0.66),
+    Device("A100-40GB", 40 * GiB, 1555, 200, 0.9 * 25, 0.66),
+    Device("H100", 80 * GiB, 3350, 480, 0.9 * 50, 0.49),
+    Device("H200", 141 * 10 ** 9, 4800, 480, 0.9 * 50, 0.49),
     Device("MI300X", 192 * GiB, 5300, 300, 0.9 * 50, 0.35),
 )}
 """The families ``--device`` names; another device needs ``--peak-tflops`` and ``--device-memory``."""
