@@ -798,6 +798,36 @@ CASES["compare threshold negative"] = Case(compare("{base}", "{base}", "--thresh
 CASES["compare alpha 2"] = Case(compare("{base}", "{base}", "--alpha", "2"), r"--alpha 2: expected a probability")
 
 
+# --- plan ------------------------------------------------------------------------------------------
+def plan(*argv: str):
+    """``ds-bench plan`` recording to ``r.jsonl`` in ``tmp`` (``{tmp}`` in an argument is that folder)."""
+    return lambda tmp: ["plan", "--results", str(tmp / "r.jsonl"), *[a.format(tmp=tmp) for a in argv]]
+
+
+CASES["plan unknown device"] = Case(plan("--device", "TPU9"),
+                                    r"--device TPU9: not a known family \(V100.*\); give --peak-tflops and --device-memory")
+CASES["plan precision the device lacks"] = Case(plan("--device", "V100"),
+                                               r"--device V100: V100 has no bf16 peak .*another --precision")
+CASES["plan nodes 0"] = Case(plan("--device", "H100", "--nodes", "0"), r"--nodes")
+CASES["plan achieved 2"] = Case(plan("--device", "H100", "--achieved", "2"), r"--achieved must be in \(0, 1\]")
+CASES["plan batch not whole sequences"] = Case(plan("--device", "H100", "--global-batch", "1000"),
+                                               r"--global-batch 1000 \(1000 tokens\) is not a whole number of "
+                                               r"--seq-len 2048 sequences")
+CASES["plan batch no layout divides"] = Case(
+    plan("--device", "H100", "--gpus-per-node", "2", "--workload", "gpt2", "--size", "small", "--global-batch", "1024",
+         "--pipeline-stages", "1"), r"--global-batch 1024 tokens \(1 sequences of 1024\) divides into no layout")
+CASES["plan model fits no layout"] = Case(
+    plan("--device", "V100", "--gpus-per-node", "1", "--size", "llama3.1-70b", "--seq-len", "8192",
+         "--global-batch", "8192", "--precision", "fp16"), r"llama3.1-70b \(70.6B parameters\) fits no layout on 1 x 1 V100 .*the least any "
+                                    r"layout needs is [0-9.]+ GiB per device")
+CASES["plan cpu without peak"] = Case(plan("--device", "cpu"), r"CPU ranks have no datasheet peak")
+CASES["plan calibrate missing"] = Case(plan("--device", "H100", "--calibrate", "{tmp}/none.jsonl"),
+                                       r"--calibrate .*none.jsonl: no such file")
+CASES["plan confirm across nodes here"] = Case(plan("--device", "H100", "--nodes", "2", "--confirm", "1"),
+                                               r"--confirm runs the plan's layouts on these ranks")
+CASES["plan size unknown"] = Case(plan("--device", "H100", "--size", "llama9"), r"--size llama9: llama sizes are")
+
+
 @pytest.fixture
 def no_side_effects(monkeypatch):
     """Anything past validation fails loudly instead of joining a process group or launching."""

@@ -14,6 +14,7 @@ kept (``Cluster.sources``)."""
 
 from __future__ import annotations
 
+import os
 import statistics
 from dataclasses import dataclass, field, replace
 
@@ -107,6 +108,8 @@ def read(paths: list[str], precision: str) -> Figures:
 
     figures = Figures()
     for path in paths:
+        if not os.path.isfile(path):
+            raise UserError(f"--calibrate {path}: no such file")
         if path.endswith(EXPECT_SUFFIXES):
             from_expectations(path, figures)
             continue

@@ -48,10 +48,10 @@ class Device:
 
 
 DEVICES: dict[str, Device] = {d.family.lower(): d for d in (
-    Device("V100", 16 * GiB, 900, 125, 0.9 * 12.5 * 4 / 4, 0.41, reserve_bytes=int(1.5 * GiB), host_GBps=12),
-    Device("V100-32GB", 32 * GiB, 900, 125, 0.9 * 12.5 * 4 / 4, 0.41, reserve_bytes=int(1.5 * GiB), host_GBps=12),
-    Device("A100", 80 * GiB, 2039, 200, 0.9 * 25, 0.66),
-    Device("A100-40GB", 40 * GiB, 1555, 200, 0.9 * 25, 0.66),
+    Device("V100", 16 * GiB, 900, 125, 0.9 * 12.5 * 4 / 4, 0.42, reserve_bytes=int(1.5 * GiB), host_GBps=12),
+    Device("V100-32GB", 32 * GiB, 900, 125, 0.9 * 12.5 * 4 / 4, 0.42, reserve_bytes=int(1.5 * GiB), host_GBps=12),
+    Device("A100", 80 * GiB, 2039, 200, 0.9 * 25, 0.69),
+    Device("A100-40GB", 40 * GiB, 1555, 200, 0.9 * 25, 0.69),
     Device("H100", 80 * GiB, 3350, 480, 0.9 * 50, 0.49),
     Device("H200", 141 * 10 ** 9, 4800, 480, 0.9 * 50, 0.49),
     Device("MI300X", 192 * GiB, 5300, 300, 0.9 * 50, 0.35),
@@ -142,13 +142,16 @@ def cluster_of(device: str, nodes: int, per_node: int, precision: str, *, peak: 
     if nodes < 1 or per_node < 1:
         raise UserError(f"--nodes {nodes} and --gpus-per-node {per_node} must be positive")
     row = device_row(device)
-    table_peak, _ = peak_tflops(row.family if row else device, "cuda", precision)
+    table_peak, why = peak_tflops(row.family if row else device, "cuda", precision)
     peak = peak or table_peak
     memory = memory_bytes or (row.memory_bytes if row else None)
+    if peak is None and row is not None:
+        raise UserError(f"--device {device}: {row.family} has no {precision} peak ({why}); give another --precision "
+                        "or --peak-tflops")
     if peak is None or memory is None:
         known = ", ".join(d.family for d in DEVICES.values())
         missing = " and ".join(f for f, v in (("--peak-tflops", peak), ("--device-memory", memory)) if v is None)
-        raise UserError(f"--device {device}: not a known family ({known}) for {precision}; give {missing}")
+        raise UserError(f"--device {device}: not a known family ({known}); give {missing}")
     row = row or Device(device, memory, 2000.0, 0.0, 0.0, 0.4)
     sources = {"peak_tflops": f"{row.family} {precision} dense peak (ds_bench.measure.peaks)" if not peak
                or peak == table_peak else "--peak-tflops", "memory": "--device-memory" if memory_bytes else

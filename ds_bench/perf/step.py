@@ -28,7 +28,10 @@
   all-gather of updated parameters after the step, tensor/sequence/expert collectives (on the critical path)
   and anything under a pipeline (reduced after the flush) are exposed. On CPU ranks nothing overlaps: gloo's
   threads and the compute share the same cores.
-- **bubble** (1F1B): (P-1)/m of the compute, m micro-batches per step (a fraction (P-1)/(m+P-1) of the step).
+- **pipeline** (1F1B): the step runs at its busiest stage, the last (ceil(L/P) blocks and the LM head): m micro-batches
+  of it, plus the **bubble**, one micro-batch through every other stage while the pipeline fills and drains:
+  compute = m x share x T and bubble = (1 - share) x T, T one micro-batch through the whole model; balanced stages
+  (share 1/P) give Narayanan et al.'s bubble, (P-1)/m of the compute, a fraction (P-1)/(m+P-1) of the step.
 - **optimizer**: Adam reads and writes ``OPTIMIZER_BYTES`` per parameter the rank updates at its memory
   bandwidth; offloaded, DeepSpeed's CPU Adam at the host's and each step's gradients down and parameters up
   over PCIe (``host_GBps``).
@@ -99,15 +102,27 @@ def step(shape: Transformer, candidate: Candidate, seq_len: int, sequences: int,
     if m is None:
         raise ValueError(f"{sequences} sequences do not divide over {candidate.label(world)}")
     flops = sequences * seq_len * shape.flops_per_token(seq_len, candidate.checkpointing) / world
-    compute = flops / (cluster.peak_tflops * 1e12 * cluster.achieved)
+    balanced = flops / (cluster.peak_tflops * 1e12 * cluster.achieved)
+    p = layout.pipeline_stages
+    share = busiest_stage_share(shape, p, seq_len, candidate.checkpointing)
+    compute = balanced * p * share
+    bubble = (1 - share) * balanced * p / m if p > 1 else 0.0
     forward = compute * shape.flops_per_token(seq_len) / 3 / shape.flops_per_token(seq_len, candidate.checkpointing)
     moved = collectives(shape, candidate, seq_len, m, cluster, tp_style)
     comm = {name: nbytes / (bw * 1e9) if bw else float("inf") for name, (nbytes, bw) in moved.items()}
     exposed = exposed_times(comm, candidate, cluster, compute, forward)
-    p = layout.pipeline_stages
-    bubble = compute * (p - 1) / m if p > 1 else 0.0
     return Step(compute, forward, comm, exposed, bubble, optimizer_s(shape, candidate, cluster), m,
                 {name: bw for name, (_, bw) in moved.items()})
+
+
+def busiest_stage_share(shape: Transformer, stages: int, seq_len: int, recompute: bool) -> float:
+    """The busiest pipeline stage's share of a micro-batch's FLOPs: the last, with its ceil(L/P) blocks and the LM
+    head (6 V h per token; the embedding lookup costs none); 1 without a pipeline."""
+    if stages <= 1:
+        return 1.0
+    total = shape.flops_per_token(seq_len, recompute)
+    head = 6.0 * shape.vocab * shape.hidden
+    return min(1.0, (-(-shape.layers // stages) * (total - head) / shape.layers + head) / total)
 
 
 def collectives(shape: Transformer, candidate: Candidate, seq_len: int, m: int,

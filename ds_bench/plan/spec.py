@@ -44,7 +44,7 @@ class PlanSpec(StudySpec):
     attn: str = ""
     top: int = 10
     show_dropped: bool = False
-    ds_config: str = "ds_configs/zero1.json"
+    ds_config: str = "zero1.json"
     confirm: int = 0
     steps: int = 12
     warmup: int = 4
@@ -97,8 +97,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o = p.add_argument_group("output and --confirm")
     o.add_argument("--top", type=int, default=10, help="ranked candidates printed and recorded (default 10)")
     o.add_argument("--show-dropped", action="store_true", help="print every dropped candidate with why")
-    o.add_argument("--ds-config", default="ds_configs/zero1.json",
-                   help="base DeepSpeed config of the recommended layout's config and of --confirm's runs")
+    o.add_argument("--ds-config", default="zero1.json",
+                   help="base DeepSpeed config of the recommended layout's config and of --confirm's runs (a file, "
+                        "or a name in ds_configs/; default zero1.json)")
     o.add_argument("--confirm", type=int, default=0, metavar="K",
                    help="run the K best predicted layouts for real on these ranks and print measured beside predicted")
     o.add_argument("--steps", type=int, default=12, help="--confirm: steps per run, warm-up included (default 12)")
@@ -109,7 +110,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def spec_from_args(args: argparse.Namespace) -> PlanSpec:
     """The checked spec (module docstring)."""
-    from ds_bench.config.parsers import memory_cap
+    from ds_bench.config.parsers import config_path, memory_cap
 
     for flag, value in (("--top", args.top), ("--seq-len", args.seq_len), ("--nodes", args.nodes),
                         ("--confirm", args.confirm or None)):
@@ -130,7 +131,8 @@ def spec_from_args(args: argparse.Namespace) -> PlanSpec:
     tokens = _tokens(args.global_batch, seq_len, nodes * per_node)
     if args.confirm:
         argcheck.steps("--steps", args.steps, args.warmup)
-    argcheck.input_file("--ds-config", args.ds_config, "DeepSpeed JSON config")
+    ds_config = config_path(args.ds_config)
+    argcheck.input_file("--ds-config", ds_config, "DeepSpeed JSON config")
     if args.confirm and args.executor == "local" and nodes > 1 and not args.hostfile:
         raise UserError(f"--confirm runs the plan's layouts on these ranks: --nodes {nodes} needs --hostfile or "
                         "--executor slurm (or plan for this node: --nodes 1)")
@@ -150,7 +152,7 @@ def spec_from_args(args: argparse.Namespace) -> PlanSpec:
         checkpointing=tuple(v == "on" for v in parse_list("--activation-checkpointing", args.activation_checkpointing,
                                                           allowed=("off", "on"))),
         degrees=degrees_of(args), headroom_pct=args.headroom, attn=args.attn, top=args.top,
-        show_dropped=args.show_dropped, ds_config=args.ds_config, confirm=args.confirm, steps=args.steps,
+        show_dropped=args.show_dropped, ds_config=ds_config, confirm=args.confirm, steps=args.steps,
         warmup=args.warmup, nproc=per_node, run_args=tuple(args.run_args),
         cpu_mem_limit=memory_cap(args.cpu_mem_limit), dry_run=args.dry_run)
 

@@ -142,6 +142,10 @@ def failures(records: list[Record]) -> str:
             rows.append(["comm", r.run_id, f"{r.world_size} ranks", status(r.status), "-", "; ".join(r.problems) or "-"])
         elif isinstance(r, CapacityRecord) and r.status == "failed":
             rows.append(["capacity", r.capacity, r.layout, status(r.status), "-", r.reason or "-"])
+        elif getattr(r, "kind", None) == "plan" and r.status != "ok":
+            bad = [row for row in r.ranked if row.confirmed and row.confirmed.status != "ok"]
+            rows += [["plan --confirm", r.run_id, row.label, status(row.confirmed.status), "-",
+                      row.confirmed.reason or "-"] for row in bad]
         elif isinstance(r, DoctorRecord) and r.problems:
             rows.append(["doctor", "-", f"{len(r.ranks)} ranks", status("failed"), "-", "; ".join(r.problems)])
     if not rows:

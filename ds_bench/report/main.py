@@ -53,6 +53,10 @@ def main(args: argparse.Namespace) -> int:
         from ds_bench.report.capacity_table import show_last as show_capacity
 
         return show_capacity(args.results)
+    if os.path.isfile(args.results) and _has_kind(args.results, "plan") and args.tag is None:
+        from ds_bench.report.plan_table import show_last as show_plan
+
+        return show_plan(args.results)
     return show(args.results, args.tag, args.plot)
 
 

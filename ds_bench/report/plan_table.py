@@ -64,3 +64,14 @@ def confirmed(r: PlanRecord) -> str:
                                     "predicted GiB", "measured GiB"], disable_numparse=True)
     median = f"median predicted/measured {r.confirm_median_ratio:.2f}" if r.confirm_median_ratio else ""
     return f"{table}\n{median}".rstrip()
+
+
+def show_last(path: str) -> int:
+    """``ds-bench report`` of a plan's results file: its newest plan, as ``ds-bench plan`` printed it."""
+    from ds_bench.record import store
+
+    record = store.read_records(path, PlanRecord)[-1]
+    print(render(record))
+    if any(row.confirmed for row in record.ranked):
+        print(confirmed(record))
+    return 0 if record.status == "ok" else 1

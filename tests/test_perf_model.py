@@ -1,0 +1,161 @@
+"""The performance model (``ds_bench.perf``) on inline inputs: the shapes' counts equal the workloads' own, the
+activation formula is Korthikanti et al.'s, the step's parts (bubble, ZeRO's volumes, TP's all-reduces, group
+placement, overlap) are the documented equations, the search drops with the rule's sentence or the excess, and
+``--calibrate``'s records replace the datasheet's figures."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from ds_bench.config.layout import Layout
+from ds_bench.perf import calibrate, memory, shapes, space, step
+from ds_bench.perf.candidate import Candidate
+from ds_bench.perf.devices import cluster_of, cpu_cluster
+from ds_bench.record.schema import CommRecord, CommRow, RooflineRecord, RooflineRow
+from ds_bench.report.comm_bound import bus_bytes_per_step
+from ds_bench.workloads import flops, gpt2_shapes, llama_shapes, moe_shapes
+
+
+def layout(**kw) -> Layout:
+    return Layout(**{"stage": 1, "offload": "none", "precision": "bf16", "micro_batch": 1, **kw})
+
+
+@pytest.mark.parametrize("size", list(gpt2_shapes.SHAPES))
+def test_gpt2_counts_are_the_workloads(size):
+    t = shapes.of_workload("gpt2", size, None, None, None, 1024)
+    s = gpt2_shapes.named_shape(size, 1024)
+    assert t.params == gpt2_shapes.gpt2_param_count(s.n_layer, s.n_embd, positions=s.n_positions)
+    assert t.flops_per_token(1024) == flops.gpt2_flops_per_token(s.n_layer, s.n_embd, 4 * s.n_embd,
+                                                                 gpt2_shapes.VOCAB, 1024)
+    assert t.flops_per_token(1024, recompute=True) == pytest.approx(
+        flops.gpt2_hardware_flops_per_token(s.n_layer, s.n_embd, 4 * s.n_embd, gpt2_shapes.VOCAB, 1024))
+
+
+@pytest.mark.parametrize("size", list(llama_shapes.SHAPES))
+def test_llama_counts_are_the_workloads(size):
+    t, s = shapes.of_workload("llama", size, None, None, None, 4096), llama_shapes.SHAPES[size]
+    assert t.params == llama_shapes.param_count(s)
+    assert t.flops_per_token(4096) == llama_shapes.flops_per_token(s, 4096)
+    assert t.flops_per_token(4096, True) == pytest.approx(llama_shapes.hardware_flops_per_token(s, 4096))
+
+
+@pytest.mark.parametrize("size", list(moe_shapes.SHAPES))
+def test_moe_counts_are_the_workloads(size):
+    t, s = shapes.of_workload("moe", size, None, None, None, 2048), moe_shapes.SHAPES[size]
+    assert (t.params, t.expert_params) == (moe_shapes.param_count(s), moe_shapes.expert_param_count(s))
+    assert t.flops_per_token(2048) == moe_shapes.flops_per_token(s, 2048)
+    assert t.largest_layer_params == moe_shapes.largest_layer_params(s)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_a_gpt_block_keeps_korthikantis_bytes(tp):
+    """Korthikanti et al. 2022, eq. 1-2: s b h (10 + 24/t + 5 a s / (h t)) bytes per block in 16-bit with dropout."""
+    gpt = shapes.of_workload("gpt2", "small", None, None, None, 1024)
+    s, b, h, a = 1024, 4, gpt.hidden, gpt.heads
+    got = memory.block_bytes(gpt, Candidate(layout(micro_batch=b, tensor_parallel=tp)), s, eager=True)
+    assert got == pytest.approx(s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp)))
+    fused = memory.block_bytes(gpt, Candidate(layout(micro_batch=b, tensor_parallel=tp)), s, eager=False)
+    assert fused == pytest.approx(s * b * h * (10 + 24 / tp))
+
+
+def test_checkpointing_keeps_each_blocks_input_and_one_block():
+    gpt = shapes.of_workload("gpt2", "small", None, None, None, 1024)
+    c = Candidate(layout(micro_batch=2), checkpointing=True)
+    one = memory.block_bytes(gpt, c, 1024, eager=False)
+    assert memory.activation_bytes(gpt, c, 1024) == int(gpt.layers * 2 * 2 * 1024 * gpt.hidden + one)
+
+
+def test_a_balanced_pipeline_bubble_is_p_minus_1_over_m_of_the_compute():
+    """Narayanan et al. 2021: with the LM head costing nothing (vocabulary 0) stages are balanced."""
+    flat = dataclasses.replace(shapes.custom("flat", 8, 1024, 16, vocab=0, seq_len=1024), positions=0)
+    cluster = cluster_of("H100", 1, 8, "bf16")
+    for p, m in ((2, 4), (4, 8), (8, 8)):
+        c = Candidate(layout(stage=0, pipeline_stages=p, micro_batch=1, grad_accum=m))
+        st = step.step(flat, c, 1024, m * 8 // p, cluster)
+        assert st.bubble_s / st.compute_s == pytest.approx((p - 1) / m)
+
+
+def test_the_last_stage_carries_the_head():
+    gpt = shapes.of_workload("gpt2", "tiny", None, None, None, 256)
+    share = step.busiest_stage_share(gpt, 2, 256, False)
+    head = 6 * gpt.vocab * gpt.hidden / gpt.flops_per_token(256)
+    assert share == pytest.approx(head + (1 - head) / 2)
+
+
+def test_data_parallel_bytes_are_zeros_volumes_over_the_dp_group():
+    llama = shapes.of_workload("llama", "llama3.1-8b", None, None, None, 4096)
+    cluster = cluster_of("H100", 2, 8, "bf16")
+    for stage in range(4):
+        c = Candidate(layout(stage=stage, tensor_parallel=2, micro_batch=1, grad_accum=4))
+        moved = step.collectives(llama, c, 4096, 4, cluster)
+        expected = bus_bytes_per_step(stage, int(llama.params / 2), 2, 2, 8, 4)
+        assert {k: moved[k][0] for k in expected} == pytest.approx(expected)
+        # every one of the 7 AutoTP all-reduces per block + 2, micro-batch x T x h, 2(t-1)/t on the bus, per micro-step
+        assert moved["tp_all_reduce"][0] == pytest.approx((7 * 32 + 2) * 4096 * 4096 * 2 * 4)
+
+
+def test_groups_inside_a_node_use_its_busbw_and_across_nodes_their_share_of_the_network():
+    cluster = cluster_of("H100", 4, 8, "bf16")
+    assert step.group(8, 1, cluster) == (8, False)
+    assert step.group(4, 8, cluster) == (1, True)  # one rank a node
+    assert step.group(32, 1, cluster) == (8, True)
+    assert cluster.busbw("all_reduce", 8, False) == 480
+    assert cluster.busbw("all_reduce", 1, True) == pytest.approx(cluster.nic_GBps)
+    assert cluster.busbw("all_reduce", 8, True) == pytest.approx(min(480, 8 * cluster.nic_GBps))
+
+
+def test_zero3_gathers_hide_behind_gpu_compute_but_not_on_cpu_ranks():
+    llama = shapes.of_workload("llama", "llama3.2-1b", None, None, None, 2048)
+    c = Candidate(layout(stage=3, micro_batch=4, grad_accum=2))
+    gpu = step.step(llama, c, 2048, 64, cluster_of("H100", 1, 8, "bf16"))
+    assert gpu.comm_s["all_gather"] > 0 and gpu.exposed_s["all_gather"] == 0
+    cpu = cpu_cluster(1, 8, 2 ** 34, 0.1, {"all_reduce": 1.0}, 10.0, None, None)
+    on_cpu = step.step(llama, c, 2048, 64, cpu)
+    assert on_cpu.exposed_s == pytest.approx(on_cpu.comm_s)
+    stage1 = step.step(llama, Candidate(layout(stage=1, micro_batch=4, grad_accum=2)), 2048, 64,
+                       cluster_of("H100", 1, 8, "bf16"))
+    assert stage1.exposed_s == stage1.comm_s  # reduced at the boundary, gathered after the step
+
+
+def test_the_search_drops_with_the_rules_sentence_or_by_how_much_and_ranks_the_rest():
+    from ds_bench.workloads import REGISTRY
+
+    llama = shapes.of_workload("llama", "llama3.1-70b", None, None, None, 4096)
+    cluster = cluster_of("H100", 2, 8, "bf16")
+    ranked, dropped = space.search(llama, cluster, space.Space(), 4096, 256, REGISTRY["llama"])
+    assert ranked and all(a.tokens_per_s_per_rank >= b.tokens_per_s_per_rank for a, b in zip(ranked, ranked[1:]))
+    assert all(p.memory.total <= cluster.memory_bytes * 0.9 for p in ranked)
+    rules = {d.rule: d for d in dropped}
+    assert "AutoTP does not combine with DeepSpeed's pipeline engine" in rules["AutoTP and a pipeline"].why
+    assert "gpt2 has" in rules["model"].why or "does not divide" in rules["model"].why
+    over = rules["memory"]
+    assert over.excess_bytes > 0 and "GiB over the 72.0 GiB usable" in over.why
+    assert not any(p.candidate.layout.engine == "ddp" and p.candidate.layout.stage for p in ranked)
+
+
+def test_the_batch_must_divide_into_replicas_and_micro_batches():
+    c = Candidate(layout(micro_batch=4))
+    assert step.micro_steps(c, 64, 8) == 2 and step.micro_steps(c, 60, 8) is None
+
+
+def test_records_replace_the_datasheets_figures():
+    roof = RooflineRecord(kind="roofline", run_id="r1", time="t", results=[
+        RooflineRow(rank=r, host="h", device="x86", test="matmul", dtype="fp32", size=n, median=v, low=v, high=v,
+                    iters=1, repeats=1) for r, n, v in ((0, 512, 0.01), (0, 1024, 0.07), (1, 1024, 0.05))] + [
+        RooflineRow(rank=0, host="h", device="x86", test="copy", dtype="fp32", size=1, median=12.0, low=1, high=1,
+                    iters=1, repeats=1)])
+    comm = CommRecord(kind="comm", status="ok", run_id="c1", time="t", world_size=4, hosts=["a", "a", "b", "b"],
+                      results=[CommRow(scope="intra", collective="all_reduce", size_bytes=8, busbw_GBps=9.0),
+                               CommRow(scope="intra", collective="all_reduce", size_bytes=64, busbw_GBps=20.0),
+                               CommRow(scope="world", collective="all_reduce", size_bytes=64, busbw_GBps=6.0)])
+    figures = calibrate.Figures()
+    calibrate.from_roofline(roof, "fp32", figures)
+    calibrate.from_comm(comm, figures)
+    assert (figures.peak_tflops, figures.hbm_GBps, figures.device) == (pytest.approx(0.06), 12.0, "x86")
+    assert figures.intra == {"all_reduce": 20.0} and figures.nic_GBps == 3.0  # 6 GB/s over 2 ranks a host
+    cluster = calibrate.apply(cluster_of("H100", 2, 8, "fp32"), figures)
+    assert (cluster.peak_tflops, cluster.intra_busbw_GBps["all_reduce"], cluster.nic_GBps) == (pytest.approx(0.06), 20.0,
+                                                                                                3.0)
+    assert cluster.sources["nic_GBps"].startswith("comm c1")

@@ -1,0 +1,94 @@
+"""``ds-bench plan`` end to end: a plan for 64 x 8 H100 (in-process: no rank is started) prints its table, appends a
+``plan`` record the schema accepts, writes the best layout's DeepSpeed config, and ``report`` (terminal and HTML)
+shows it again; ``--confirm`` runs the best layout for real on this machine's CPU ranks and records it measured."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ds_bench import cli
+from tests.conftest import check_schema, ds_bench, records
+
+H100_70B = ["plan", "--workload", "llama", "--size", "llama3.1-70b", "--seq-len", "8192", "--global-batch", "4M",
+            "--device", "H100", "--nodes", "64", "--gpus-per-node", "8"]
+
+
+def test_a_plan_for_512_gpus_is_a_table_a_record_and_a_config(tmp_path, capsys):
+    results = tmp_path / "plan.jsonl"
+    assert cli.main([*H100_70B, "--results", str(results), "--top", "5"]) == 0
+    out = capsys.readouterr().out
+    [record] = records(results)
+    check_schema(record)
+    assert record["kind"] == "plan" and record["cluster"]["nodes"] == 64 and record["sequences"] == 512
+    assert len(record["ranked"]) == 5 and record["feasible"] > 5
+    best = record["ranked"][0]
+    assert best["label"] in out and "dropped" in out and "AutoTP and a pipeline" in out
+    assert best["tokens_per_s_per_rank"] >= record["ranked"][-1]["tokens_per_s_per_rank"]
+    assert best["memory_bytes"] <= 0.9 * 80 * 2 ** 30
+    steps = best["compute_s"] + sum(best["exposed_s"].values()) + best["bubble_s"] + best["optimizer_s"]
+    assert best["step_s"] == pytest.approx(steps)
+    config = json.loads((tmp_path / "plan.best.json").read_text())
+    assert config["zero_optimization"]["stage"] == best["point"]["stage"]
+    assert config["train_micro_batch_size_per_gpu"] == best["point"]["micro_batch"]
+    assert "train_batch_size" not in config  # portable: DeepSpeed derives it on any world size
+    assert record["cluster"]["sources"]["peak_tflops"].startswith("H100 bf16 dense peak")
+
+    assert cli.main(["report", str(results)]) == 0
+    assert best["label"] in capsys.readouterr().out
+    from ds_bench.report.html_report import read, write_report
+
+    write_report(str(tmp_path / "r.html"), read([str(results)]))
+    page = (tmp_path / "r.html").read_text()
+    assert 'id="plan"' in page and "plan-table" in page and best["label"] in page
+
+
+def test_a_dry_run_writes_nothing(tmp_path, capsys):
+    assert cli.main([*H100_70B, "--results", str(tmp_path / "p.jsonl"), "--dry-run"]) == 0
+    assert "the best 10" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_calibrated_with_records_the_cluster_is_this_ones(tmp_path, capsys):
+    line = {"kind": "roofline", "run_id": "R1", "time": "t", "world_size": 1, "results": [
+        {"rank": 0, "host": "h", "device": "x86_64", "test": "matmul", "dtype": "fp32", "size": 1024, "median": 0.07,
+         "low": 0.06, "high": 0.08, "iters": 3, "repeats": 5}]}
+    (tmp_path / "cal.jsonl").write_text(json.dumps(line) + "\n")
+    assert cli.main(["plan", "--workload", "gpt2", "--size", "tiny", "--device", "cpu", "--nproc", "1",
+                     "--calibrate", str(tmp_path / "cal.jsonl"), "--results", str(tmp_path / "p.jsonl")]) == 0
+    [record] = records(tmp_path / "p.jsonl")
+    assert record["cluster"]["peak_tflops"] == 0.07 and "roofline R1" in record["cluster"]["sources"]["peak_tflops"]
+
+
+@pytest.mark.dist
+def test_confirm_runs_the_best_layout_and_records_it_beside_its_prediction(tmp_path):
+    results = tmp_path / "plan.jsonl"
+    proc = ds_bench("plan", "--workload", "gpt2", "--size", "tiny", "--seq-len", "128", "--global-batch", "512",
+                    "--device", "cpu", "--nproc", "1", "--peak-tflops", "0.05", "--stages", "0", "--offload", "none",
+                    "--micro-batch", "2", "--activation-checkpointing", "off", "--pipeline-stages", "1",
+                    "--confirm", "1", "--steps", "5", "--warmup", "2", "--launcher", "torchrun",
+                    "--results", str(results), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [record] = records(results)
+    row = record["ranked"][0]
+    confirmed = row["confirmed"]
+    assert record["status"] == "ok" and confirmed["status"] == "ok", confirmed
+    assert confirmed["step_s"] > 0 and confirmed["ratio"] == pytest.approx(row["step_s"] / confirmed["step_s"])
+    runs = [r for r in records(tmp_path / "plan.runs.jsonl") if r.get("tag") == confirmed["tag"]]
+    assert runs and runs[0]["metrics"]["step_ms_median"] == pytest.approx(confirmed["step_s"] * 1e3)
+    assert runs[0]["ds_config"]["gradient_accumulation_steps"] == row["point"]["grad_accum"] == 2
+    assert "predicted/measured" in proc.stdout
+
+
+@pytest.mark.full
+def test_a_confirm_run_that_fails_is_the_plans_failure(tmp_path):
+    results = tmp_path / "plan.jsonl"
+    proc = ds_bench("plan", "--workload", "gpt2", "--size", "tiny", "--seq-len", "128", "--global-batch", "256",
+                    "--device", "cpu", "--nproc", "1", "--peak-tflops", "0.05", "--stages", "0", "--offload", "none",
+                    "--micro-batch", "2", "--activation-checkpointing", "off", "--pipeline-stages", "1",
+                    "--confirm", "1", "--steps", "4", "--warmup", "1", "--launcher", "torchrun",
+                    "--cpu-mem-limit", "300MiB", "--results", str(results), timeout=300)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [record] = records(results)
+    assert record["status"] == "failed" and record["ranked"][0]["confirmed"]["status"] in ("oom", "crashed")

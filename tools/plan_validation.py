@@ -1,0 +1,104 @@
+"""``ds-bench plan`` against measurement on this machine's CPU ranks: for each world size, measure the ranks'
+ceiling (``ds-bench roofline``) and busbw (``ds-bench comm``), then ``plan --confirm`` every layout of a small
+GPT-2 (ZeRO 0-3, a pipeline), Llama (AutoTP, Ulysses) and MoE (expert parallelism) that the legality table allows
+on those ranks, calibrated with those records, and print predicted beside measured (docs/plan.md quotes it).
+
+    python tools/plan_validation.py --worlds 1,2,4 --out /tmp/planval
+    python tools/plan_validation.py --worlds 2 --quick         # what tests/test_plan_validation.py runs
+
+Each plan run is restricted to one family of layouts by its axis flags; ``--steps`` steps per run (warm-up
+``--warmup``). Exits 1 when a confirm run failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+SHAPE = {"gpt2": ["--layers", "4", "--hidden", "256", "--heads", "4"],
+         "llama": ["--layers", "4", "--hidden", "256", "--heads", "4"],
+         "moe": ["--layers", "2", "--hidden", "256", "--heads", "4", "--experts", "4", "--top-k", "2"]}
+FIXED = ["--offload", "none", "--activation-checkpointing", "off", "--seq-len", "256"]
+
+
+def families(world: int, quick: bool) -> list[tuple[str, list[str]]]:
+    """(workload, axis flags) of each plan run at ``world`` ranks."""
+    degrees = [d for d in (1, 2, 4) if world % d == 0]
+    pp = ",".join(str(d) for d in degrees if d <= 4)
+    out = [("gpt2", ["--stages", "0,1,2,3" if world > 1 else "0", "--pipeline-stages", pp, "--micro-batch", "2"])]
+    if world > 1 and not quick:
+        out += [("llama", ["--stages", "1", "--tensor-parallel", ",".join(map(str, degrees)),
+                           "--sequence-parallel", ",".join(map(str, degrees)), "--micro-batch", "2"]),
+                ("moe", ["--stages", "1", "--expert-parallel", ",".join(map(str, degrees)), "--micro-batch", "2"])]
+    return out
+
+
+def run(argv: list[str], log: str) -> int:
+    with open(log, "a") as f:
+        f.write("$ " + " ".join(argv) + "\n")
+        f.flush()
+        return subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, timeout=3600).returncode
+
+
+def calibrate(world: int, out: str, log: str) -> str:
+    path = os.path.join(out, f"calibration_w{world}.jsonl")
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world), "-m", "ds_bench"]
+    run([*torchrun, "roofline", "--dtypes", "fp32", "--results", path], log)
+    if world > 1:
+        run([*torchrun, "comm", "--collectives", "all_reduce,all_gather,reduce_scatter,all_to_all,send_recv",
+             "--max-bytes", "32MiB", "--iters", "10", "--results", path], log)
+    return path
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--worlds", default="2")
+    p.add_argument("--out", default="/tmp/plan_validation")
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--quick", action="store_true", help="GPT-2 layouts only")
+    args = p.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    log, status, rows = os.path.join(args.out, "log.txt"), 0, []
+    for world in [int(w) for w in args.worlds.split(",")]:
+        cal = calibrate(world, args.out, log)
+        for workload, axes in families(world, args.quick):
+            results = os.path.join(args.out, f"plan_{workload}_w{world}.jsonl")
+            argv = [sys.executable, "-m", "ds_bench", "plan", "--workload", workload, *SHAPE[workload], *FIXED, *axes,
+                    "--global-batch", str(world * 4 * 256), "--device", "cpu", "--nproc", str(world),
+                    "--calibrate", cal, "--confirm", "99", "--steps", str(args.steps), "--warmup", str(args.warmup),
+                    "--launcher", "torchrun", "--top", "99", "--results", results]
+            status |= run(argv, log) != 0
+            rows += table_rows(results, world, workload)
+    print("| ranks | model | layout | predicted step ms | measured step ms | predicted/measured | predicted GiB | "
+          "measured GiB |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+    ratios = [float(r[5]) for r in rows if r[5] != "-"]
+    if ratios:
+        print(f"\nmedian predicted/measured {statistics.median(ratios):.2f} over {len(ratios)} layouts, "
+              f"range {min(ratios):.2f}-{max(ratios):.2f}")
+    return 1 if status else 0
+
+
+def table_rows(results: str, world: int, workload: str) -> list[list[str]]:
+    if not os.path.isfile(results):
+        return []
+    record = [json.loads(line) for line in open(results) if line.strip()][-1]
+    out = []
+    for row in record["ranked"]:
+        c = row.get("confirmed") or {}
+        measured = c.get("step_s")
+        out.append([str(world), f"{workload} {record['size']}", row["label"], f"{row['step_s'] * 1e3:,.0f}",
+                    f"{measured * 1e3:,.0f}" if measured else c.get("status", "-"),
+                    f"{c['ratio']:.2f}" if c.get("ratio") else "-", f"{row['memory_bytes'] / 2**30:.2f}",
+                    f"{c['peak_mem_bytes'] / 2**30:.2f}" if c.get("peak_mem_bytes") else "-"])
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
