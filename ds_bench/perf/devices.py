@@ -99,6 +99,32 @@ class Cluster:
     def with_figures(self, **figures) -> Cluster:
         return replace(self, **figures)
 
+    def to_dict(self) -> dict:
+        """Every figure, as a ``plan`` record's ``cluster`` holds it (``from_dict`` reads it back)."""
+        return {"nodes": self.nodes, "per_node": self.per_node, "device_type": self.device_type,
+                "device": self.device, "memory_bytes": self.memory_bytes, "peak_tflops": self.peak_tflops,
+                "achieved": self.achieved, "intra_busbw_GBps": dict(self.intra_busbw_GBps), "nic_GBps": self.nic_GBps,
+                "hbm_GBps": self.hbm_GBps, "host_GBps": self.host_GBps, "reserve_bytes": self.reserve_bytes,
+                "sources": dict(self.sources)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Cluster:
+        """The cluster a ``to_dict`` (a ``plan`` record's ``cluster``) describes; ``host_GBps``, which records
+        before it did not hold, from the device's family row (else ``Device``'s default). A ``ValueError``
+        naming the figures missing."""
+        required = ("nodes", "per_node", "device_type", "device", "memory_bytes", "peak_tflops", "achieved",
+                    "hbm_GBps", "reserve_bytes")
+        missing = [k for k in required if d.get(k) is None]
+        if missing:
+            raise ValueError(f"the cluster lacks {', '.join(missing)}")
+        row = device_row(str(d["device"]))
+        host = d.get("host_GBps") or (row.host_GBps if row else Device.host_GBps)
+        return cls(int(d["nodes"]), int(d["per_node"]), str(d["device_type"]), str(d["device"]),
+                   int(d["memory_bytes"]), float(d["peak_tflops"]), float(d["achieved"]),
+                   {str(k): float(v) for k, v in (d.get("intra_busbw_GBps") or {}).items()},
+                   None if d.get("nic_GBps") is None else float(d["nic_GBps"]), float(d["hbm_GBps"]), float(host),
+                   int(d["reserve_bytes"]), {str(k): str(v) for k, v in (d.get("sources") or {}).items()})
+
 
 CPU_ACHIEVED = 0.5
 """Fraction of its measured matmul ceiling (``ds-bench roofline``) a CPU rank's training step achieves: docs/plan.md
