@@ -561,7 +561,8 @@ CASES["sweep prune-predicted for another world"] = Case(
     with_plan_file(*SWEEP_GPT2, *PRUNE, world=(2, 4)),
     r"--prune-predicted \S+/plan\.jsonl: no plan record for gpt2 tiny on 2 rank\(s\); the newest, "
     r"20260101T000000-abcdef01, has world size 8 = 2 nodes x 4 \(the sweep's 2\)$")
-CASES["sweep prune-predicted missing file"] = Case(cmd(*SWEEP_GPT2, *PRUNE), r"--prune-predicted \S+/plan\.jsonl: file not found")
+CASES["sweep prune-predicted missing file"] = Case(cmd(*SWEEP_GPT2, *PRUNE),
+                                                  r"--prune-predicted \S+/plan\.jsonl: file not found")
 CASES["sweep prune-predicted with mnist"] = Case(
     with_plan_file(*SWEEP, *MNIST, "--prune-predicted", "{tmp}/plan.jsonl"),
     r"--prune-predicted: workload mnist is not one ds-bench plan models \(gpt2, llama, moe\)")

@@ -12,7 +12,8 @@ from ds_bench import cli
 from ds_bench.config.layout import Layout
 from ds_bench.errors import UserError
 from ds_bench.perf import shapes
-from ds_bench.perf.devices import Cluster, cluster_of, cpu_cluster
+from ds_bench.perf.datasheet import cluster_of
+from ds_bench.perf.devices import Cluster, cpu_cluster
 from ds_bench.record import store
 from ds_bench.record.plan_schema import PlanRecord
 from ds_bench.sweep import prune
@@ -58,7 +59,8 @@ def test_a_cluster_missing_a_figure_is_named():
 
 # --- which plan ------------------------------------------------------------------------------------
 def test_the_newest_matching_plan_is_taken():
-    older, other, newer = plan_record(run_id="a"), plan_record("llama", "llama3.2-1b", run_id="b"), plan_record(run_id="c")
+    older, newer = plan_record(run_id="a"), plan_record(run_id="c")
+    other = plan_record("llama", "llama3.2-1b", run_id="b")
     assert prune.pick_plan([older, newer, other], "gpt2", "tiny", 2, "p.jsonl").run_id == "c"
 
 

@@ -6,7 +6,9 @@ inter-node share of one GPU, busbw a cross-node group reaches per rank it has on
 peak its training matmuls achieve (``achieved``: one constant per family, docs/plan.md says from which runs)
 and what a process holds beyond the model (``reserve_bytes``: CUDA context, NCCL buffers, allocator slack).
 A ``Cluster`` is N nodes of G of them, each figure either the family's or this cluster's own measurement
-(``ds_bench.perf.calibrate``), with where each came from.
+(``ds_bench.perf.calibrate``), with where each came from. A cluster from a family's datasheet and the dense peak
+table is ``perf.datasheet.cluster_of``'s (this module reads nothing of ``measure/``: a study rebuilding a recorded
+cluster, the sweep's ``--prune-predicted``, stays off the run path).
 
 Figures and their sources (docs/plan.md, "Hardware"; ``perf/published_runs.yaml``'s ``hardware:`` quotes them):
 memory and HBM bandwidth, the NVIDIA V100, A100, H100, H200 and AMD MI300X datasheets; intra-node busbw,
@@ -28,7 +30,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ds_bench.errors import UserError
-from ds_bench.measure.peaks import peak_tflops
 
 GiB = 1024 ** 3
 
@@ -159,28 +160,3 @@ def cpu_cluster(nodes: int, per_node: int, memory_bytes: int, peak: float | None
     return Cluster(nodes, per_node, "cpu", "cpu", memory_bytes, peak, achieved or CPU_ACHIEVED, dict(busbw), None,
                    copy_GBps or 10.0, copy_GBps or 10.0, reserve_bytes or CPU_RESERVE,
                    {"achieved": "--achieved" if achieved else "CPU constant (docs/plan.md)"})
-
-
-def cluster_of(device: str, nodes: int, per_node: int, precision: str, *, peak: float | None = None,
-               memory_bytes: int | None = None) -> Cluster:
-    """A cluster from a family's datasheet row (``--device``), its figures overridden by ``peak`` (TFLOP/s) and
-    ``memory_bytes``; a ``UserError`` naming what is missing for a device the table does not know."""
-    if nodes < 1 or per_node < 1:
-        raise UserError(f"--nodes {nodes} and --gpus-per-node {per_node} must be positive")
-    row = device_row(device)
-    table_peak, _ = peak_tflops(row.family if row else device, "cuda", precision)
-    peak = peak or table_peak
-    memory = memory_bytes or (row.memory_bytes if row else None)
-    if peak is None or memory is None:
-        known = ", ".join(d.family for d in DEVICES.values())
-        missing = " and ".join(f for f, v in (("--peak-tflops", peak), ("--device-memory", memory)) if v is None)
-        raise UserError(f"--device {device}: not a known family ({known}) for {precision}; give {missing}")
-    row = row or Device(device, memory, 2000.0, 0.0, 0.0, 0.4)
-    sources = {"peak_tflops": f"{row.family} {precision} dense peak (ds_bench.measure.peaks)" if not peak
-               or peak == table_peak else "--peak-tflops", "memory": "--device-memory" if memory_bytes else
-               f"{row.family} datasheet", "busbw": f"{row.family} nccl-tests-level defaults (docs/plan.md)",
-               "achieved": f"{row.family} family constant (docs/plan.md)"}
-    return Cluster(nodes, per_node, "cuda", row.family, memory, peak, row.achieved,
-                   {"all_reduce": row.intra_busbw_GBps} if row.intra_busbw_GBps else {},
-                   (row.nic_GBps or None) if nodes > 1 else None, row.hbm_GBps, row.host_GBps,
-                   row.reserve_bytes, sources)

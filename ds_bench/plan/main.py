@@ -11,7 +11,8 @@ import os
 
 from ds_bench.errors import UserError
 from ds_bench.perf import calibrate, shapes
-from ds_bench.perf.devices import Cluster, cluster_of, cpu_cluster
+from ds_bench.perf.datasheet import cluster_of
+from ds_bench.perf.devices import Cluster, cpu_cluster
 from ds_bench.perf.space import Dropped, Planned, Space, search
 from ds_bench.plan.spec import PlanSpec, spec_from_args
 from ds_bench.record import store
