@@ -532,6 +532,44 @@ CASES["sweep seq-len 0"] = Case(cmd(*SWEEP_GPT2, "--seq-len", "256,0"), r"--seq-
 CASES["sweep seq-len text"] = Case(cmd(*SWEEP_GPT2, "--seq-len", "long"), r"--seq-len 'long': 'long' is not an integer")
 CASES["sweep seq-len after -- beside its own"] = Case(cmd(*SWEEP_GPT2, "--seq-len", "64,128", "--", "--seq-len", "32"),
                                                       r"run argument --seq-len after '--': the sweep sets it per point")
+
+def with_plan_file(*args: str, world: tuple[int, int] | None = (1, 2)):
+    """A sweep argv whose ``{tmp}/plan.jsonl`` holds one gpt2 tiny ``plan`` record on ``world`` (nodes, ranks per
+    node), or (None) only a record of another kind."""
+    def build(tmp: Path) -> list[str]:
+        from ds_bench.perf.devices import cpu_cluster
+        from ds_bench.record import store
+        from ds_bench.record.plan_schema import PlanRecord
+        from ds_bench.record.schema import DoctorRecord
+
+        if world is None:
+            store.append_record(str(tmp / "plan.jsonl"), DoctorRecord(kind="doctor", problems=["none"]))
+        else:
+            cluster = cpu_cluster(*world, 8 * 1024 ** 3, 0.5, {"all_reduce": 2.0}, 10.0, None, None)
+            store.append_record(str(tmp / "plan.jsonl"), PlanRecord(
+                kind="plan", status="ok", workload="gpt2", size="tiny", params=1, seq_len=128, global_batch_tokens=1024,
+                sequences=8, precision="fp32", cluster=cluster.to_dict(), run_id="20260101T000000-abcdef01"))
+        return cmd(*args)(tmp)
+    return build
+
+
+PRUNE = ("--size", "tiny", "--micro-batch", "1,2", "--nproc", "2", "--prune-predicted", "{tmp}/plan.jsonl")
+CASES["sweep prune-predicted without a plan record"] = Case(
+    with_plan_file(*SWEEP_GPT2, *PRUNE, world=None),
+    r"^ds-bench: error: --prune-predicted \S+/plan\.jsonl: no plan record in it \(ds-bench plan --results")
+CASES["sweep prune-predicted for another world"] = Case(
+    with_plan_file(*SWEEP_GPT2, *PRUNE, world=(2, 4)),
+    r"--prune-predicted \S+/plan\.jsonl: no plan record for gpt2 tiny on 2 rank\(s\); the newest, "
+    r"20260101T000000-abcdef01, has world size 8 = 2 nodes x 4 \(the sweep's 2\)$")
+CASES["sweep prune-predicted missing file"] = Case(cmd(*SWEEP_GPT2, *PRUNE),
+                                                  r"--prune-predicted \S+/plan\.jsonl: file not found")
+CASES["sweep prune-predicted with mnist"] = Case(
+    with_plan_file(*SWEEP, *MNIST, "--prune-predicted", "{tmp}/plan.jsonl"),
+    r"--prune-predicted: workload mnist is not one ds-bench plan models \(gpt2, llama, moe\)")
+CASES["sweep prune-predicted with micro-batch auto"] = Case(
+    with_plan_file(*SWEEP_GPT2, *PRUNE, "--micro-batch", "auto"), r"--prune-predicted with --micro-batch auto: ")
+CASES["sweep prune-keep 0"] = Case(with_plan_file(*SWEEP_GPT2, *PRUNE, "--prune-keep", "0"),
+                                   r"--prune-keep must be a positive integer, got 0")
 CASES["sweep unknown workload"] = Case(cmd(*SWEEP, "--workload", "bert", "--ds-config", "zero1.json"), r"--workload 'bert' is unknown")
 CASES["sweep workload without config"] = Case(cmd(*SWEEP, "--workload", "mnist"), r"--ds-config is required with --workload")
 CASES["sweep missing config"] = Case(cmd(*SWEEP, "--workload", "mnist", "--ds-config", "nope.json"), r"--ds-config nope\.json: file not found")

@@ -6,7 +6,9 @@ inter-node share of one GPU, busbw a cross-node group reaches per rank it has on
 peak its training matmuls achieve (``achieved``: one constant per family, docs/plan.md says from which runs)
 and what a process holds beyond the model (``reserve_bytes``: CUDA context, NCCL buffers, allocator slack).
 A ``Cluster`` is N nodes of G of them, each figure either the family's or this cluster's own measurement
-(``ds_bench.perf.calibrate``), with where each came from.
+(``ds_bench.perf.calibrate``), with where each came from. A cluster from a family's datasheet and the dense peak
+table is ``perf.datasheet.cluster_of``'s (this module reads nothing of ``measure/``: a study rebuilding a recorded
+cluster, the sweep's ``--prune-predicted``, stays off the run path).
 
 Figures and their sources (docs/plan.md, "Hardware"; ``perf/published_runs.yaml``'s ``hardware:`` quotes them):
 memory and HBM bandwidth, the NVIDIA V100, A100, H100, H200 and AMD MI300X datasheets; intra-node busbw,
@@ -28,7 +30,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ds_bench.errors import UserError
-from ds_bench.measure.peaks import peak_tflops
 
 GiB = 1024 ** 3
 
@@ -99,6 +100,32 @@ class Cluster:
     def with_figures(self, **figures) -> Cluster:
         return replace(self, **figures)
 
+    def to_dict(self) -> dict:
+        """Every figure, as a ``plan`` record's ``cluster`` holds it (``from_dict`` reads it back)."""
+        return {"nodes": self.nodes, "per_node": self.per_node, "device_type": self.device_type,
+                "device": self.device, "memory_bytes": self.memory_bytes, "peak_tflops": self.peak_tflops,
+                "achieved": self.achieved, "intra_busbw_GBps": dict(self.intra_busbw_GBps), "nic_GBps": self.nic_GBps,
+                "hbm_GBps": self.hbm_GBps, "host_GBps": self.host_GBps, "reserve_bytes": self.reserve_bytes,
+                "sources": dict(self.sources)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Cluster:
+        """The cluster a ``to_dict`` (a ``plan`` record's ``cluster``) describes; ``host_GBps``, which records
+        before it did not hold, from the device's family row (else ``Device``'s default). A ``ValueError``
+        naming the figures missing."""
+        required = ("nodes", "per_node", "device_type", "device", "memory_bytes", "peak_tflops", "achieved",
+                    "hbm_GBps", "reserve_bytes")
+        missing = [k for k in required if d.get(k) is None]
+        if missing:
+            raise ValueError(f"the cluster lacks {', '.join(missing)}")
+        row = device_row(str(d["device"]))
+        host = d.get("host_GBps") or (row.host_GBps if row else Device.host_GBps)
+        return cls(int(d["nodes"]), int(d["per_node"]), str(d["device_type"]), str(d["device"]),
+                   int(d["memory_bytes"]), float(d["peak_tflops"]), float(d["achieved"]),
+                   {str(k): float(v) for k, v in (d.get("intra_busbw_GBps") or {}).items()},
+                   None if d.get("nic_GBps") is None else float(d["nic_GBps"]), float(d["hbm_GBps"]), float(host),
+                   int(d["reserve_bytes"]), {str(k): str(v) for k, v in (d.get("sources") or {}).items()})
+
 
 CPU_ACHIEVED = 0.5
 """Fraction of its measured matmul ceiling (``ds-bench roofline``) a CPU rank's training step achieves: docs/plan.md
@@ -133,31 +160,3 @@ def cpu_cluster(nodes: int, per_node: int, memory_bytes: int, peak: float | None
     return Cluster(nodes, per_node, "cpu", "cpu", memory_bytes, peak, achieved or CPU_ACHIEVED, dict(busbw), None,
                    copy_GBps or 10.0, copy_GBps or 10.0, reserve_bytes or CPU_RESERVE,
                    {"achieved": "--achieved" if achieved else "CPU constant (docs/plan.md)"})
-
-
-def cluster_of(device: str, nodes: int, per_node: int, precision: str, *, peak: float | None = None,
-               memory_bytes: int | None = None) -> Cluster:
-    """A cluster from a family's datasheet row (``--device``), its figures overridden by ``peak`` (TFLOP/s) and
-    ``memory_bytes``; a ``UserError`` naming what is missing for a device the table does not know."""
-    if nodes < 1 or per_node < 1:
-        raise UserError(f"--nodes {nodes} and --gpus-per-node {per_node} must be positive")
-    row = device_row(device)
-    table_peak, why = peak_tflops(row.family if row else device, "cuda", precision)
-    peak = peak or table_peak
-    memory = memory_bytes or (row.memory_bytes if row else None)
-    if peak is None and row is not None:
-        raise UserError(f"--device {device}: {row.family} has no {precision} peak ({why}); give another --precision "
-                        "or --peak-tflops")
-    if peak is None or memory is None:
-        known = ", ".join(d.family for d in DEVICES.values())
-        missing = " and ".join(f for f, v in (("--peak-tflops", peak), ("--device-memory", memory)) if v is None)
-        raise UserError(f"--device {device}: not a known family ({known}); give {missing}")
-    row = row or Device(device, memory, 2000.0, 0.0, 0.0, 0.4)
-    sources = {"peak_tflops": f"{row.family} {precision} dense peak (ds_bench.measure.peaks)" if not peak
-               or peak == table_peak else "--peak-tflops", "memory": "--device-memory" if memory_bytes else
-               f"{row.family} datasheet", "busbw": f"{row.family} nccl-tests-level defaults (docs/plan.md)",
-               "achieved": f"{row.family} family constant (docs/plan.md)"}
-    return Cluster(nodes, per_node, "cuda", row.family, memory, peak, row.achieved,
-                   {"all_reduce": row.intra_busbw_GBps} if row.intra_busbw_GBps else {},
-                   (row.nic_GBps or None) if nodes > 1 else None, row.hbm_GBps, row.host_GBps,
-                   row.reserve_bytes, sources)

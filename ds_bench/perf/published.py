@@ -38,7 +38,8 @@ from ds_bench.config.layout import Layout
 from ds_bench.perf import memory as mem
 from ds_bench.perf import step as timing
 from ds_bench.perf.candidate import Candidate
-from ds_bench.perf.devices import GiB, Cluster, cluster_of
+from ds_bench.perf.datasheet import cluster_of
+from ds_bench.perf.devices import GiB, Cluster
 from ds_bench.perf.shapes import Transformer, custom
 
 DATA = Path(__file__).with_name("published_runs.yaml")

@@ -11,7 +11,8 @@ import os
 
 from ds_bench.errors import UserError
 from ds_bench.perf import calibrate, shapes
-from ds_bench.perf.devices import Cluster, cluster_of, cpu_cluster
+from ds_bench.perf.datasheet import cluster_of
+from ds_bench.perf.devices import Cluster, cpu_cluster
 from ds_bench.perf.space import Dropped, Planned, Space, search
 from ds_bench.plan.spec import PlanSpec, spec_from_args
 from ds_bench.record import store
@@ -120,10 +121,9 @@ def plan_record(spec: PlanSpec, shape, cluster: Cluster, ranked: list[Planned], 
 
 
 def cluster_dict(c: Cluster) -> dict:
-    return {"nodes": c.nodes, "per_node": c.per_node, "device_type": c.device_type, "device": c.device,
-            "memory_bytes": c.memory_bytes, "peak_tflops": c.peak_tflops, "achieved": c.achieved,
-            "intra_busbw_GBps": c.intra_busbw_GBps, "nic_GBps": c.nic_GBps, "hbm_GBps": c.hbm_GBps,
-            "reserve_bytes": c.reserve_bytes, "sources": c.sources}
+    """The record's ``cluster``: every figure of the modelled cluster (``Cluster.to_dict``; the sweep's
+    ``--prune-predicted`` rebuilds it with ``Cluster.from_dict``)."""
+    return c.to_dict()
 
 
 def row(rank: int, p: Planned, world: int) -> PlanRow:

@@ -31,6 +31,7 @@ from ds_bench.report.ranking import GIB
 from ds_bench.sweep.memory import MemoryModel
 from ds_bench.sweep.point_record import point_record
 from ds_bench.sweep.progress import Progress
+from ds_bench.sweep.prune import PRUNED
 
 
 class Sweep:
@@ -45,6 +46,7 @@ class Sweep:
         self.memory.learn_from(r for r in self.done.values() if r.status == "ok")
         self.progress = Progress()
         self.attempts = 0
+        self.pruning = self._prune_by_plan()
 
     # --- the grid -------------------------------------------------------------------------------
     def run(self) -> None:
@@ -70,12 +72,14 @@ class Sweep:
         """Runs (or skips) every repeat of one point; for the micro-batch search: ``fits``, ``oom``
         (ran out, or predicted to), or what else ended it (``invalid``, ``timeout``, ``crashed``)."""
         reason = self._skip_reason(point, smallest_oom)
+        if reason is None and self.pruning is not None:
+            reason = self.pruning.pruned.get(point.key)
         predicted = self.memory.predict(point)
         if reason is None and self.spec.prune and self.memory.surely_too_big(predicted, point):
             reason = (f"predicted {predicted / GIB:.2f} GiB per rank > {self.capacity / GIB:.2f} GiB of memory "
                       "(--no-prune runs it anyway)")
         if reason is not None:
-            if ledger.final(self.done, (point.key, 0)) is None:
+            if self._final(point.key, 0) is None:
                 self._append(point_record(sweep_id=self.sweep_id, spec=self.spec, point=point, repeat=0,
                                           status="skipped", reason=reason, world_size=self.world,
                                           predicted=predicted, capacity=self.capacity))
@@ -84,7 +88,7 @@ class Sweep:
             return "oom" if smallest_oom is not None or reason.startswith("predicted") else "invalid"
         status = "ok"
         for repeat in range(self.spec.repeats):
-            record = ledger.final(self.done, (point.key, repeat)) or self._attempt(point, repeat, predicted)
+            record = self._final(point.key, repeat) or self._attempt(point, repeat, predicted)
             status = record.status
             self.progress.advance(1)
             if status != "ok":
@@ -99,6 +103,46 @@ class Sweep:
         if reason is None:
             reason = self._config_rejected(point)
         return reason
+
+    def _final(self, key: str, repeat: int) -> SweepPointRecord | None:
+        """The attempt's record when it need not run again: a point an earlier ``--prune-predicted`` skipped runs
+        once it is kept."""
+        r = ledger.final(self.done, (key, repeat))
+        return None if r is not None and r.status == "skipped" and (r.reason or "").startswith(PRUNED) else r
+
+    def _prune_by_plan(self):
+        """``--prune-predicted``: the grid's points (those the legality table leaves) ranked by the plan
+        record's model on its cluster (``sweep.prune``); None without it."""
+        from ds_bench.perf import shapes
+        from ds_bench.perf.devices import Cluster
+        from ds_bench.record.plan_schema import PlanRecord
+        from ds_bench.sweep import prune
+
+        s = self.spec
+        if s.prune_predicted is None:
+            return None
+        flags = run_flags_of(s.workload, s.run_args)
+        shape_cache: dict[int, object] = {}
+
+        def shape(seq_len: int):
+            if seq_len not in shape_cache:
+                shape_cache[seq_len] = shapes.of_workload(s.workload, flags.size, flags.layers, flags.hidden,
+                                                          flags.heads, seq_len, flags.experts, flags.top_k)
+            return shape_cache[seq_len]
+
+        grid = [f.with_micro_batch(m) for f in s.families() for m in sorted(s.micro_batches)]
+        points = [(p, self.with_seq(p).seq_len) for p in grid if skip_reason(self.with_seq(p), self.where) is None]
+        label = shape(self.with_seq(grid[0]).seq_len).label
+        plan = prune.pick_plan(results.read_records(s.prune_predicted, PlanRecord), s.workload, label, self.world,
+                               s.prune_predicted)
+        try:
+            cluster = Cluster.from_dict(plan.cluster)
+        except (ValueError, TypeError) as e:
+            raise UserError(f"--prune-predicted {s.prune_predicted}: plan {plan.run_id}: {e}") from None
+        predictions = [prune.predict(shape(seq), p, seq, cluster, bool(flags.activation_checkpointing),
+                                     s.headroom_pct) for p, seq in points]
+        return prune.rank([p for p in predictions if p is not None], s.prune_keep, plan.run_id or "?",
+                          s.prune_predicted)
 
     def with_seq(self, point: Layout) -> Layout:
         """The point with the sequence its run gets (a legality rule reads it): its own, else the sweep's one

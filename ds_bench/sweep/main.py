@@ -67,5 +67,9 @@ def dry_run_text(sweep) -> str:
         lines.append(f"  {f.family_label()}" + (f"  skipped: {why}" if why else ""))
     lines += [f"  point {p.key}" + (f"  skipped: {w}" if (w := skip_reason(sweep.with_seq(p), where)) else "")
               for p in s.extra_points]
+    if sweep.pruning is not None:
+        from ds_bench.sweep.prune import summary
+
+        lines += summary(sweep.pruning)
     slurm = executor_line(s, len(s.families()), "point (families at once)")
     return "\n".join([*lines, slurm] if slurm else lines)

@@ -64,6 +64,11 @@ class SweepSpec(StudySpec):
     seq_lens: tuple[int, ...] = (0,)
     """``--seq-len`` with several values: each family's ``Layout.seq_len``; (0,): one value or none, a run
     argument of every point (``run_args``)."""
+    prune_predicted: str | None = None
+    """``--prune-predicted FILE``: a results file with a ``plan`` record whose ranking prunes the grid
+    (``sweep.prune``); None: every point runs."""
+    prune_keep: int = 3
+    """``--prune-keep``: the grid's points kept by ``--prune-predicted``."""
 
     def families(self) -> list[Layout]:
         """The grid's families (``jobs.points.families``), every axis of the sweep."""
@@ -106,6 +111,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline", default=None, help="point key the diff column compares to (default: ZeRO-0, no offload)")
     p.add_argument("--no-prune", dest="prune", action="store_false", help="run points predicted not to fit")
     p.add_argument("--max-micro-batch", type=int, default=1024, help="where --micro-batch auto stops doubling")
+    p.add_argument("--prune-predicted", default=None, metavar="FILE",
+                   help="gpt2, llama, moe: a results file with a `ds-bench plan` record (the newest of this workload, "
+                        "size and world size): run only the --prune-keep points of the grid its model predicts the "
+                        "most tokens/s per rank for, skip the others saying why (--point points always run)")
+    p.add_argument("--prune-keep", type=int, default=3, metavar="K",
+                   help="with --prune-predicted: points kept over the whole grid, not per family (default 3)")
     p.add_argument("--cpu-mem-limit", default=None, metavar="SIZE", help="cap each CPU rank's memory, e.g. 3GiB")
     p.add_argument("--steps", type=int, default=20, help="steps per point, warm-up included (default 20)")
     p.add_argument("--warmup", type=int, default=5)
@@ -128,6 +139,7 @@ def parse_micro_batches(text: str | None, base_value: int | None) -> tuple[int, 
 def check_numbers(args: argparse.Namespace) -> None:
     argcheck.at_least("--repeats", args.repeats, 1)
     argcheck.at_least("--max-micro-batch", args.max_micro_batch, 1)
+    argcheck.at_least("--prune-keep", args.prune_keep, 1)
     argcheck.steps("--steps", args.steps, args.warmup)
     if not (math.isfinite(args.headroom) and 0 <= args.headroom < 100):
         raise UserError(f"--headroom must be a percentage in [0, 100), got {args.headroom}")
@@ -148,8 +160,10 @@ def from_args(args: argparse.Namespace, run_tail: list[str], gpu: bool, native_b
         steps=args.steps,
         warmup=args.warmup, repeats=args.repeats, headroom_pct=args.headroom, baseline=args.baseline, prune=args.prune,
         max_micro_batch=args.max_micro_batch, cpu_mem_limit=memory_cap(args.cpu_mem_limit),
-        device_type="cuda" if gpu else "cpu", notes=tuple(notes))
+        device_type="cuda" if gpu else "cpu", notes=tuple(notes), prune_predicted=args.prune_predicted,
+        prune_keep=args.prune_keep)
     _check_variants(spec)
+    _check_prune(spec)
     return dataclasses.replace(spec, extra_points=_extra_points(args.points or (), spec)), base
 
 
@@ -170,6 +184,23 @@ def _check_variants(spec: SweepSpec) -> None:
     if True in spec.compiles:
         argcheck.at_least("--warmup (with --compile on)", spec.warmup, 1)
         check_compile_environment("--compile on")
+
+
+def _check_prune(spec: SweepSpec) -> None:
+    """``--prune-predicted``: a language model's sweep (what ``ds-bench plan`` models) over listed micro-batches
+    (``auto``'s points are not known before they run); the file is read by the driver."""
+    from ds_bench.sweep.prune import LANGUAGE_MODELS
+
+    if spec.prune_predicted is None:
+        return
+    if spec.workload not in LANGUAGE_MODELS:
+        raise UserError(f"--prune-predicted: workload {spec.workload} is not one ds-bench plan models "
+                        f"({', '.join(LANGUAGE_MODELS)})")
+    if spec.micro_batches is None:
+        raise UserError("--prune-predicted with --micro-batch auto: the grid's points must be known to rank them; "
+                        "give the micro-batches, e.g. --micro-batch 1,2,4")
+    if not os.path.isfile(spec.prune_predicted):
+        raise UserError(f"--prune-predicted {spec.prune_predicted}: file not found")
 
 
 def _base_config(args: argparse.Namespace) -> tuple[str, dict]:
