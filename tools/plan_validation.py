@@ -4,10 +4,13 @@ GPT-2 (ZeRO 0-3, a pipeline), Llama (AutoTP, Ulysses) and MoE (expert parallelis
 on those ranks, calibrated with those records, and print predicted beside measured (docs/plan.md quotes it).
 
     python tools/plan_validation.py --worlds 1,2,4 --out /tmp/planval
+    python tools/plan_validation.py --worlds 1,2,4 --out /tmp/planval --table-only   # re-predict, no runs
     python tools/plan_validation.py --worlds 2 --quick         # what tests/test_plan_validation.py runs
 
 Each plan run is restricted to one family of layouts by its axis flags; ``--steps`` steps per run (warm-up
-``--warmup``). Exits 1 when a confirm run failed.
+``--warmup``). The table pairs each layout's measured step (the ``--confirm`` run) with the prediction of the model
+as it is now (``plan`` run again, no job, from the same calibration), so a change to the model is re-checked
+without running anything again (``--table-only``). Exits 1 when a confirm run failed.
 """
 
 from __future__ import annotations
@@ -61,19 +64,26 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="GPT-2 layouts only")
+    p.add_argument("--table-only", action="store_true", help="no runs: the table of what --out holds")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     log, status, rows = os.path.join(args.out, "log.txt"), 0, []
     for world in [int(w) for w in args.worlds.split(",")]:
-        cal = calibrate(world, args.out, log)
+        cal = os.path.join(args.out, f"calibration_w{world}.jsonl") if args.table_only else calibrate(world, args.out,
+                                                                                                      log)
         for workload, axes in families(world, args.quick):
             results = os.path.join(args.out, f"plan_{workload}_w{world}.jsonl")
             argv = [sys.executable, "-m", "ds_bench", "plan", "--workload", workload, *SHAPE[workload], *FIXED, *axes,
                     "--global-batch", str(world * 4 * 256), "--device", "cpu", "--nproc", str(world),
-                    "--calibrate", cal, "--confirm", "99", "--steps", str(args.steps), "--warmup", str(args.warmup),
-                    "--launcher", "torchrun", "--top", "99", "--results", results]
-            status |= run(argv, log) != 0
-            rows += table_rows(results, world, workload)
+                    "--calibrate", cal, "--launcher", "torchrun", "--top", "99"]
+            if not args.table_only:
+                status |= run([*argv, "--confirm", "99", "--steps", str(args.steps), "--warmup", str(args.warmup),
+                               "--results", results], log) != 0
+            predicted = os.path.join(args.out, f"predicted_{workload}_w{world}.jsonl")
+            if os.path.exists(predicted):
+                os.remove(predicted)
+            run([*argv, "--results", predicted], log)
+            rows += table_rows(results, predicted, world, workload)
     print("| ranks | model | layout | predicted step ms | measured step ms | predicted/measured | predicted GiB | "
           "measured GiB |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
@@ -85,19 +95,27 @@ def main() -> int:
     return 1 if status else 0
 
 
-def table_rows(results: str, world: int, workload: str) -> list[list[str]]:
-    if not os.path.isfile(results):
+def table_rows(results: str, predicted: str, world: int, workload: str) -> list[list[str]]:
+    """The measured rows of ``results`` (the newest plan with --confirm), each with its prediction in ``predicted``."""
+    if not os.path.isfile(results) or not os.path.isfile(predicted):
         return []
-    record = [json.loads(line) for line in open(results) if line.strip()][-1]
+    confirmed = {row["label"]: row.get("confirmed") or {} for row in _newest(results)["ranked"]}
+    record = _newest(predicted)
     out = []
     for row in record["ranked"]:
-        c = row.get("confirmed") or {}
+        c = confirmed.get(row["label"], {})
+        if c.get("step_s"):
+            c = {**c, "ratio": row["step_s"] / c["step_s"]}
         measured = c.get("step_s")
         out.append([str(world), f"{workload} {record['size']}", row["label"], f"{row['step_s'] * 1e3:,.0f}",
                     f"{measured * 1e3:,.0f}" if measured else c.get("status", "-"),
                     f"{c['ratio']:.2f}" if c.get("ratio") else "-", f"{row['memory_bytes'] / 2**30:.2f}",
                     f"{c['peak_mem_bytes'] / 2**30:.2f}" if c.get("peak_mem_bytes") else "-"])
     return out
+
+
+def _newest(path: str) -> dict:
+    return [json.loads(line) for line in open(path) if line.strip()][-1]
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 - a ``roofline`` record: the ranks' dense matmul TFLOP/s at the plan's precision (the largest size, median over
   ranks) replaces the datasheet peak, and their copy GB/s the memory bandwidth; the device's name with it;
-- a ``comm`` record: each collective's busbw at its largest message: over ranks of one host it is the
+- a ``comm`` record: each collective's busbw at every size it measured (a message is timed at the busbw of its own
+  size, so many small messages pay their latency) and at its largest: over ranks of one host it is the
   intra-node figure; over several hosts its ``intra`` rows are, and its cross-host rows (``inter``, else
   ``world``) give the network share per rank (busbw / the group's ranks per host);
 - an expectations file (``--expect``'s YAML/JSON): its ``comm`` ``busbw_GBps`` ``at_least`` bounds, the cluster's
@@ -35,6 +36,8 @@ class Figures:
     intra: dict[str, float] = field(default_factory=dict)
     nic_GBps: float | None = None
     reserve_bytes: int | None = None
+    curves: dict[str, list[list[float]]] = field(default_factory=dict)
+    """``Cluster.curves``: each collective's busbw by message size."""
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -57,13 +60,18 @@ def from_comm(record: CommRecord, figures: Figures) -> None:
     hosts = sorted(set(record.hosts))
     per_host = max(1, (record.world_size or len(record.hosts)) // max(1, len(hosts)))
     largest: dict[tuple[str, str], tuple[int, float]] = {}
+    curves: dict[tuple[str, str], list[list[float]]] = {}
     for row in record.results:
         if row.wrong or row.busbw_GBps <= 0:
             continue
         scope = "intra" if row.scope == "intra" or (row.scope == "world" and len(hosts) <= 1) else row.scope
         key = (scope, row.collective)
+        curves.setdefault(key, []).append([float(row.size_bytes), row.busbw_GBps])
         if key not in largest or row.size_bytes > largest[key][0]:
             largest[key] = (row.size_bytes, row.busbw_GBps)
+    for (scope, collective), curve in curves.items():
+        if scope == "intra":
+            figures.curves[f"intra:{collective}"] = sorted(curve)
     for (scope, collective), (_, busbw) in largest.items():
         if scope == "intra":
             figures.intra[collective] = busbw
@@ -73,6 +81,10 @@ def from_comm(record: CommRecord, figures: Figures) -> None:
     if across:
         busbw = across.get("all_reduce", min(across.values()))
         figures.nic_GBps = busbw / per_host
+        scope = "inter" if any(s == "inter" for s, _ in curves) else "world"
+        for (s, collective), curve in curves.items():
+            if s == scope:
+                figures.curves[f"inter:{collective}"] = sorted([size, bw / per_host] for size, bw in curve)
         figures.sources["nic_GBps"] = f"{where}: cross-host busbw {busbw:.3g} GB/s / {per_host} ranks per host"
 
 
@@ -135,4 +147,5 @@ def apply(cluster: Cluster, figures: Figures) -> Cluster:
                    hbm_GBps=figures.hbm_GBps or cluster.hbm_GBps, intra_busbw_GBps=intra,
                    nic_GBps=figures.nic_GBps if figures.nic_GBps and cluster.nodes > 1 else cluster.nic_GBps,
                    reserve_bytes=figures.reserve_bytes or cluster.reserve_bytes,
+                   curves={**cluster.curves, **figures.curves},
                    sources={**cluster.sources, **figures.sources})

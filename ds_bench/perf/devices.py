@@ -83,19 +83,33 @@ class Cluster:
     reserve_bytes: int
     sources: dict[str, str] = field(default_factory=dict)
     """Figure -> where it came from (datasheet, a record's run id)."""
+    curves: dict[str, list[list[float]]] = field(default_factory=dict)
+    """``intra:<collective>`` / ``inter:<collective>`` -> [[message bytes, busbw GB/s], ...] a comm record measured
+    (inter: per rank a group has on each node): small messages' latency, which one large-message figure hides."""
 
     @property
     def world(self) -> int:
         return self.nodes * self.per_node
 
-    def busbw(self, collective: str, per_node: int, spans_nodes: bool) -> float:
+    def busbw(self, collective: str, per_node: int, spans_nodes: bool, message_bytes: float | None = None) -> float:
         """GB/s a group's ``collective`` reaches: inside a node the node's busbw; across nodes the network share of
         the group's ``per_node`` ranks on each node (groups side by side each run on their own share; busbw is
-        bus bytes per rank, NVIDIA/nccl-tests doc/PERFORMANCE.md), at most the intra-node figure."""
+        bus bytes per rank, NVIDIA/nccl-tests doc/PERFORMANCE.md), at most the intra-node figure. With a measured
+        curve and the message size, the busbw measured at that size (``at_size``) instead of the largest's."""
         intra = self.intra_busbw_GBps.get(collective) or self.intra_busbw_GBps.get("all_reduce") or 0.0
+        curve = self._curve("intra", collective)
+        if curve and message_bytes:
+            intra = at_size(curve, message_bytes)
         if not spans_nodes or self.nic_GBps is None:
             return intra
-        return min(intra or float("inf"), max(1, per_node) * self.nic_GBps)
+        share = self.nic_GBps
+        across = self._curve("inter", collective)
+        if across and message_bytes:
+            share = at_size(across, message_bytes)
+        return min(intra or float("inf"), max(1, per_node) * share)
+
+    def _curve(self, scope: str, collective: str) -> list[list[float]] | None:
+        return self.curves.get(f"{scope}:{collective}") or self.curves.get(f"{scope}:all_reduce")
 
     def with_figures(self, **figures) -> Cluster:
         return replace(self, **figures)
@@ -106,7 +120,7 @@ class Cluster:
                 "device": self.device, "memory_bytes": self.memory_bytes, "peak_tflops": self.peak_tflops,
                 "achieved": self.achieved, "intra_busbw_GBps": dict(self.intra_busbw_GBps), "nic_GBps": self.nic_GBps,
                 "hbm_GBps": self.hbm_GBps, "host_GBps": self.host_GBps, "reserve_bytes": self.reserve_bytes,
-                "sources": dict(self.sources)}
+                "sources": dict(self.sources), "curves": {k: [list(p) for p in v] for k, v in self.curves.items()}}
 
     @classmethod
     def from_dict(cls, d: dict) -> Cluster:
@@ -124,7 +138,23 @@ class Cluster:
                    int(d["memory_bytes"]), float(d["peak_tflops"]), float(d["achieved"]),
                    {str(k): float(v) for k, v in (d.get("intra_busbw_GBps") or {}).items()},
                    None if d.get("nic_GBps") is None else float(d["nic_GBps"]), float(d["hbm_GBps"]), float(host),
-                   int(d["reserve_bytes"]), {str(k): str(v) for k, v in (d.get("sources") or {}).items()})
+                   int(d["reserve_bytes"]), {str(k): str(v) for k, v in (d.get("sources") or {}).items()},
+                   {str(k): [[float(a), float(b)] for a, b in v] for k, v in (d.get("curves") or {}).items()})
+
+
+def at_size(curve: list[list[float]], message_bytes: float) -> float:
+    """The busbw a measured curve ([[bytes, GB/s], ...] by size) gives a message: interpolated linearly in log size
+    between the two sizes around it; below the smallest, the smallest's; above the largest, the largest's."""
+    import math
+
+    points = sorted(curve)
+    if message_bytes <= points[0][0]:
+        return points[0][1]
+    for (s0, b0), (s1, b1) in zip(points, points[1:]):
+        if message_bytes <= s1:
+            f = (math.log(message_bytes) - math.log(s0)) / (math.log(s1) - math.log(s0))
+            return b0 + f * (b1 - b0)
+    return points[-1][1]
 
 
 CPU_ACHIEVED = 0.5

@@ -120,8 +120,9 @@ def model_reason(shape: Transformer, layout: Layout, seq_len: int, workload_cls)
     for what, width in (("heads", shape.heads), ("KV heads", shape.kv_heads), ("MLP width", shape.ffn)):
         if tp > 1 and width % tp:
             return f"--tensor-parallel {tp} does not divide the {what} ({width})"
-    if sp > 1 and (shape.heads % sp or seq_len % sp):
-        return f"--sequence-parallel {sp} does not divide the heads ({shape.heads}) and the sequence ({seq_len})"
+    for what, width in (("heads", shape.heads), ("sequence", seq_len)):
+        if sp > 1 and width % sp:
+            return f"--sequence-parallel {sp} does not divide the {what} ({width})"
     if ep > 1 and shape.experts % ep:
         return f"--expert-parallel {ep} does not divide the {shape.experts} experts"
     return None

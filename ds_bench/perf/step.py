@@ -20,6 +20,10 @@
   - pipeline: each micro-batch's activation forward and its gradient back, micro-batch x T x h elements each,
     at one rank's share of the link; a tied embedding's gradient all-reduced between the first and last stage
     (DeepSpeed's ``_exec_reduce_tied_grads``, Megatron's embedding all-reduce) once per step.
+  Each message is timed at the busbw measured at its size where a comm record gives the curve (``--calibrate``:
+  many small all-reduces pay their latency): TP's and the pipeline's a micro-batch's activations, Ulysses' a
+  quarter of a block's q, k, v and output slices, the experts' a block's dispatch buffer, data parallelism's
+  its buckets (``dp_messages``); the datasheet's figures are large messages'.
   Groups are placed TP innermost, then SP (or EP), then DP, the pipeline outermost (Megatron-LM's order): a
   group spans nodes when its ranks' stride x size exceeds a node.
 - **overlap** (the assumption, ``OVERLAPS``): on GPUs DDP's bucketed all-reduce and ZeRO-2's reduce-scatter
@@ -134,11 +138,11 @@ def collectives(shape: Transformer, candidate: Candidate, seq_len: int, m: int,
     stage = 0 if layout.engine == "ddp" else layout.stage
     out: dict[str, tuple[float, float]] = {}
 
-    def add(name: str, nbytes: float, collective: str, size: int, stride: int) -> None:
+    def add(name: str, nbytes: float, collective: str, size: int, stride: int, message: float) -> None:
         if nbytes <= 0:
             return
         per_node, spans = group(size, stride, cluster)
-        bw = cluster.busbw(collective, per_node, spans)
+        bw = cluster.busbw(collective, per_node, spans, message)
         before = out.get(name, (0.0, bw))
         out[name] = (before[0] + nbytes, bw)
 
@@ -148,30 +152,51 @@ def collectives(shape: Transformer, candidate: Candidate, seq_len: int, m: int,
     volumes = bus_bytes_per_step(3 if fsdp else stage, int(dense), e, e, dp_ranks, m) if dp_ranks > 1 else {}
     if fsdp and stage == 2 and volumes:  # parameters kept whole from forward to backward: one gather per micro-step
         volumes["all_gather"] /= 2
+    messages = dp_messages(shape, layout, e)
     for collective, nbytes in volumes.items():
-        add(collective, nbytes, collective, dp_ranks, t)
+        add(collective, nbytes, collective, dp_ranks, t, messages[collective])
     if shape.expert_params and world // (ep * p) > 1:
         holders = world // (ep * p)
         for collective, nbytes in bus_bytes_per_step(stage, shape.expert_params // (ep * p), e, e, holders, m).items():
-            add(collective, nbytes, collective, holders, ep)
+            add(collective, nbytes, collective, holders, ep, messages[collective])
     tokens = layout.micro_batch * seq_len
     ckpt = candidate.checkpointing
     stage_layers = -(-shape.layers // p)
     if t > 1:
         count = (TP_ALL_REDUCES[tp_style] + (2 if ckpt else 0)) * stage_layers + 2
-        add("tp_all_reduce", 2 * (t - 1) / t * count * tokens * shape.hidden * e * m, "all_reduce", t, 1)
+        message = tokens * shape.hidden * e
+        add("tp_all_reduce", 2 * (t - 1) / t * count * message * m, "all_reduce", t, 1, message)
     if s > 1:
         per_pass = (2 * shape.heads + 2 * max(shape.kv_heads, s)) * shape.head_dim * tokens / s
         passes = (8 + (4 if ckpt else 0)) // 4 * stage_layers
-        add("sp_all_to_all", (s - 1) / s * passes * per_pass * e * m, "all_to_all", s, t)
+        add("sp_all_to_all", (s - 1) / s * passes * per_pass * e * m, "all_to_all", s, t, per_pass * e / 4)
     if ep > 1 and shape.experts:
         count = (4 + (2 if ckpt else 0)) * stage_layers
-        add("ep_all_to_all", (ep - 1) / ep * count * shape.top_k * tokens * shape.hidden * e * m, "all_to_all", ep, 1)
+        message = shape.top_k * tokens * shape.hidden * e
+        add("ep_all_to_all", (ep - 1) / ep * count * message * m, "all_to_all", ep, 1, message)
     if p > 1:
-        add("pp_send_recv", 2 * m * tokens * shape.hidden * e / t, "send_recv", 2, world // p)
+        message = tokens * shape.hidden * e / t
+        add("pp_send_recv", 2 * m * message, "send_recv", 2, world // p, message)
         if shape.tied:
-            add("pp_tied_all_reduce", shape.vocab * shape.hidden / t * e, "all_reduce", 2, world // p)
+            tied = shape.vocab * shape.hidden / t * e
+            add("pp_tied_all_reduce", tied, "all_reduce", 2, world // p, tied)
     return out
+
+
+BUCKET_ELEMENTS = 500_000_000
+"""DeepSpeed's default ``allreduce_bucket_size`` / ``allgather_bucket_size`` (elements)."""
+
+
+def dp_messages(shape: Transformer, layout, element_bytes: int) -> dict[str, float]:
+    """The message each data-parallel collective sends: ZeRO's reduce-scatter a ``reduce_bucket_size`` of h^2
+    elements (``"auto"`` in ds_bench's configs, Hugging Face's rule), ZeRO-3's and FSDP's gathers one block, the
+    rest (ZeRO-0's all-reduce, ZeRO-1/2's gather of updated parameters) DeepSpeed's 5e8-element buckets."""
+    dense = (shape.params - shape.expert_params) / (layout.tensor_parallel * layout.pipeline_stages)
+    block = shape.block_params() / layout.tensor_parallel * element_bytes
+    whole = min(dense, BUCKET_ELEMENTS) * element_bytes
+    sharded = layout.engine == "fsdp" or layout.stage == 3
+    return {"all_reduce": whole, "reduce_scatter": block if layout.engine == "fsdp" else shape.hidden ** 2 * element_bytes,
+            "all_gather": block if sharded else whole}
 
 
 def exposed_times(comm: dict[str, float], candidate: Candidate, cluster: Cluster, compute: float,
