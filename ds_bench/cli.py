@@ -48,8 +48,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schema": ("ds_bench.commands.schema", "print the JSON Schema of every record kind (docs/record.schema.json)"),
 }
 """Command name -> (module with ``add_arguments`` and ``main``, help line)."""
-TAKES_TAIL = ("sweep", "bench", "launch", "scaling", "capacity")
-"""Commands that take arguments after ``--``: run flags for every point (sweep, bench, scaling, capacity), the
+TAKES_TAIL = ("sweep", "bench", "launch", "scaling", "capacity", "plan")
+"""Commands that take arguments after ``--``: run flags for every point (sweep, bench, scaling, capacity, plan's --confirm), the
 ds-bench command to launch (launch)."""
 
 

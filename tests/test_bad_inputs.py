@@ -846,6 +846,12 @@ CASES["plan unknown device"] = Case(plan("--device", "TPU9"),
                                     r"--device TPU9: not a known family \(V100.*\); give --peak-tflops and --device-memory")
 CASES["plan precision the device lacks"] = Case(plan("--device", "V100"),
                                                r"--device V100: V100 has no bf16 peak .*another --precision")
+CASES["plan unknown device without busbw"] = Case(
+    plan("--device", "TPU9", "--peak-tflops", "100", "--device-memory", "80GiB", "--gpus-per-node", "8"),
+    r"--device TPU9: no busbw inside a node for 1 x 8 ranks; measure it")
+CASES["plan peak nan"] = Case(plan("--device", "H100", "--peak-tflops", "nan"), r"--peak-tflops must be a positive number")
+CASES["plan confirm more than top"] = Case(plan("--device", "H100", "--gpus-per-node", "1", "--confirm", "5", "--top", "3"),
+                                           r"--confirm 5 is more than --top 3")
 CASES["plan nodes 0"] = Case(plan("--device", "H100", "--nodes", "0"), r"--nodes")
 CASES["plan achieved 2"] = Case(plan("--device", "H100", "--achieved", "2"), r"--achieved must be in \(0, 1\]")
 CASES["plan batch not whole sequences"] = Case(plan("--device", "H100", "--global-batch", "1000"),

@@ -92,3 +92,13 @@ def test_a_confirm_run_that_fails_is_the_plans_failure(tmp_path):
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     [record] = records(results)
     assert record["status"] == "failed" and record["ranked"][0]["confirmed"]["status"] in ("oom", "crashed")
+
+
+def test_the_run_options_every_confirm_run_gets_drop_the_layouts_that_refuse_them(tmp_path, capsys):
+    argv = ["plan", "--workload", "gpt2", "--size", "small", "--device", "H100", "--gpus-per-node", "2",
+            "--results", str(tmp_path / "p.jsonl"), "--dry-run", "--show-dropped"]
+    assert cli.main([*argv, "--", "--breakdown"]) == 0
+    out = capsys.readouterr().out
+    assert "--breakdown with --pipeline-stages 2: it times the phases of each micro-step" in out
+    assert cli.main(argv) == 0
+    assert "--breakdown" not in capsys.readouterr().out

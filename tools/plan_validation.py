@@ -32,11 +32,12 @@ def families(world: int, quick: bool) -> list[tuple[str, list[str]]]:
     """(workload, axis flags) of each plan run at ``world`` ranks."""
     degrees = [d for d in (1, 2, 4) if world % d == 0]
     pp = ",".join(str(d) for d in degrees if d <= 4)
+    stage = "1" if world > 1 else "0"
     out = [("gpt2", ["--stages", "0,1,2,3" if world > 1 else "0", "--pipeline-stages", pp, "--micro-batch", "2"])]
-    if world > 1 and not quick:
-        out += [("llama", ["--stages", "1", "--tensor-parallel", ",".join(map(str, degrees)),
+    if not quick:
+        out += [("llama", ["--stages", stage, "--tensor-parallel", ",".join(map(str, degrees)),
                            "--sequence-parallel", ",".join(map(str, degrees)), "--micro-batch", "2"]),
-                ("moe", ["--stages", "1", "--expert-parallel", ",".join(map(str, degrees)), "--micro-batch", "2"])]
+                ("moe", ["--stages", stage, "--expert-parallel", ",".join(map(str, degrees)), "--micro-batch", "2"])]
     return out
 
 

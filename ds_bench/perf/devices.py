@@ -54,7 +54,7 @@ DEVICES: dict[str, Device] = {d.family.lower(): d for d in (
     Device("A100", 80 * GiB, 2039, 200, 0.9 * 25, 0.69),
     Device("A100-40GB", 40 * GiB, 1555, 200, 0.9 * 25, 0.69),
     Device("H100", 80 * GiB, 3350, 480, 0.9 * 50, 0.49),
-    Device("H200", 141 * 10 ** 9, 4800, 480, 0.9 * 50, 0.49),
+    Device("H200", 140 * GiB, 4800, 480, 0.9 * 50, 0.49),
     Device("MI300X", 192 * GiB, 5300, 300, 0.9 * 50, 0.35),
 )}
 """The families ``--device`` names; another device needs ``--peak-tflops`` and ``--device-memory``."""
@@ -83,6 +83,8 @@ class Cluster:
     reserve_bytes: int
     sources: dict[str, str] = field(default_factory=dict)
     """Figure -> where it came from (datasheet, a record's run id)."""
+    mfu_peak_tflops: float | None = None
+    """The datasheet's peak MFU is quoted against when ``peak_tflops`` is a measured ceiling (None: ``peak_tflops``)."""
     curves: dict[str, list[list[float]]] = field(default_factory=dict)
     """``intra:<collective>`` / ``inter:<collective>`` -> [[message bytes, busbw GB/s], ...] a comm record measured
     (inter: per rank a group has on each node): small messages' latency, which one large-message figure hides."""
@@ -114,13 +116,23 @@ class Cluster:
     def with_figures(self, **figures) -> Cluster:
         return replace(self, **figures)
 
+    def missing(self) -> str | None:
+        """What the cluster lacks to time a multi-rank step (a busbw inside a node; across nodes, the network's),
+        as the words of a one-line error; None when nothing."""
+        if self.world > 1 and not (self.intra_busbw_GBps or self.curves):
+            return "no busbw inside a node"
+        if self.nodes > 1 and not self.nic_GBps:
+            return "no busbw across nodes"
+        return None
+
     def to_dict(self) -> dict:
         """Every figure, as a ``plan`` record's ``cluster`` holds it (``from_dict`` reads it back)."""
         return {"nodes": self.nodes, "per_node": self.per_node, "device_type": self.device_type,
                 "device": self.device, "memory_bytes": self.memory_bytes, "peak_tflops": self.peak_tflops,
                 "achieved": self.achieved, "intra_busbw_GBps": dict(self.intra_busbw_GBps), "nic_GBps": self.nic_GBps,
                 "hbm_GBps": self.hbm_GBps, "host_GBps": self.host_GBps, "reserve_bytes": self.reserve_bytes,
-                "sources": dict(self.sources), "curves": {k: [list(p) for p in v] for k, v in self.curves.items()}}
+                "sources": dict(self.sources), "mfu_peak_tflops": self.mfu_peak_tflops,
+                "curves": {k: [list(p) for p in v] for k, v in self.curves.items()}}
 
     @classmethod
     def from_dict(cls, d: dict) -> Cluster:
@@ -139,6 +151,7 @@ class Cluster:
                    {str(k): float(v) for k, v in (d.get("intra_busbw_GBps") or {}).items()},
                    None if d.get("nic_GBps") is None else float(d["nic_GBps"]), float(d["hbm_GBps"]), float(host),
                    int(d["reserve_bytes"]), {str(k): str(v) for k, v in (d.get("sources") or {}).items()},
+                   None if d.get("mfu_peak_tflops") is None else float(d["mfu_peak_tflops"]),
                    {str(k): [[float(a), float(b)] for a, b in v] for k, v in (d.get("curves") or {}).items()})
 
 

@@ -123,16 +123,20 @@ def model_reason(shape: Transformer, layout: Layout, seq_len: int, workload_cls)
     for what, width in (("heads", shape.heads), ("sequence", seq_len)):
         if sp > 1 and width % sp:
             return f"--sequence-parallel {sp} does not divide the {what} ({width})"
+    if sp > 1 and shape.kv_heads % sp and sp % shape.kv_heads:
+        return (f"--sequence-parallel {sp}: the {shape.kv_heads} KV heads neither divide by it nor divide it "
+                "(ds_bench.engines.sequence_parallel)")
     if ep > 1 and shape.experts % ep:
         return f"--expert-parallel {ep} does not divide the {shape.experts} experts"
     return None
 
 
 def search(shape: Transformer, cluster: Cluster, space: Space, seq_len: int, sequences: int,
-           workload_cls) -> tuple[list[Planned], list[Dropped]]:
-    """Every candidate ranked (best first) or dropped (module docstring)."""
+           workload_cls, run_options: frozenset[str] = frozenset()) -> tuple[list[Planned], list[Dropped]]:
+    """Every candidate ranked (best first) or dropped (module docstring); ``run_options``: what every run of the
+    plan sets beyond its layout (``config.legality.run_options`` of the ``--`` tail), which the rules refuse too."""
     world, ranked, dropped = cluster.world, [], []
-    where = Where(world, cluster.device_type, frozenset(),
+    where = Where(world, cluster.device_type, run_options,
                   frozenset({"expert_parallel"}) if shape.experts else frozenset())
     capacity = cluster.memory_bytes * (1 - space.headroom_pct / 100)
     for c in candidates(shape, cluster, space, sequences):
@@ -160,7 +164,7 @@ def search(shape: Transformer, cluster: Cluster, space: Space, seq_len: int, seq
             continue
         st = timing.step(shape, c, seq_len, sequences, cluster, space.tp_style)
         tokens = sequences * seq_len / world / st.total_s
-        mfu = tokens * shape.flops_per_token(seq_len) / (cluster.peak_tflops * 1e12)
+        mfu = tokens * shape.flops_per_token(seq_len) / ((cluster.mfu_peak_tflops or cluster.peak_tflops) * 1e12)
         ranked.append(Planned(c, st, need, tokens, mfu))
     ranked.sort(key=lambda p: (-p.tokens_per_s_per_rank, p.memory.total))
     return ranked, dropped

@@ -113,10 +113,10 @@ def step(shape: Transformer, candidate: Candidate, seq_len: int, sequences: int,
     bubble = (1 - share) * balanced * p / m if p > 1 else 0.0
     forward = compute * shape.flops_per_token(seq_len) / 3 / shape.flops_per_token(seq_len, candidate.checkpointing)
     moved = collectives(shape, candidate, seq_len, m, cluster, tp_style)
-    comm = {name: nbytes / (bw * 1e9) if bw else float("inf") for name, (nbytes, bw) in moved.items()}
+    comm = {name: seconds for name, (_, seconds) in moved.items()}
     exposed = exposed_times(comm, candidate, cluster, compute, forward)
     return Step(compute, forward, comm, exposed, bubble, optimizer_s(shape, candidate, cluster), m,
-                {name: bw for name, (_, bw) in moved.items()})
+                {name: nbytes / seconds / 1e9 for name, (nbytes, seconds) in moved.items() if seconds})
 
 
 def busiest_stage_share(shape: Transformer, stages: int, seq_len: int, recompute: bool) -> float:
@@ -131,7 +131,7 @@ def busiest_stage_share(shape: Transformer, stages: int, seq_len: int, recompute
 
 def collectives(shape: Transformer, candidate: Candidate, seq_len: int, m: int,
                 cluster: Cluster, tp_style: str = "autotp") -> dict[str, tuple[float, float]]:
-    """Collective -> (bus bytes per step on the rank's link, the busbw it moves at)."""
+    """Collective -> (bus bytes per step on the rank's link, seconds they take at the busbw of their groups)."""
     layout, world = candidate.layout, cluster.world
     e = ELEMENT_BYTES[layout.precision]
     t, p, s, ep = layout.tensor_parallel, layout.pipeline_stages, layout.sequence_parallel, layout.expert_parallel
@@ -139,12 +139,15 @@ def collectives(shape: Transformer, candidate: Candidate, seq_len: int, m: int,
     out: dict[str, tuple[float, float]] = {}
 
     def add(name: str, nbytes: float, collective: str, size: int, stride: int, message: float) -> None:
+        """Bytes and seconds of ``name``; a name two groups share (the dense parameters' and the experts' gradients)
+        adds each group's seconds at its own busbw."""
         if nbytes <= 0:
             return
         per_node, spans = group(size, stride, cluster)
         bw = cluster.busbw(collective, per_node, spans, message)
-        before = out.get(name, (0.0, bw))
-        out[name] = (before[0] + nbytes, bw)
+        seconds = nbytes / (bw * 1e9) if bw > 0 else float("inf")
+        before = out.get(name, (0.0, 0.0))
+        out[name] = (before[0] + nbytes, before[1] + seconds)
 
     dense = (shape.params - shape.expert_params) / (t * p)
     dp_ranks = world // (t * p)
@@ -177,9 +180,9 @@ def collectives(shape: Transformer, candidate: Candidate, seq_len: int, m: int,
     if p > 1:
         message = tokens * shape.hidden * e / t
         add("pp_send_recv", 2 * m * message, "send_recv", 2, world // p, message)
-        if shape.tied:
+        if shape.tied:  # the first and the last stage: (P-1) x world / P ranks apart
             tied = shape.vocab * shape.hidden / t * e
-            add("pp_tied_all_reduce", tied, "all_reduce", 2, world // p, tied)
+            add("pp_tied_all_reduce", tied, "all_reduce", 2, (p - 1) * world // p, tied)
     return out
 
 
@@ -213,7 +216,8 @@ def exposed_times(comm: dict[str, float], candidate: Candidate, cluster: Cluster
     out = {k: v for k, v in comm.items() if k not in hidden}
     for k in hidden:
         if k in comm:
-            share = comm[k] / (in_backward if hidden[k] == "backward" else in_compute)
+            total = in_backward if hidden[k] == "backward" else in_compute
+            share = comm[k] / total if total else 0.0
             out[k] = share * (left_backward if hidden[k] == "backward" else left_compute)
     return out
 

@@ -37,7 +37,11 @@ def main(args: argparse.Namespace) -> int:
     if spec.sequences < 1:
         raise UserError(f"--global-batch {spec.global_batch_tokens} tokens is less than one --seq-len {spec.seq_len} "
                         "sequence")
-    ranked, dropped = search(shape, cluster, space, spec.seq_len, spec.sequences, REGISTRY[spec.workload])
+    from ds_bench.config.legality import run_options
+    from ds_bench.jobs.flags import run_flags_of
+
+    options = run_options(run_flags_of(spec.workload, spec.run_args))
+    ranked, dropped = search(shape, cluster, space, spec.seq_len, spec.sequences, REGISTRY[spec.workload], options)
     if not ranked:
         raise UserError(nothing_left(shape, spec, cluster, dropped))
     record = plan_record(spec, shape, cluster, ranked, dropped)
@@ -62,7 +66,8 @@ def main(args: argparse.Namespace) -> int:
 def cluster_for(spec: PlanSpec) -> Cluster:
     """The datasheet's cluster (or CPU ranks') with every figure ``--calibrate``'s records measured in its place;
     ``--achieved`` last."""
-    figures = calibrate.read(list(spec.calibrate), spec.precision) if spec.calibrate else calibrate.Figures()
+    figures = (calibrate.read(list(spec.calibrate), spec.precision, spec.per_node) if spec.calibrate
+               else calibrate.Figures())
     if spec.device.lower() == "cpu":
         import psutil
 
@@ -79,6 +84,10 @@ def cluster_for(spec: PlanSpec) -> Cluster:
                                        sources={**cluster.sources, "peak_tflops": "--peak-tflops"})
     if spec.achieved:
         cluster = cluster.with_figures(achieved=spec.achieved, sources={**cluster.sources, "achieved": "--achieved"})
+    lacking = cluster.missing()
+    if lacking:
+        raise UserError(f"--device {spec.device}: {lacking} for {cluster.nodes} x {cluster.per_node} ranks; measure it "
+                        "(ds-bench comm, then --calibrate its results, or an expectations file with comm busbw bounds)")
     return cluster
 
 

@@ -5,6 +5,7 @@ flag is checked here, before anything is computed or run: one line naming it, ex
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass, field
 
 from ds_bench.config import argcheck
@@ -119,10 +120,13 @@ def spec_from_args(args: argparse.Namespace) -> PlanSpec:
         raise UserError(f"--gpus-per-node must be positive, got {args.gpus_per_node}")
     if not 0 <= args.headroom < 100:
         raise UserError(f"--headroom must be in [0, 100) %, got {args.headroom}")
-    if args.achieved is not None and not 0 < args.achieved <= 1:
+    if args.achieved is not None and not (math.isfinite(args.achieved) and 0 < args.achieved <= 1):
         raise UserError(f"--achieved must be in (0, 1], got {args.achieved}")
-    if args.peak_tflops is not None and args.peak_tflops <= 0:
-        raise UserError(f"--peak-tflops must be positive, got {args.peak_tflops}")
+    if args.peak_tflops is not None and not (math.isfinite(args.peak_tflops) and args.peak_tflops > 0):
+        raise UserError(f"--peak-tflops must be a positive number, got {args.peak_tflops}")
+    if args.confirm and args.confirm > args.top:
+        raise UserError(f"--confirm {args.confirm} is more than --top {args.top}: the confirmed layouts are the ranked "
+                        f"rows (--top {args.confirm} or more)")
     device = args.device or _this_device()
     cpu = device.lower() == "cpu"
     per_node = args.gpus_per_node or args.nproc or (CPU_RANKS if cpu else _local_gpus() or 8)
