@@ -248,3 +248,19 @@ def test_a_capacity_search_on_slurm_searches_its_layouts_at_once(slurm, tmp_path
     assert len(probes) == 4 and all(p["status"] == "ok" and p["slurm"]["state"] == "COMPLETED" for p in probes)
     first = sorted(probes, key=lambda p: int(p["slurm"]["job_id"]))[:2]  # each layout's first probe, side by side
     assert {p["layout"] for p in first} == set(answers) and {p["slurm"]["nodes"] for p in first} == {"hosta", "hostb"}
+
+
+@pytest.mark.full
+@pytest.mark.timeout(300)
+def test_plan_confirms_its_best_layout_as_a_slurm_job(slurm, tmp_path):
+    results = tmp_path / "plan.jsonl"
+    r = slurm.run([sys.executable, "-m", "ds_bench", "plan", "--workload", "gpt2", "--size", "tiny", "--seq-len", "128",
+                   "--global-batch", "256", "--device", "cpu", "--nproc", "1", "--peak-tflops", "0.05", "--stages", "0",
+                   "--offload", "none", "--micro-batch", "2", "--activation-checkpointing", "off",
+                   "--pipeline-stages", "1", "--confirm", "1", "--steps", "4", "--warmup", "1", "--executor", "slurm",
+                   "--timeout", "3m", "--results", str(results)], env={"HF_HUB_OFFLINE": "1"}, timeout=240, cwd=REPO)
+    assert r.returncode == 0, r.explain()
+    (plan,) = records(results, "plan")
+    confirmed = plan["ranked"][0]["confirmed"]
+    assert confirmed["status"] == "ok" and confirmed["step_s"] > 0, confirmed
+    assert jobs_named(slurm, "plan-"), "no Slurm job of the plan's confirm run"

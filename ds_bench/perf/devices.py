@@ -170,7 +170,7 @@ def at_size(curve: list[list[float]], message_bytes: float) -> float:
     return points[-1][1]
 
 
-CPU_ACHIEVED = 0.5
+CPU_ACHIEVED = 0.47
 """Fraction of its measured matmul ceiling (``ds-bench roofline``) a CPU rank's training step achieves: docs/plan.md
 says on which runs it was measured."""
 CPU_RESERVE = int(0.6 * GiB)

@@ -34,6 +34,10 @@ def main(args: argparse.Namespace) -> int:
     space = Space(spec.precision, spec.engines, spec.stages, spec.offloads, spec.micro_batches, spec.checkpointing,
                   {k: v for k, v in spec.degrees.items() if v}, spec.headroom_pct, spec.attn,
                   eager=spec.attn == "eager" or cluster.device_type == "cpu")
+    if spec.confirm and not spec.dry_run:
+        from ds_bench.jobs.runner import check_cluster
+
+        check_cluster(spec)  # under --executor slurm: the controller answers and has --partition
     if spec.sequences < 1:
         raise UserError(f"--global-batch {spec.global_batch_tokens} tokens is less than one --seq-len {spec.seq_len} "
                         "sequence")
