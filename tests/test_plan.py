@@ -83,12 +83,13 @@ def test_confirm_runs_the_best_layout_and_records_it_beside_its_prediction(tmp_p
 
 @pytest.mark.full
 def test_a_confirm_run_that_fails_is_the_plans_failure(tmp_path):
+    """Planned for 4 GiB a rank, run under a 300 MiB cap: the run runs out of memory."""
     results = tmp_path / "plan.jsonl"
     proc = ds_bench("plan", "--workload", "gpt2", "--size", "tiny", "--seq-len", "128", "--global-batch", "256",
                     "--device", "cpu", "--nproc", "1", "--peak-tflops", "0.05", "--stages", "0", "--offload", "none",
                     "--micro-batch", "2", "--activation-checkpointing", "off", "--pipeline-stages", "1",
                     "--confirm", "1", "--steps", "4", "--warmup", "1", "--launcher", "torchrun",
-                    "--cpu-mem-limit", "300MiB", "--results", str(results), timeout=300)
+                    "--device-memory", "4GiB", "--cpu-mem-limit", "300MiB", "--results", str(results), timeout=300)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     [record] = records(results)
     assert record["status"] == "failed" and record["ranked"][0]["confirmed"]["status"] in ("oom", "crashed")
