@@ -61,14 +61,18 @@ def test_calibrated_with_records_the_cluster_is_this_ones(tmp_path, capsys):
     assert record["cluster"]["peak_tflops"] == 0.07 and "roofline R1" in record["cluster"]["sources"]["peak_tflops"]
 
 
+def confirm_one(results, *extra: str):
+    """``plan --confirm 1`` of GPT-2 tiny's one ZeRO-0 layout on one CPU rank."""
+    return ds_bench("plan", "--workload", "gpt2", "--size", "tiny", "--seq-len", "128", "--device", "cpu", "--nproc", "1",
+                    "--peak-tflops", "0.05", "--stages", "0", "--offload", "none", "--micro-batch", "2",
+                    "--activation-checkpointing", "off", "--pipeline-stages", "1", "--confirm", "1",
+                    "--launcher", "torchrun", "--results", str(results), *extra, timeout=300)
+
+
 @pytest.mark.dist
 def test_confirm_runs_the_best_layout_and_records_it_beside_its_prediction(tmp_path):
     results = tmp_path / "plan.jsonl"
-    proc = ds_bench("plan", "--workload", "gpt2", "--size", "tiny", "--seq-len", "128", "--global-batch", "512",
-                    "--device", "cpu", "--nproc", "1", "--peak-tflops", "0.05", "--stages", "0", "--offload", "none",
-                    "--micro-batch", "2", "--activation-checkpointing", "off", "--pipeline-stages", "1",
-                    "--confirm", "1", "--steps", "5", "--warmup", "2", "--launcher", "torchrun",
-                    "--results", str(results), timeout=300)
+    proc = confirm_one(results, "--global-batch", "512", "--steps", "5", "--warmup", "2")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [record] = records(results)
     row = record["ranked"][0]
@@ -85,11 +89,8 @@ def test_confirm_runs_the_best_layout_and_records_it_beside_its_prediction(tmp_p
 def test_a_confirm_run_that_fails_is_the_plans_failure(tmp_path):
     """Planned for 4 GiB a rank, run under a 300 MiB cap: the run runs out of memory."""
     results = tmp_path / "plan.jsonl"
-    proc = ds_bench("plan", "--workload", "gpt2", "--size", "tiny", "--seq-len", "128", "--global-batch", "256",
-                    "--device", "cpu", "--nproc", "1", "--peak-tflops", "0.05", "--stages", "0", "--offload", "none",
-                    "--micro-batch", "2", "--activation-checkpointing", "off", "--pipeline-stages", "1",
-                    "--confirm", "1", "--steps", "4", "--warmup", "1", "--launcher", "torchrun",
-                    "--device-memory", "4GiB", "--cpu-mem-limit", "300MiB", "--results", str(results), timeout=300)
+    proc = confirm_one(results, "--global-batch", "256", "--steps", "4", "--warmup", "1", "--device-memory", "4GiB",
+                       "--cpu-mem-limit", "300MiB")
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     [record] = records(results)
     assert record["status"] == "failed" and record["ranked"][0]["confirmed"]["status"] in ("oom", "crashed")

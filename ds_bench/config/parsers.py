@@ -75,11 +75,12 @@ def config_path(name: str) -> str:
     return name if os.path.isfile(name) else os.path.join(CONFIG_DIR, name)
 
 
-def memory_cap(text: str | None) -> int | None:
-    """``--cpu-mem-limit SIZE`` of a command that launches runs: bytes, or None when not given."""
+def memory_cap(text: str | None, flag: str = "--cpu-mem-limit") -> int | None:
+    """``--cpu-mem-limit SIZE`` of a command that launches runs (or another size ``flag``): bytes, or None when not
+    given."""
     if text is None:
         return None
     try:
         return parse_size(text)
     except ValueError as e:
-        raise UserError(f"--cpu-mem-limit {e}") from None
+        raise UserError(f"{flag} {e}") from None

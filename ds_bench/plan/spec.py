@@ -148,7 +148,7 @@ def spec_from_args(args: argparse.Namespace) -> PlanSpec:
         shape_flags={k: getattr(args, k) for k in ("layers", "hidden", "heads", "experts", "top_k")},
         seq_len=seq_len, global_batch_tokens=tokens, precision=args.precision or ("fp32" if cpu else "bf16"),
         device=device, nodes=nodes, per_node=per_node, peak_tflops=args.peak_tflops,
-        device_memory=_size("--device-memory", args.device_memory), achieved=args.achieved,
+        device_memory=memory_cap(args.device_memory, "--device-memory"), achieved=args.achieved,
         calibrate=tuple(args.calibrate), engines=parse_list("--engines", args.engines, allowed=ENGINES),
         stages=parse_list("--stages", args.stages, allowed=(0, 1, 2, 3), kind=int),
         offloads=parse_list("--offload", args.offload, allowed=OFFLOADS),
@@ -172,15 +172,6 @@ def _tokens(text: str | None, seq_len: int, world: int) -> int:
         raise UserError(f"--global-batch {text} ({tokens} tokens) is not a whole number of --seq-len {seq_len} "
                         f"sequences (e.g. {max(1, tokens // seq_len) * seq_len})")
     return tokens
-
-
-def _size(flag: str, text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        return parse_size(text)
-    except ValueError as e:
-        raise UserError(f"{flag} {e}") from None
 
 
 def _this_device() -> str:
