@@ -96,7 +96,7 @@ def test_every_command_is_a_module_with_add_arguments_and_main():
     from ds_bench import cli
 
     assert set(cli.COMMANDS) == {"run", "sweep", "bench", "comm", "doctor", "scaling", "capacity", "roofline",
-                                 "launch", "report", "compare", "schema"}
+                                 "launch", "report", "compare", "schema", "plan"}
     for name, (module, help_line) in cli.COMMANDS.items():
         assert module == f"ds_bench.commands.{name}" and help_line
         command = importlib.import_module(module)
