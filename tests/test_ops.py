@@ -206,3 +206,28 @@ def test_the_optimizer_op_deepspeed_will_compile():
     assert jit_ops.optimizer_op({"optimizer": {"type": "SGD"}}) is None
     assert jit_ops.ops_for_run("cpu", "cpu_adam") == ("deepspeed_shm_comm", "cpu_adam")
     assert jit_ops.ops_for_run("cuda", None) == ()
+
+
+def test_a_process_loads_each_op_once_whichever_store_it_is_then_given(tmp_path):
+    """A second dlopen of another copy of an op registers its torch ops again, which aborts the process
+    (``TORCH_LIBRARY`` twice): it killed a pytest worker whose in-process tests reached the join with two op stores
+    (a test's own ``DS_BENCH_OP_STORE``, then the user's). ``ensure_loaded`` loads an op once per process."""
+    import subprocess
+    import sys
+
+    script = f"""
+import os, shutil
+from deepspeed.accelerator import get_accelerator
+from ds_bench.machine import jit_ops
+jit_ops.ensure_loaded(("deepspeed_shm_comm",))
+builder = get_accelerator().create_op_builder(jit_ops.BUILDERS["deepspeed_shm_comm"])
+first = jit_ops.stored_path(builder, "deepspeed_shm_comm")
+os.environ["DS_BENCH_OP_STORE"] = {str(tmp_path / 'other')!r}
+second = jit_ops.stored_path(builder, "deepspeed_shm_comm")
+os.makedirs(os.path.dirname(second))
+shutil.copy(first, second)  # the same op in another store
+jit_ops.ensure_loaded(("deepspeed_shm_comm",))
+print("loaded once")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "loaded once" in proc.stdout, proc.stderr[-3000:]

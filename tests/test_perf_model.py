@@ -148,7 +148,8 @@ def test_records_replace_the_datasheets_figures():
                     iters=1, repeats=1)])
     rows = [("intra-host", 8, 9.0), ("intra-host", 64, 20.0), ("world", 64, 6.0)]
     comm = CommRecord(kind="comm", status="ok", run_id="c1", time="t", world_size=4, hosts=["a", "a", "b", "b"],
-                      results=[CommRow(scope=s, collective="all_reduce", size_bytes=n, busbw_GBps=b) for s, n, b in rows])
+                      results=[CommRow(scope=s, collective="all_reduce", size_bytes=n, busbw_GBps=b)
+                               for s, n, b in rows])
     figures = calibrate.Figures()
     calibrate.from_roofline(roof, "fp32", figures)
     calibrate.from_comm(comm, figures)

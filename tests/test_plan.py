@@ -25,6 +25,8 @@ def test_a_plan_for_512_gpus_is_a_table_a_record_and_a_config(tmp_path, capsys):
     assert len(record["ranked"]) == 5 and record["feasible"] > 5
     best = record["ranked"][0]
     assert best["label"] in out and "dropped" in out and "AutoTP and a pipeline" in out
+    config = tmp_path / "plan.best.json"
+    assert f"ds-bench run --workload llama --ds-config {config} --size llama3.1-70b --seq-len 8192 --engine" in out
     assert best["tokens_per_s_per_rank"] >= record["ranked"][-1]["tokens_per_s_per_rank"]
     assert best["memory_bytes"] <= 0.9 * 80 * 2 ** 30
     steps = best["compute_s"] + sum(best["exposed_s"].values()) + best["bubble_s"] + best["optimizer_s"]
@@ -63,8 +65,8 @@ def test_calibrated_with_records_the_cluster_is_this_ones(tmp_path, capsys):
 
 def confirm_one(results, *extra: str):
     """``plan --confirm 1`` of GPT-2 tiny's one ZeRO-0 layout on one CPU rank."""
-    return ds_bench("plan", "--workload", "gpt2", "--size", "tiny", "--seq-len", "128", "--device", "cpu", "--nproc", "1",
-                    "--peak-tflops", "0.05", "--stages", "0", "--offload", "none", "--micro-batch", "2",
+    return ds_bench("plan", "--workload", "gpt2", "--size", "tiny", "--seq-len", "128", "--device", "cpu",
+                    "--nproc", "1", "--peak-tflops", "0.05", "--stages", "0", "--offload", "none", "--micro-batch", "2",
                     "--activation-checkpointing", "off", "--pipeline-stages", "1", "--confirm", "1",
                     "--launcher", "torchrun", "--results", str(results), *extra, timeout=300)
 

@@ -109,8 +109,8 @@ def ensure_loaded(op_names: tuple[str, ...], wait_s: float = WAIT_FOR_BUILD_S) -
     on_cpu = get_accelerator().device_name() == "cpu"
     for name in op_names:
         builder = get_accelerator().create_op_builder(BUILDERS[name])
-        if builder is None:
-            continue
+        if builder is None or name in _loaded_ops(builder):
+            continue  # once per process: another file's copy would register its torch ops again (an abort)
         folder = build_dir(name)
         with _op_lock(folder, name, wait_s):
             _clear_stale_lock(folder, wait_s)
@@ -147,9 +147,13 @@ def _load_stored(builder, name: str, path: str) -> bool:
         with contextlib.suppress(OSError):
             os.unlink(path)
         return False
-    loaded_ops = next(vars(c)["_loaded_ops"] for c in type(builder).__mro__ if "_loaded_ops" in vars(c))
-    loaded_ops[name] = module
+    _loaded_ops(builder)[name] = module
     return True
+
+
+def _loaded_ops(builder) -> dict:
+    """DeepSpeed's ``OpBuilder._loaded_ops``: the ops this process has loaded, by name."""
+    return next(vars(c)["_loaded_ops"] for c in type(builder).__mro__ if "_loaded_ops" in vars(c))
 
 
 @contextlib.contextmanager

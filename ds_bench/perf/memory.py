@@ -13,7 +13,8 @@ activations it keeps for backward, the loss's logits, and what the process holds
   experts): block and MLP inputs and the two norms' inputs 4 E tau h (not split by TP), q, k, v and the
   attention output E tau (2 h_q + 2 h_kv) / t, the MLP's intermediates (GELU: 2 f, SwiGLU: 4 f; a MoE: 4 f for
   each of the k experts a token visits, and its router's fp32 logits) E tau f / t, the attention's and the MLP's
-  output dropout masks 2 tau h bytes where the model has dropout; attention scores only for eager attention, E a/(t S) T^2 b (+ mask and
+  output dropout masks 2 tau h bytes where the model has dropout; attention scores only for eager attention,
+  E a/(t S) T^2 b (+ mask and
   dropout output with dropout); a fused kernel (sdpa, flash) keeps O(T). GPT-2 small at T = 1024, 2 bytes:
   34 + 5 a T / h bytes per token and hidden unit, their eq. 1.
   With activation checkpointing a block keeps only its input (E tau h) and one block's whole working set is

@@ -181,7 +181,8 @@ def row(r: dict) -> dict:
     if r.get("fit", {}).get("largest"):
         layers, params = largest_fit(r)
         out["fit"] = (f"{r['fit']['published']}; predicted largest {params / 1e9:.1f}B ({layers} blocks), "
-                      f"{r['model']['layers']} blocks need {memory(r).total / GiB:.1f} of {cl.memory_bytes / GiB:.0f} GiB")
+                      f"{r['model']['layers']} blocks need {memory(r).total / GiB:.1f} of "
+                      f"{cl.memory_bytes / GiB:.0f} GiB")
     if "memory_GiB" in r["measured"]:
         lo, hi = memory(r, True).total / GiB, memory(r, False).total / GiB
         out["fit"] = f"published {r['measured']['memory_GiB']} GiB; predicted {lo:.1f} (full ckpt) - {hi:.1f} (none)"

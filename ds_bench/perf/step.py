@@ -198,7 +198,8 @@ def dp_messages(shape: Transformer, layout, element_bytes: int) -> dict[str, flo
     block = shape.block_params() / layout.tensor_parallel * element_bytes
     whole = min(dense, BUCKET_ELEMENTS) * element_bytes
     sharded = layout.engine == "fsdp" or layout.stage == 3
-    return {"all_reduce": whole, "reduce_scatter": block if layout.engine == "fsdp" else shape.hidden ** 2 * element_bytes,
+    bucket = shape.hidden ** 2 * element_bytes
+    return {"all_reduce": whole, "reduce_scatter": block if layout.engine == "fsdp" else bucket,
             "all_gather": block if sharded else whole}
 
 
@@ -207,7 +208,8 @@ def exposed_times(comm: dict[str, float], candidate: Candidate, cluster: Cluster
     """Collective -> the seconds the step waits for it, under ``OVERLAPS`` (module docstring)."""
     layout = candidate.layout
     stage = 0 if layout.engine == "ddp" else layout.stage
-    hidden = {} if cluster.device_type == "cpu" or layout.pipeline_stages > 1 else OVERLAPS.get((layout.engine, stage), {})
+    overlapped = cluster.device_type != "cpu" and layout.pipeline_stages == 1
+    hidden = OVERLAPS.get((layout.engine, stage), {}) if overlapped else {}
     backward = compute - forward
     in_backward = sum(v for k, v in comm.items() if hidden.get(k) == "backward")
     in_compute = sum(v for k, v in comm.items() if hidden.get(k) == "compute")

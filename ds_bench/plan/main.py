@@ -14,6 +14,7 @@ from ds_bench.perf import calibrate, shapes
 from ds_bench.perf.datasheet import cluster_of
 from ds_bench.perf.devices import Cluster, cpu_cluster
 from ds_bench.perf.space import Dropped, Planned, Space, search
+from ds_bench.plan.confirm import shape_args
 from ds_bench.plan.spec import PlanSpec, spec_from_args
 from ds_bench.record import store
 from ds_bench.record.plan_schema import DroppedGroup, PlanRecord, PlanRow
@@ -55,7 +56,9 @@ def main(args: argparse.Namespace) -> int:
     if spec.dry_run:
         return 0
     record.recommended_config = write_config(spec, ranked[0])
-    print(f"recommended layout's DeepSpeed config: {record.recommended_config}")
+    print(f"recommended layout's DeepSpeed config: {record.recommended_config}; run it with "
+          f"ds-bench run --workload {spec.workload} --ds-config {record.recommended_config} "
+          + " ".join([*shape_args(spec), *ranked[0].candidate.run_flags()]))
     status = 0
     if spec.confirm:
         from ds_bench.plan.confirm import confirm
@@ -129,7 +132,8 @@ def plan_record(spec: PlanSpec, shape, cluster: Cluster, ranked: list[Planned], 
     return PlanRecord(kind="plan", status="ok", workload=spec.workload, size=shape.label, params=shape.params,
                       seq_len=spec.seq_len, global_batch_tokens=spec.global_batch_tokens, sequences=spec.sequences,
                       precision=spec.precision, cluster=cluster_dict(cluster), candidates=len(ranked) + len(dropped),
-                      feasible=len(ranked), ranked=[row(i + 1, p, cluster.world) for i, p in enumerate(ranked[:spec.top])],
+                      feasible=len(ranked),
+                      ranked=[row(i + 1, p, cluster.world) for i, p in enumerate(ranked[:spec.top])],
                       dropped=groups(dropped), **{k: v for k, v in base.items() if k in PlanRecord.model_fields})
 
 

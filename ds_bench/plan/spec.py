@@ -142,7 +142,8 @@ def spec_from_args(args: argparse.Namespace) -> PlanSpec:
                         "--executor slurm (or plan for this node: --nodes 1)")
     # --nodes and --gpus-per-node are the plan's cluster; under --executor slurm also what each job asks for
     local = args.executor == "local"
-    options = job_options(argparse.Namespace(**{**vars(args), **({"nodes": None, "gpus_per_node": 0} if local else {})}))
+    jobs = {**vars(args), **({"nodes": None, "gpus_per_node": 0} if local else {})}
+    options = job_options(argparse.Namespace(**jobs))
     return PlanSpec(
         **options, workload=args.workload, size=args.size,
         shape_flags={k: getattr(args, k) for k in ("layers", "hidden", "heads", "experts", "top_k")},
