@@ -1,7 +1,7 @@
 """``ds-bench report --html``: one self-contained page from every kind of results file, read in a real browser.
 
 The inputs are real records of this machine (``tests/data/report/``: ``run_scripts/acceptance.sh``'s doctor,
-comm, scaling, sweep and their runs; ``ds-bench roofline``; a capacity search; a run that ran out of memory; ``comm --pairs``
+comm, scaling, sweep and their runs; ``ds-bench roofline``; a capacity search; a ``plan --confirm`` of six layouts; a run that ran out of memory; ``comm --pairs``
 over three network-namespace hosts with one slow cable; an empty file). Without a browser: every section
 is there for its records, an empty file and a failed run are shown for what they are, the page names no
 address outside itself, bad arguments are one-line errors that write nothing. In headless Chromium
@@ -20,8 +20,8 @@ import pytest
 from ds_bench import cli
 from ds_bench.config.deepspeed.prepare import portable
 from ds_bench.record import store
-from ds_bench.record.schema import (CapacityProbeRecord, CapacityRecord, CommRecord, RooflineRecord, RunRecord,
-                                    ScalingRecord, SweepPointRecord)
+from ds_bench.record.schema import (CapacityProbeRecord, CapacityRecord, CommRecord, PlanRecord, RooflineRecord,
+                                    RunRecord, ScalingRecord, SweepPointRecord)
 from ds_bench.report import ranking
 from ds_bench.report.html_report import read, write_report
 from ds_bench.report.summary import one_per_run
@@ -29,8 +29,8 @@ from tests import browser
 from tests.conftest import REPO
 
 DATA = REPO / "tests/data/report"
-KINDS = ["doctor", "roofline", "comm", "pairs", "scaling", "sweep", "runs", "capacity", "failed", "empty"]
-SECTIONS = ["machine", "doctor", "roofline", "comm", "scaling", "sweep", "capacity", "runs", "failures", "files"]
+KINDS = ["doctor", "roofline", "comm", "pairs", "scaling", "sweep", "runs", "capacity", "plan", "failed", "empty"]
+SECTIONS = ["machine", "doctor", "roofline", "comm", "scaling", "sweep", "capacity", "plan", "runs", "failures", "files"]
 
 
 def paths(*names):
@@ -133,6 +133,9 @@ def test_the_numbers_shown_are_the_records(visit):
     assert values(p, "#capacity-table", "params") == list(largest.values())
     probes = read_kind("capacity", CapacityProbeRecord)
     assert values(p, "#capacity-probes-table", "probe_params") == [r.params for r in probes]
+    (plan,) = read_kind("plan", PlanRecord)
+    assert values(p, "#plan-table", "tokens_per_s_per_rank") == [r.tokens_per_s_per_rank for r in plan.ranked]
+    assert values(p, "#plan-table", "measured_step_ms") == [r.confirmed.step_s * 1e3 for r in plan.ranked]
     (ceiling,) = read_kind("roofline", RooflineRecord)
     assert values(p, "#roofline-table", "roofline_median") == [row.median for row in ceiling.results]
     shown = p.inner_text("#runs-table tbody tr:first-child td:nth-child(9)")
