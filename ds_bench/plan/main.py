@@ -131,16 +131,10 @@ def plan_record(spec: PlanSpec, shape, cluster: Cluster, ranked: list[Planned], 
     base = store.base_record(store.new_run_id(), {"argv": "plan", **{k: str(v) for k, v in vars(spec).items()}})
     return PlanRecord(kind="plan", status="ok", workload=spec.workload, size=shape.label, params=shape.params,
                       seq_len=spec.seq_len, global_batch_tokens=spec.global_batch_tokens, sequences=spec.sequences,
-                      precision=spec.precision, cluster=cluster_dict(cluster), candidates=len(ranked) + len(dropped),
+                      precision=spec.precision, cluster=cluster.to_dict(), candidates=len(ranked) + len(dropped),
                       feasible=len(ranked),
                       ranked=[row(i + 1, p, cluster.world) for i, p in enumerate(ranked[:spec.top])],
                       dropped=groups(dropped), **{k: v for k, v in base.items() if k in PlanRecord.model_fields})
-
-
-def cluster_dict(c: Cluster) -> dict:
-    """The record's ``cluster``: every figure of the modelled cluster (``Cluster.to_dict``; the sweep's
-    ``--prune-predicted`` rebuilds it with ``Cluster.from_dict``)."""
-    return c.to_dict()
 
 
 def row(rank: int, p: Planned, world: int) -> PlanRow:
