@@ -31,7 +31,7 @@ setup-test: $(VENV)/.setup-test
 
 # DeepSpeed compiles its CPU ops on first use; build them once, up front (cached, ~1 s when built).
 ops: $(VENV)/.setup
-	$(PY) -m ds_bench.machine.jit_ops
+	$(PY) -m ds_bench.machine.op_builds
 
 bench: setup ops
 	$(VENV)/bin/ds-bench bench

@@ -163,7 +163,7 @@ def test_a_stale_lock_in_a_real_op_folder_does_not_hang_the_next_run(tmp_path):
     lock = extensions / "deepspeed_shm_comm" / "lock"
     lock.write_text("")
     os.utime(lock, (time.time() - 60, time.time() - 60))
-    proc = run_cmd([sys.executable, "-m", "ds_bench.machine.jit_ops"], timeout=120,
+    proc = run_cmd([sys.executable, "-m", "ds_bench.machine.op_builds"], timeout=120,
                    TORCH_EXTENSIONS_DIR=str(extensions))
     assert proc.returncode == 0, explain(proc)
     assert "removed a stale build lock" in proc.stderr and str(lock) in proc.stderr
@@ -176,7 +176,7 @@ def test_a_new_environment_loads_the_stored_ops_instead_of_compiling(tmp_path):
     from tests.conftest import explain, run_cmd
 
     extensions = tmp_path / "torch_extensions"
-    proc = run_cmd([sys.executable, "-m", "ds_bench.machine.jit_ops"], timeout=120, PATH=f"/usr/bin:/bin:{BIN}",
+    proc = run_cmd([sys.executable, "-m", "ds_bench.machine.op_builds"], timeout=120, PATH=f"/usr/bin:/bin:{BIN}",
                    TORCH_EXTENSIONS_DIR=str(extensions))
     assert proc.returncode == 0, explain(proc)
     for name in jit_ops.CPU_OPS:

@@ -155,7 +155,7 @@ def leftover_notes(facts: list[dict]) -> list[str]:
         if count:
             seen[f["host"]] = [count, size]
     return [f"NOTE: {host}: {count} leftover DeepSpeed shm buffer(s) hold {size / 2**30:.2f} GiB of RAM in "
-            f"{shm.SHM_DIR} (stock DeepSpeed never unlinks them); `python -m ds_bench.machine.jit_ops` removes them"
+            f"{shm.SHM_DIR} (stock DeepSpeed never unlinks them); `python -m ds_bench.machine.op_builds` removes them"
             for host, (count, size) in seen.items()]
 
 

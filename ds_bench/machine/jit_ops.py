@@ -20,7 +20,7 @@ TORCH_EXTENSIONS_DIR. Three traps, measured on this project's machines:
   working in the folder, is stale: it is removed with a warning.
 
 ``ensure_loaded`` runs before the process group is joined, so a first-run compile never eats
-into the rendezvous timeouts. ``python -m ds_bench.machine.jit_ops`` builds (or loads from the store)
+into the rendezvous timeouts. ``python -m ds_bench.machine.op_builds`` builds (or loads from the store)
 the CPU ops up front (``make``),
 after removing DeepSpeed shm buffers that no process maps (``ds_bench.machine.shm``): they are RAM, and
 a compile needs ~2 GB of it.
@@ -46,7 +46,7 @@ BUILDERS = {"deepspeed_shm_comm": "ShareMemCommBuilder", "cpu_adam": "CPUAdamBui
 OFFLOAD_OPS = {"adagrad": "cpu_adagrad", "lion": "cpu_lion"}
 """Optimizer offload's CPU op by optimizer type (DeepSpeed's ``_configure_basic_optimizer``); else cpu_adam."""
 CPU_OPS = ("deepspeed_shm_comm", "cpu_adam")
-"""What ``python -m ds_bench.machine.jit_ops`` builds: the comm op every CPU run needs, and optimizer offload's."""
+"""What ``python -m ds_bench.machine.op_builds`` builds: the comm op every CPU run needs, and optimizer offload's."""
 STALE_AFTER_S = 10.0
 """A build ``lock`` this old, with no process working in its folder, was left by a killed build."""
 WAIT_FOR_BUILD_S = 1800.0
@@ -204,30 +204,3 @@ def processes_working_in(folder: str, proc: str = "/proc") -> list[int]:
             except OSError:  # gone, or not ours to read
                 continue
     return pids
-
-
-def build_all() -> None:
-    from ds_bench.logs import setup_logging
-    from ds_bench.machine.environ import pin_jit_toolchain, select_accelerator
-    from ds_bench.machine.shm import SHM_DIR, remove_leftovers
-
-    setup_logging()
-    pin_jit_toolchain()
-    select_accelerator()
-    from deepspeed.accelerator import get_accelerator
-
-    if get_accelerator().device_name() != "cpu":
-        return
-    removed = remove_leftovers()
-    if removed:
-        print(f"[ds_bench.machine.jit_ops] removed {len(removed)} leftover DeepSpeed shm buffer(s) from {SHM_DIR} "
-              f"({sum(r.size_bytes for r in removed) / 2**30:.2f} GiB of RAM; ds_bench.machine.shm says why)", flush=True)
-    for name in CPU_OPS:
-        state = ("from the op store" if is_stored(name) else f"cached in {build_dir(name)}" if is_built(name)
-                 else f"compiling (~30-60 s) in {build_dir(name)}")
-        print(f"[ds_bench.machine.jit_ops] {name}: {state}", flush=True)
-        ensure_loaded((name,))
-
-
-if __name__ == "__main__":
-    build_all()
