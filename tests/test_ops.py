@@ -5,6 +5,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from ds_bench.machine import jit_ops, op_store
 from ds_bench.machine import toolchain as machine_toolchain
 from tests.conftest import BIN
@@ -231,3 +233,25 @@ print("loaded once")
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "loaded once" in proc.stdout, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("cores, builds, at_once", [(2, 2, False), (4, 2, True), (64, 2, True), (64, 1, False),
+                                                    (3, 2, False)])
+def test_ops_are_built_at_once_only_where_there_are_cores_for_every_build(cores, builds, at_once):
+    from ds_bench.machine.op_builds import builds_at_once
+
+    assert builds_at_once(cores, builds) is at_once
+
+
+@pytest.mark.full
+def test_the_ops_built_at_once_each_by_a_process_of_its_own(tmp_path):
+    """Both CPU ops compiled from nothing (an empty build folder and op store) in parallel processes, then loaded
+    and stored: the path a machine with 4+ cores takes (~100 s of 2 cores here, hence the full tier)."""
+    from tests.conftest import explain, run_cmd
+
+    store = tmp_path / "store"
+    proc = run_cmd([sys.executable, "-m", "ds_bench.machine.op_builds"], timeout=900, DS_BENCH_OP_BUILDS_AT_ONCE="1",
+                   TORCH_EXTENSIONS_DIR=str(tmp_path / "torch_extensions"), DS_BENCH_OP_STORE=str(store))
+    assert proc.returncode == 0, explain(proc)
+    assert "building deepspeed_shm_comm, cpu_adam at once" in proc.stdout, explain(proc)
+    assert sorted(p.stem for p in store.rglob("*.so")) == ["cpu_adam", "deepspeed_shm_comm"], explain(proc)
