@@ -1,12 +1,11 @@
 """Real 2-rank CPU runs (gloo) through the deepspeed launcher and torchrun, for ZeRO 0-3 and the DDP
 and FSDP baselines beside them.
 
-The ZeRO matrix goes through ``ds-bench sweep`` under the deepspeed launcher (what ``make bench``
-runs), which starts ``deepspeed --num_gpus 2 --module ds_bench run ...`` per point: ZeRO 0, 2 and 3 in fp32
+The ZeRO matrix goes through ``ds-bench sweep --launcher deepspeed``, which starts ``deepspeed --num_gpus 2 --module ds_bench run ...`` per point: ZeRO 0, 2 and 3 in fp32
 (ZeRO-1 too in the full tier) and ZeRO-2 with its optimizer offloaded (DeepSpeedCPUAdam, the op ``make test`` builds), each given
 ``--busbw`` so the comm-bound verdict is checked per stage. The baselines go through a second sweep,
-``--engines ddp,fsdp --launcher torchrun``: DDP, FSDP at stages 2 and 3 in fp32 (the launcher does not
-change what an engine computes, and torchrun starts a point ~5 s sooner); DDP and FSDP-3 in bf16 are a
+``--engines ddp,fsdp`` under torchrun (a study's default on one node; ``make bench``'s): DDP, FSDP at stages 2 and 3
+in fp32 (the launcher does not change what an engine computes, and torchrun starts a point ~5 s sooner); DDP and FSDP-3 in bf16 are a
 third sweep, in the full tier (``make test-full``).
 torchrun also runs ZeRO-2 in fp32 with ``--breakdown`` for 60 steps on Fashion-MNIST, which must
 learn (DeepSpeed in bf16 under torchrun: ZeRO-2 GPT-2 in tests/test_gpt2.py, ZeRO-3 in
@@ -43,7 +42,7 @@ def deepspeed_runs(request, tmp_path_factory, fashion_mnist):
     results = tmp_path_factory.mktemp("ds") / "r.jsonl"
     stages = STAGES if full_tier(request.config) else CI_STAGES
     proc = sweep(results, fashion_mnist, "--stages", ",".join(map(str, stages)), "--engines", "deepspeed", "--point",
-                 "z2 off=optimizer", "--master-port", "29711")
+                 "z2 off=optimizer", "--launcher", "deepspeed", "--master-port", "29711")
     return records(results.with_suffix(".runs.jsonl")), proc
 
 
@@ -63,7 +62,7 @@ def baseline_bf16_runs(tmp_path_factory, fashion_mnist):
 def baseline_sweep(folder, data, *args):
     """DDP and FSDP points through a torchrun sweep: their run records and the sweep's process."""
     results = folder / "r.jsonl"
-    proc = sweep(results, data, "--engines", "ddp,fsdp", "--launcher", "torchrun", *args)
+    proc = sweep(results, data, "--engines", "ddp,fsdp", *args)  # torchrun: a study's launcher on one node
     return records(results.with_suffix(".runs.jsonl")), proc
 
 
@@ -154,12 +153,36 @@ def test_roofline_measures_every_rank_and_the_run_reads_its_ceiling(torchrun_run
 
 def test_the_record_says_where_the_start_up_went(torchrun_run):
     s = torchrun_run["startup"]
-    phases = [k for k in s if k not in ("total_s", "other_s", "compile_s")]
+    phases = [k for k in s if k not in ("total_s", "other_s", "compile_s", "process_started_at")]
+    assert s["process_started_at"] < torchrun_run["loop_started_at"]
     assert len(phases) == 9 and all(s[k] is not None and s[k] >= 0 for k in phases), s
     assert s["compile_s"] is None  # not compiled (tests/test_compile.py has a compiled run)
     assert s["imports_s"] > 0.5 and s["warmup_s"] > 0  # torch alone takes ~1 s to import here
     assert s["total_s"] == pytest.approx(sum(s[k] for k in phases) + s["other_s"])
     assert abs(s["other_s"]) < 0.5 * s["total_s"], s  # the named phases hold most of it
+
+
+@pytest.mark.parametrize("runs", ["deepspeed_runs", "baseline_runs"])
+def test_the_sweep_says_where_each_point_s_time_went(runs, request):
+    """Each ok point's wall time split launch to exit (the phases add up to it), and the summary's table of the
+    medians; under the deepspeed launcher and under torchrun, a study's default on one node."""
+    recs, proc = request.getfixturevalue(runs)
+    points = [p for p in records(Path(recs[0]["config"]["results"]).with_suffix("").with_suffix(".jsonl"))
+              if p["kind"] == "sweep_point"]
+    assert points and all(p["status"] == "ok" for p in points)
+    assert {r["launcher"] for r in recs} == {"deepspeed" if runs == "deepspeed_runs" else "torchrun"}
+    for p in points:
+        t = p["time_split"]
+        parts = [v for k, v in t.items() if k != "wall_s"]
+        assert all(v is not None and v >= 0 for v in parts), t
+        assert t["wall_s"] == pytest.approx(p["wall_s"], abs=0.01) and sum(parts) == pytest.approx(t["wall_s"], abs=0.01)
+        assert t["measured_s"] > 0 and t["launcher_s"] > 0 and t["exit_s"] > 0 and t["imports_s"] > 0.3
+    heading, header, _, row = proc.stdout.split("where a point's time goes")[1].splitlines()[:4]
+    assert f"median over {len(points)} ok point(s)" in heading
+    assert header.split()[:2] == ["launcher", "imports"] and header.split()[-1] == "wall"
+    walls = sorted(p["time_split"]["wall_s"] for p in points)
+    assert float(row.split()[-1]) == pytest.approx(walls[len(walls) // 2] if len(walls) % 2 else
+                                                    (walls[len(walls) // 2 - 1] + walls[len(walls) // 2]) / 2, abs=0.06)
 
 
 def test_torchrun(torchrun_run):

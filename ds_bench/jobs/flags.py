@@ -72,9 +72,9 @@ def add_job_arguments(p: argparse.ArgumentParser, *, results: str, master_port: 
     executor's flags (``add_slurm_arguments``; ``nodes``: with ``--nodes``, the jobs' nodes)."""
     p.add_argument("--results", default=results, help=f"the study's records, JSON lines; also its state (default "
                                                       f"{results})")
-    p.add_argument("--launcher", default=LAUNCHERS[0], choices=LAUNCHERS,
-                   help="deepspeed on this node (default) or torchrun (this node only); with --hostfile: deepspeed "
-                        "or mpirun; srun inside a Slurm allocation")
+    p.add_argument("--launcher", default=None, choices=LAUNCHERS,
+                   help="torchrun (default on this node) or deepspeed; with --hostfile: deepspeed (default) or "
+                        "mpirun; srun inside a Slurm allocation")
     p.add_argument("--hostfile", default=None, help="DeepSpeed hostfile ('host slots=N' lines) for a multi-node study")
     if nproc:
         p.add_argument("--nproc", type=int, default=None, help="ranks per node (default: all GPUs; on CPU 2)")
@@ -115,12 +115,22 @@ def job_options(args: argparse.Namespace, local_mpirun: bool = False) -> dict:
 
     argcheck.at_least("--nproc", getattr(args, "nproc", None), 1)
     argcheck.port("--master-port", args.master_port)
-    if not (local_mpirun and args.launcher == "mpirun"):
-        argcheck.job_launcher(args.launcher, args.hostfile)
+    launcher = args.launcher or default_launcher(args.hostfile)
+    if not (local_mpirun and launcher == "mpirun"):
+        argcheck.job_launcher(launcher, args.hostfile)
     check_results_path(args.results)
     timeout_s = parse_duration("--timeout", args.timeout)
-    return {"results": args.results, "launcher": args.launcher, "hostfile": args.hostfile, "iface": args.iface,
+    return {"results": args.results, "launcher": launcher, "hostfile": args.hostfile, "iface": args.iface,
             "master_port": args.master_port, "timeout_s": timeout_s, "slurm": slurm_options(args)}
+
+
+def default_launcher(hostfile: str | None) -> str:
+    """A study's launcher when ``--launcher`` is left out (pure): the deepspeed launcher for a hostfile's hosts,
+    else torchrun, the lightest start on one node. Each job's wall time around its ranks, measured on a 2-core
+    AMD EPYC (``make bench``'s 15 points, 2026-11-26): torchrun ~1.1 s to rank 0's start and ~0.5 s after the
+    measured window, the deepspeed launcher ~3.5 s and ~2.7 s (its own interpreter and DeepSpeed imported twice,
+    and a 1 s poll of its ranks); what the ranks measure is the same under both."""
+    return "deepspeed" if hostfile else "torchrun"
 
 
 def slurm_gpus(args: argparse.Namespace) -> int:
@@ -143,7 +153,7 @@ def slurm_options(args: argparse.Namespace) -> SlurmOptions | None:
     if args.hostfile:
         raise UserError("--hostfile with --executor slurm: each job's hosts are its allocation (--nodes); leave "
                         "--hostfile out")
-    if args.launcher != LAUNCHERS[0]:
+    if args.launcher not in (None, "deepspeed"):
         raise UserError(f"--launcher {args.launcher} with --executor slurm: each job starts its ranks with srun; "
                         "leave --launcher out")
     for flag, value, low in (("--nodes", nodes, 1), ("--gpus-per-node", args.gpus_per_node, 0),

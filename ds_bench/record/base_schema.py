@@ -78,3 +78,28 @@ class SlurmJob(Block):
     """Slurm's exit state ``code:signal`` of the batch script."""
     nodes: str | None = None
     """The job's node list, as Slurm writes it (``hosta,hostb``, ``node[01-04]``)."""
+
+
+class PointTime(Block):
+    """Where one study job's wall time went, launch to exit, in seconds (``ds_bench.jobs.point_time``; rank 0's
+    clock for the phases inside the run, the study's for the launch and the end)."""
+
+    launcher_s: float | None = None
+    """The job started -> rank 0's process started: the launcher's own start (its interpreter and imports)."""
+    imports_s: float | None = None
+    """Rank 0's interpreter, torch and ds_bench imports, argument parsing."""
+    prepare_s: float | None = None
+    ops_s: float | None = None
+    process_group_s: float | None = None
+    libraries_s: float | None = None
+    """DeepSpeed's and torch's libraries every run loads (``ds_bench.run.training.PRELOADED``)."""
+    build_s: float | None = None
+    """Model, engine, first batch and what lies between the phases before the warm-up."""
+    warmup_s: float | None = None
+    """Warm-up steps, compile included."""
+    measured_s: float | None = None
+    """The measured window (``window_wall_s``)."""
+    exit_s: float | None = None
+    """The window closed -> the job ended: figures gathered, record written, process group and processes ended,
+    the launcher's exit."""
+    wall_s: float | None = None

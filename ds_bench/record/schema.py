@@ -21,12 +21,12 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, TypeAdapter
 
-from ds_bench.record.base_schema import SCHEMA_VERSION, Block, Busy, Record, SlurmJob, Stamped
+from ds_bench.record.base_schema import SCHEMA_VERSION, Block, Busy, PointTime, Record, SlurmJob, Stamped
 from ds_bench.record.capacity_schema import CapacityMember, CapacityProbeRecord, CapacityRecord
 from ds_bench.record.plan_schema import PlanRecord
 from ds_bench.record.run_schema import Failure, ModelBuild, RunMetrics, RunRecord, SlowRank
 
-__all__ = ["SCHEMA_VERSION", "Block", "Busy", "CapacityMember", "CapacityProbeRecord", "CapacityRecord", "CommRecord", "CommRow", "DoctorRecord", "Failure", "ModelBuild", "PlanRecord", "Record",
+__all__ = ["SCHEMA_VERSION", "Block", "Busy", "CapacityMember", "CapacityProbeRecord", "CapacityRecord", "CommRecord", "CommRow", "DoctorRecord", "Failure", "ModelBuild", "PlanRecord", "PointTime", "Record",
            "RunMetrics", "RunRecord", "ScalingRecord", "ScalingRow", "SlowRank", "SlurmJob", "Stamped", "SweepPointRecord",
            "json_schema", "model_of", "parse_record"]
 
@@ -71,6 +71,8 @@ class SweepPointRecord(Record):
     """Unix time (s)."""
     ended_at: float | None = None
     loop_started_at: float | None = None
+    time_split: PointTime | None = None
+    """Where the attempt's wall time went, launch to exit (None without the run's start-up marks)."""
     busy: Busy | None = None
     slurm: SlurmJob | None = None
     """``--executor slurm``: the batch job the attempt ran as and how Slurm ended it."""

@@ -16,6 +16,7 @@ from ds_bench.jobs.outcome import was_busy
 from ds_bench.record import store as results
 from ds_bench.record.schema import SweepPointRecord
 from ds_bench.report import ranking as rank
+from ds_bench.report.point_cost import point_cost
 from ds_bench.report import sweep_plots as plots
 from ds_bench.report import sweep_table as table
 
@@ -34,10 +35,15 @@ def report_sweep(results_path: str, sweep_id: str | None = None, headroom_pct: f
     unit = next((r.unit for r in records if r.status == "ok"), records[0].unit or "samples/s")
     ranking = rank.rank(rank.summarize_points(records), baseline_key=baseline, headroom_pct=headroom_pct)
     stem = os.path.splitext(results_path)[0]
+    latest = [a for attempts in rank.latest_attempts(records).values() for a in attempts if a.status == "ok"]
     with open(stem + ".md", "w", encoding="utf-8") as f:
         f.write(table.markdown(ranking, unit))
+        if (cost := point_cost(latest, "github")) is not None:
+            f.write(f"\n{cost}\n")
     table.write_csv(ranking, stem + ".csv")
     print("\n" + table.terminal(ranking, unit))
+    if (cost := point_cost(latest)) is not None:
+        print("\n" + cost)
     busy = sorted({r.key for r in records if was_busy(r, os.cpu_count())})
     if busy:
         print(f"warning: the machine was busy during {len(busy)} point(s) ({', '.join(busy[:5])}"

@@ -37,7 +37,7 @@ def breakdown(marks: dict, build: dict | None, loop_started_at: float) -> dict:
     """The record's ``startup`` (seconds; None where a mark is missing, e.g. a pipeline's build)."""
     started, opened = marks.get("process_started_at"), marks.get("window_open_at")
     build = build or {}
-    out = {"imports_s": marks["entered_at"] - started if started else None,
+    out = {"process_started_at": started, "imports_s": marks["entered_at"] - started if started else None,
             "prepare_s": marks.get("prepare_s"), "ops_s": marks.get("ops_s"),
             "process_group_s": marks.get("process_group_s"), "libraries_s": marks.get("libraries_s"),
             "model_build_s": build.get("model_s"), "engine_s": build.get("engine_s"), "data_s": marks.get("data_s"),
@@ -45,5 +45,6 @@ def breakdown(marks: dict, build: dict | None, loop_started_at: float) -> dict:
             "warmup_s": opened - loop_started_at - (marks.get("compile_s") or 0.0) if opened else None,
             "total_s": opened - started if opened and started else None}
     if out["total_s"] is not None:
-        out["other_s"] = out["total_s"] - sum(v for k, v in out.items() if k != "total_s" and v is not None)
+        out["other_s"] = out["total_s"] - sum(v for k, v in out.items()
+                                              if k.endswith("_s") and k != "total_s" and v is not None)
     return out

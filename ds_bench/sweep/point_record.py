@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import time
 
+from ds_bench.jobs import point_time
 from ds_bench.jobs.slurm_batch import slurm_block
-from ds_bench.record.schema import Busy, RunRecord, SweepPointRecord
+from ds_bench.record.schema import Busy, PointTime, RunRecord, SweepPointRecord
 
 
 def point_record(*, sweep_id: str, spec, point, repeat: int, status: str, reason: str | None, world_size: int,
@@ -28,11 +29,16 @@ def point_record(*, sweep_id: str, spec, point, repeat: int, status: str, reason
         params=run and run.params, largest_layer_params=run and run.largest_layer_params,
         wall_s=round(job.ended_at - job.started_at, 2) if job else 0.0,
         launched_at=job.started_at if job else None, ended_at=job.ended_at if job else None,
-        loop_started_at=run and run.loop_started_at,
+        loop_started_at=run and run.loop_started_at, time_split=_time_split(run, job) if status == "ok" else None,
         busy=Busy(**busy) if busy is not None else None, **slurm_block(slurm), time=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         bubble=measured_bubble(run) if status == "ok" else None,
         schedule_bubble=run and run.schedule_bubble,
     )
+
+
+def _time_split(run: RunRecord | None, job) -> PointTime | None:
+    fields = point_time.split(run, job.started_at, job.ended_at) if job else None
+    return PointTime(**{k: round(v, 3) for k, v in fields.items()}) if fields else None
 
 
 def measured_bubble(run: RunRecord | None) -> float | None:
