@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +63,16 @@ def test_the_script_prints_exports_of_this_machine_s_pip_configuration():
     assert done.returncode == 0, done.stderr
     printed = dict(line.removeprefix("export ").split("=", 1) for line in done.stdout.splitlines())
     assert set(printed) == set(expected) and "UV_INDEX_STRATEGY" in printed
+
+
+def test_the_environment_s_packages_were_installed_with_their_bytecode():
+    """uv compiles nothing unless told (``UV_COMPILE_BYTECODE``, as pip does by default): where
+    ``PYTHONDONTWRITEBYTECODE`` is set, every process would compile torch's modules again (a run's imports 13-15 s
+    against 5 s here)."""
+    import importlib.util
+
+    import deepspeed
+    import torch
+
+    for module in (torch, deepspeed):
+        assert Path(importlib.util.cache_from_source(module.__file__)).is_file(), module.__file__
