@@ -30,13 +30,15 @@ from ds_bench.run.state import Built, Started
 
 log = logging.getLogger("ds_bench")
 
-PRELOADED = ("torch._dynamo", "deepspeed.runtime.zero.muon.muon_optimizer")
-"""Imported before the baseline on every rank, whatever the stage, so a CPU rank's RSS baseline holds
-the libraries a run loads anyway, not model or activation memory (``ds_bench.jobs.predict``
-calibrates on the difference); a workload adds those its build imports (``Workload.preload``). Measured
-with torch 2.13 CPU, deepspeed 0.19.8: constructing any torch optimizer imports ``torch._dynamo``
-(torch/_compile.py), ~830 modules, ~75 MiB RSS; ZeRO 1-3 import DeepSpeed's Muon optimizer, whose
-``@torch.compile`` loads the compile stack, ~580 modules, ~48 MiB more. GPU peaks
+PRELOADED = ("torch._dynamo",)
+DEEPSPEED_PRELOADED = ("deepspeed.runtime.zero.muon.muon_optimizer",)
+"""Imported before the baseline on every rank (``DEEPSPEED_PRELOADED`` under ``--engine deepspeed`` only, whatever
+the stage), so a CPU rank's RSS baseline holds the libraries a run loads anyway, not model or activation memory
+(``ds_bench.jobs.predict`` calibrates on the difference); a workload adds those its build imports
+(``Workload.preload``). Measured with torch 2.13 CPU, deepspeed 0.19.8: constructing any torch optimizer imports
+``torch._dynamo`` (torch/_compile.py), ~830 modules, ~75 MiB RSS; ZeRO 1-3 (and DeepSpeed's bf16 optimizer) import
+DeepSpeed's Muon optimizer, whose ``@torch.compile`` loads the compile stack, ~580 modules, ~48 MiB more, ~1 s of
+a rank's start-up: the DDP and FSDP baselines never import it, so they do not load it. GPU peaks
 (``max_memory_allocated``) never counted them."""
 
 
@@ -47,7 +49,8 @@ def measure(run: Started, workload) -> tuple[dict, dict]:
         torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(run.cfg.seed)
     preload_started = time.perf_counter()
-    _preload_libraries(PRELOADED + workload.preload)
+    engine_libraries = DEEPSPEED_PRELOADED if run.cfg.engine == "deepspeed" else ()
+    _preload_libraries(PRELOADED + engine_libraries + workload.preload)
     run.startup["libraries_s"] = time.perf_counter() - preload_started
     run.baseline_bytes = memory.current_bytes(run.state.device)
     built = build(run, workload)
