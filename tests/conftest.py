@@ -206,13 +206,17 @@ PASSED = "validation passed: the run reached init_distributed"
 
 def stop_past_checks(monkeypatch) -> None:
     """In-process command tests: joining a process group, starting a launcher or a study's job raises
-    ``AssertionError(PASSED)`` instead, so a case that wrongly passes validation fails loudly."""
+    ``AssertionError(PASSED)`` instead, so a case that wrongly passes validation fails loudly. The ops the join
+    would load first are not loaded: a config with DeepSpeed's FusedAdam compiled fused_adam (~100 CPU-s) on a
+    machine whose op store lacked it, to pass checks that were already done."""
     from ds_bench.cluster import process
     from ds_bench.jobs import launch, spawn
+    from ds_bench.machine import jit_ops
 
     def passed(*_a, **_k):
         raise AssertionError(PASSED)
 
+    monkeypatch.setattr(jit_ops, "ensure_loaded", lambda *_a, **_k: None)
     monkeypatch.setattr(process, "init_distributed", passed)
     monkeypatch.setattr(launch, "run_child", passed)
     monkeypatch.setattr(spawn, "run_job", passed)
