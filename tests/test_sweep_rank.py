@@ -103,7 +103,9 @@ def test_was_busy():
     assert not was_busy(rec(busy=quiet), cores=2)
     assert was_busy(rec(busy={**quiet, "other_cores": 0.5}), cores=2)
     assert was_busy(rec(busy={**quiet, "gpu_others": [{"pid": 7}]}), cores=2)
-    assert was_busy(rec(busy={**quiet, "load_before": 2.0}), cores=2)
+    assert was_busy(rec(busy={**quiet, "load_before": 2.0, "other_cores": None}), cores=2)
+    # the study's own previous job keeps the 1-minute load up; the CPU others used is the evidence
+    assert not was_busy(rec(busy={**quiet, "load_before": 2.0, "other_cores": 0.01}), cores=2)
     assert not was_busy(rec(busy={**quiet, "load_before": 2.0}))  # cores unknown: load not judged
     assert not was_busy(SweepPointRecord(kind="sweep_point", sweep="s1", key="k", status="ok"), cores=2)
     rows = summarize_points([rec(repeat=0), rec(repeat=1, busy={**quiet, "other_cores": 1.5})], cores=2)

@@ -115,9 +115,12 @@ BUSY_OTHER_CORES = 0.5
 
 def was_busy(record: SweepPointRecord | ScalingRow, cores: int | None = None) -> bool:
     """Whether the machine was shared while this attempt (a sweep point's record, a scaling row) ran:
-    other processes used half a core or more, other processes held the GPU, or the load average
-    before it started was already at least ``cores`` (skipped when ``cores`` is None)."""
+    other processes used half a core or more, other processes held the GPU, or, for a record without
+    ``other_cores``, the load average before it started was already at least ``cores`` (not judged when
+    ``cores`` is None). The load average is not judged beside ``other_cores``: it counts the study's own previous
+    job (a 1-minute average: after ~10 s jobs on 2 busy cores it stays at ~2, and ``make bench`` called 10 of its 15
+    points busy while other processes used 0-0.01 cores)."""
     busy = record.busy or Busy()
     if (busy.other_cores or 0.0) >= BUSY_OTHER_CORES or busy.gpu_others:
         return True
-    return cores is not None and (busy.load_before or 0.0) >= cores
+    return busy.other_cores is None and cores is not None and (busy.load_before or 0.0) >= cores
