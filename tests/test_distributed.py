@@ -178,7 +178,7 @@ def test_the_sweep_says_where_each_point_s_time_went(runs, request):
         assert t["wall_s"] == pytest.approx(p["wall_s"], abs=0.01) and sum(parts) == pytest.approx(t["wall_s"], abs=0.01)
         assert t["measured_s"] > 0 and t["launcher_s"] > 0 and t["exit_s"] > 0 and t["imports_s"] > 0.3
     heading, header, _, row = proc.stdout.split("where a point's time goes")[1].splitlines()[:4]
-    assert f"median over {len(points)} ok point(s)" in heading
+    assert f"median over {len(points)} ok attempt(s)" in heading
     assert header.split()[:2] == ["launcher", "imports"] and header.split()[-1] == "wall"
     walls = sorted(p["time_split"]["wall_s"] for p in points)
     assert float(row.split()[-1]) == pytest.approx(walls[len(walls) // 2] if len(walls) % 2 else

@@ -235,12 +235,12 @@ print("loaded once")
     assert proc.returncode == 0 and "loaded once" in proc.stdout, proc.stderr[-3000:]
 
 
-@pytest.mark.parametrize("cores, builds, at_once", [(2, 2, False), (4, 2, True), (64, 2, True), (64, 1, False),
-                                                    (3, 2, False)])
-def test_ops_are_built_at_once_only_where_there_are_cores_for_every_build(cores, builds, at_once):
+@pytest.mark.parametrize("cores, builds, gib, at_once", [(2, 2, 16, False), (4, 2, 16, True), (64, 2, 16, True),
+                                                         (64, 1, 16, False), (3, 2, 16, False), (64, 2, 3, False)])
+def test_ops_are_built_at_once_only_where_there_are_cores_and_memory_for_every_build(cores, builds, gib, at_once):
     from ds_bench.machine.op_builds import builds_at_once
 
-    assert builds_at_once(cores, builds) is at_once
+    assert builds_at_once(cores, builds, gib * 2**30) is at_once
 
 
 @pytest.mark.full

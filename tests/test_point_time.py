@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 
 from ds_bench.jobs.flags import default_launcher
+from ds_bench.jobs.spawn import rank_threads
+from ds_bench.run.startup import process_start
 from ds_bench.jobs.point_time import PHASES, split
 from ds_bench.record.schema import PointTime, RunRecord, SweepPointRecord
 from ds_bench.report.point_cost import median_split, point_cost
@@ -56,7 +58,7 @@ def test_the_summary_shows_each_phase_s_median_and_the_measured_share():
     medians = median_split(points)
     assert medians == {"launcher": 1.0, "imports": 2.0, "measured": 4.0, "exit": 5.0, "wall": 12.0}
     heading, header, _, row = point_cost(points).splitlines()
-    assert "median over 3 ok point(s)" in heading and "wall 10.0-20.0 s each, 42 s in all" in heading
+    assert "median over 3 ok attempt(s)" in heading and "wall 10.0-20.0 s each, 42 s in all" in heading
     assert "29% of it in measured steps" in heading  # 12 / 42
     assert header.split() == ["launcher", "imports", "measured", "exit", "wall"]
     assert row.split() == ["1.0", "2.0", "4.0", "5.0", "12.0"]
@@ -66,3 +68,42 @@ def test_the_summary_shows_each_phase_s_median_and_the_measured_share():
 def test_a_study_starts_its_jobs_with_torchrun_on_one_node_and_the_deepspeed_launcher_on_a_hostfile():
     assert default_launcher(None) == "torchrun"
     assert default_launcher("hostfiles/two_nodes") == "deepspeed"
+    assert default_launcher(None, "slurm") == "srun"
+
+
+def test_torchrun_ranks_get_their_share_of_the_cores_not_torchrun_s_one_thread():
+    assert rank_threads({}, "torchrun", 64, 8) == "8"
+    assert rank_threads({}, "torchrun", 2, 2) == "1" and rank_threads({}, "torchrun", 3, 8) == "1"
+    assert rank_threads({"OMP_NUM_THREADS": "4"}, "torchrun", 64, 8) is None  # the user's setting stays
+    assert rank_threads({}, "deepspeed", 64, 8) is None  # the ranks take cores // ranks themselves
+
+
+def test_a_process_start_is_read_to_the_tick_not_to_the_boot_time_s_whole_second(tmp_path):
+    import psutil
+
+    ours, coarse = process_start(), psutil.Process().create_time()
+    assert coarse <= ours + 0.02 and ours - coarse < 1.0  # psutil's btime is whole seconds, truncated
+    assert process_start(str(tmp_path / "none")) == coarse  # no /proc: psutil's
+
+
+def test_a_torchrun_job_is_started_with_its_ranks_threads(tmp_path, monkeypatch):
+    """What ``runner.run_attempt`` hands the job it starts under torchrun (the job itself stubbed: the real sweeps
+    are tests/test_distributed.py's)."""
+    import argparse
+    import os
+
+    from ds_bench.jobs import runner, spawn
+
+    started = {}
+
+    def job(argv, log_path, timeout_s, env=None):
+        started.update(argv=argv, env=env)
+        return spawn.JobEnd(0, False, 0.0, 1.0)
+
+    monkeypatch.setattr(spawn, "run_job", job)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    spec = argparse.Namespace(launcher="torchrun", nproc=2, hostfile=None, iface=None, master_port=29500,
+                              timeout_s=60.0, slurm=None, runs_path=str(tmp_path / "r.runs.jsonl"))
+    runner.run_attempt(spec, ["run", "--workload", "mnist"], "t", str(tmp_path / "log"))
+    assert "torchrun" in started["argv"][0]
+    assert started["env"]["OMP_NUM_THREADS"] == str(max(1, len(os.sched_getaffinity(0)) // 2))

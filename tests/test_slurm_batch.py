@@ -119,7 +119,7 @@ def test_a_job_that_can_never_start_is_told_from_one_that_waits():
 
 def _args(**kw) -> argparse.Namespace:
     base = dict(executor="local", nodes=None, partition=None, account=None, gpus_per_node=0, mpi=None, max_jobs=None,
-                queue_timeout="1d", hostfile=None, launcher="deepspeed", dry_run=True)
+                queue_timeout="1d", hostfile=None, launcher=None, dry_run=True)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -130,6 +130,7 @@ def _args(**kw) -> argparse.Namespace:
     ({"mpi": "pmix"}, "--mpi is for Slurm jobs"),
     ({"executor": "slurm", "hostfile": "h"}, "--hostfile with --executor slurm"),
     ({"executor": "slurm", "launcher": "mpirun"}, "--launcher mpirun with --executor slurm"),
+    ({"executor": "slurm", "launcher": "deepspeed"}, "--launcher deepspeed with --executor slurm"),
     ({"executor": "slurm", "nodes": 0}, "--nodes must be a positive integer"),
     ({"executor": "slurm", "max_jobs": 0}, "--max-jobs must be a positive integer"),
     ({"executor": "slurm", "queue_timeout": "soon"}, "--queue-timeout 'soon': expected a duration"),

@@ -36,10 +36,12 @@ uv_bin=
 if [ "${DS_BENCH_INSTALLER:-uv}" = uv ] && ! grep -qs 'include-system-site-packages = true' "$venv/pyvenv.cfg"; then
   if uv_exports=$("$py" "$here/tools/uv_env.py"); then
     uv_bin=$(command -v uv || true)
-    if [ -z "$uv_bin" ] && "$py" -m pip install --quiet 'uv>=0.4'; then
+    if [ -z "$uv_bin" ] && "$py" -m pip install --quiet 'uv>=0.5'; then
       uv_bin="$venv/bin/uv"
     fi
-    [ -n "$uv_bin" ] && eval "$uv_exports"
+    if [ -n "$uv_bin" ]; then
+      eval "$uv_exports"
+    fi
   fi
   [ -n "$uv_bin" ] || log "installing with pip (uv unavailable or cannot carry pip's configuration over)"
 fi

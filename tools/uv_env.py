@@ -25,14 +25,15 @@ TRANSLATED = {
     "timeout": ("UV_HTTP_TIMEOUT", None),
     "default-timeout": ("UV_HTTP_TIMEOUT", None),
     "no-index": ("UV_NO_INDEX", None),
-    "proxy": ("HTTPS_PROXY", None),
+    "proxy": ("HTTPS_PROXY", None),  # and HTTP_PROXY: pip's proxy serves both schemes
 }
 IGNORED = {"disable-pip-version-check", "no-cache-dir", "cache-dir", "progress-bar", "quiet", "verbose", "retries",
            "root-user-action", "no-input", "no-color", "no-warn-script-location", "require-virtualenv",
-           "break-system-packages", "log", "no-python-version-warning"}
+           "break-system-packages", "log", "no-python-version-warning", "config-file", "isolated"}
 """Settings of pip's own output and cache: nothing uv would install differently for."""
-FIXED = {"UV_INDEX_STRATEGY": "unsafe-best-match", "UV_LINK_MODE": "copy", "UV_COMPILE_BYTECODE": "1"}
-"""pip's resolution (the best version over every index, not uv's first index that has the package); copies (uv's
+FIXED = {"UV_INDEX_STRATEGY": "unsafe-best-match", "UV_LINK_MODE": "copy", "UV_COMPILE_BYTECODE": "1",
+         "UV_NO_CONFIG": "1"}
+"""uv's own configuration files ignored (pip's is the machine's word); pip's resolution (the best version over every index, not uv's first index that has the package); copies (uv's
 cache and the venv may be on different file systems); and pip's bytecode compiled at install: without it, where
 ``PYTHONDONTWRITEBYTECODE`` is set (this project's machines), every process compiles torch's modules again: a
 2-rank run's imports took 13-15 s against 5.3 s, and ``make test`` 20 min against 13 (2026-11-26)."""
@@ -74,6 +75,8 @@ def uv_environment(settings: dict[str, str]) -> dict[str, str]:
         if joiner is None and len(values) > 1:
             raise Untranslatable(f"pip setting {key!r} has several values: {value!r}")
         env[variable] = (joiner or " ").join(values)
+        if key == "proxy":
+            env["HTTP_PROXY"] = env[variable]
     return env
 
 

@@ -115,7 +115,7 @@ def job_options(args: argparse.Namespace, local_mpirun: bool = False) -> dict:
 
     argcheck.at_least("--nproc", getattr(args, "nproc", None), 1)
     argcheck.port("--master-port", args.master_port)
-    launcher = args.launcher or default_launcher(args.hostfile)
+    launcher = args.launcher or default_launcher(args.hostfile, getattr(args, "executor", "local"))
     if not (local_mpirun and launcher == "mpirun"):
         argcheck.job_launcher(launcher, args.hostfile)
     check_results_path(args.results)
@@ -124,12 +124,14 @@ def job_options(args: argparse.Namespace, local_mpirun: bool = False) -> dict:
             "master_port": args.master_port, "timeout_s": timeout_s, "slurm": slurm_options(args)}
 
 
-def default_launcher(hostfile: str | None) -> str:
-    """A study's launcher when ``--launcher`` is left out (pure): the deepspeed launcher for a hostfile's hosts,
-    else torchrun, the lightest start on one node. Each job's wall time around its ranks, measured on a 2-core
+def default_launcher(hostfile: str | None, executor: str = "local") -> str:
+    """A study's launcher when ``--launcher`` is left out (pure): srun for Slurm jobs (``--executor slurm``), the
+    deepspeed launcher for a hostfile's hosts, else torchrun, the lightest start on one node. Each job's wall time around its ranks, measured on a 2-core
     AMD EPYC (``make bench``'s 15 points, 2026-11-26): torchrun ~1.1 s to rank 0's start and ~0.5 s after the
     measured window, the deepspeed launcher ~3.5 s and ~2.7 s (its own interpreter and DeepSpeed imported twice,
     and a 1 s poll of its ranks); what the ranks measure is the same under both."""
+    if executor == "slurm":
+        return "srun"
     return "deepspeed" if hostfile else "torchrun"
 
 
@@ -153,7 +155,7 @@ def slurm_options(args: argparse.Namespace) -> SlurmOptions | None:
     if args.hostfile:
         raise UserError("--hostfile with --executor slurm: each job's hosts are its allocation (--nodes); leave "
                         "--hostfile out")
-    if args.launcher not in (None, "deepspeed"):
+    if args.launcher not in (None, "srun"):
         raise UserError(f"--launcher {args.launcher} with --executor slurm: each job starts its ranks with srun; "
                         "leave --launcher out")
     for flag, value, low in (("--nodes", nodes, 1), ("--gpus-per-node", args.gpus_per_node, 0),

@@ -95,7 +95,7 @@ def run_attempt(spec, run_args: list[str], tag: str, log_path: str, job=None, en
     argv = spawn.command(job or spec, run_args, free_port(spec.master_port))
     probe = outcome.BusyProbe.start_now()
     with _turn.released():
-        end = spawn.run_job(argv, log_path, spec.timeout_s, env=env)
+        end = spawn.run_job(argv, log_path, spec.timeout_s, env=spawn.job_environment(job or spec, env))
     busy = probe.finish()
     runs = _runs_of(spec, tag)
     status, reason = outcome.classify(runs, end.exit_code, end.timed_out, spec.timeout_s)

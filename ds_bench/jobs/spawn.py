@@ -2,8 +2,8 @@
 job under a launcher.
 
 ``command`` (pure) builds the job's argv with the builders ``ds-bench launch`` uses: on this node
-``deepspeed --num_gpus N --master_port P --module ds_bench run ...`` (or ``torchrun
---nproc_per_node N``); with a hostfile, the deepspeed launcher or Open MPI's ``mpirun``; inside a
+``torchrun --nproc_per_node N ... -m ds_bench run ...`` (a study's default; or ``deepspeed --num_gpus N
+--master_port P --module ds_bench run ...``); with a hostfile, the deepspeed launcher or Open MPI's ``mpirun``; inside a
 Slurm allocation, ``srun``. ``run_job`` starts it in a
 session of its own (its output to the point's log file, never the terminal), waits at most the
 point's timeout, and on a timeout or an interrupt stops the whole process group: SIGTERM (the ranks
@@ -49,6 +49,25 @@ def command(spec, run_args: list[str], port: int) -> list[str]:
     argv = launch.build(launch.LaunchSpec(spec.launcher, tuple(run_args), hostfile=spec.hostfile,
                                           nproc_per_node=spec.nproc, master_port=port, iface=iface))
     return [beside_python(argv[0]), *argv[1:]] if argv[0] in ("deepspeed", "torchrun") else argv
+
+
+def job_environment(spec, env: dict[str, str] | None) -> dict[str, str] | None:
+    """The job's environment (``env``, else this process's; None: unchanged): under torchrun, each rank's
+    ``OMP_NUM_THREADS`` is its share of this node's cores (``rank_threads``) unless the user set it."""
+    base = os.environ if env is None else env
+    threads = rank_threads(base, spec.launcher, len(os.sched_getaffinity(0)), spec.nproc)
+    return env if threads is None else {**base, "OMP_NUM_THREADS": threads}
+
+
+def rank_threads(environ, launcher: str, cores: int, ranks_per_node: int) -> str | None:
+    """``OMP_NUM_THREADS`` for a torchrun job's ranks (pure): cores // ranks, at least 1; None when set already or
+    under another launcher. torchrun alone sets 1 for every rank of a multi-rank job, whatever the cores, where the
+    deepspeed launcher sets none (ds_bench's CPU ranks then take cores // ranks themselves:
+    ``cluster.process._limit_cpu_threads``): 1 would starve CPU ranks and ZeRO-Offload's OpenMP CPU Adam on a
+    many-core node, and make a study's figures depend on its launcher."""
+    if launcher != "torchrun" or "OMP_NUM_THREADS" in environ:
+        return None
+    return str(max(1, cores // max(1, ranks_per_node)))
 
 
 def with_iface(run_args: list[str], iface: str | None) -> list[str]:

@@ -19,11 +19,15 @@ BUILD_JOBS_PER_OP = 2
 which ninja runs at once."""
 
 
-def builds_at_once(cores: int, builds: int) -> bool:
+BUILD_BYTES_PER_OP = 2 * 2**30
+"""Memory one build needs at its peak (two compilers of torch's headers, ~0.6 GiB each, with room to spare)."""
+
+
+def builds_at_once(cores: int, builds: int, available_bytes: int) -> bool:
     """Whether ``build_all`` compiles its ops in parallel processes (pure): only where there are cores for every
-    build's compiler jobs. On 2 cores (AMD EPYC, 2026-11-26) the two CPU ops took 102 s at once against 84 s one
-    after the other."""
-    return builds > 1 and cores >= BUILD_JOBS_PER_OP * builds
+    build's compiler jobs, and memory for every build. On 2 cores (AMD EPYC, 2026-11-26) the two CPU ops took 102 s
+    at once against 84 s one after the other."""
+    return builds > 1 and cores >= BUILD_JOBS_PER_OP * builds and available_bytes >= BUILD_BYTES_PER_OP * builds
 
 
 def build_all() -> None:
@@ -42,7 +46,10 @@ def build_all() -> None:
         print(f"[ds_bench.machine.op_builds] {name}: {state}", flush=True)
     missing = [n for n in jit_ops.CPU_OPS if not jit_ops.is_built(n) and not jit_ops.is_stored(n)]
     forced = os.environ.get("DS_BENCH_OP_BUILDS_AT_ONCE") == "1" and len(missing) > 1
-    if forced or builds_at_once(len(os.sched_getaffinity(0)), len(missing)):
+    import psutil
+
+    room = psutil.virtual_memory().available
+    if forced or builds_at_once(len(os.sched_getaffinity(0)), len(missing), room):
         print(f"[ds_bench.machine.op_builds] building {', '.join(missing)} at once", flush=True)
         _build_in_parallel(missing)
     for name in jit_ops.CPU_OPS:
@@ -69,6 +76,8 @@ def _build_in_parallel(names: list[str]) -> None:
     deadline = time.monotonic() + jit_ops.WAIT_FOR_BUILD_S
     try:
         failed = [n for n, p in procs.items() if p.wait(timeout=max(1.0, deadline - time.monotonic())) != 0]
+    except subprocess.TimeoutExpired:
+        failed = [n for n, p in procs.items() if p.poll() != 0]
     finally:
         for p in procs.values():
             if p.poll() is None:

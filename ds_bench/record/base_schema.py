@@ -92,7 +92,8 @@ class PointTime(Block):
     ops_s: float | None = None
     process_group_s: float | None = None
     libraries_s: float | None = None
-    """DeepSpeed's and torch's libraries every run loads (``ds_bench.run.training.PRELOADED``)."""
+    """The libraries every run loads, before its memory baseline: ``torch._dynamo``, and DeepSpeed's optimizer stack
+    under ``--engine deepspeed`` (``ds_bench.run.training.PRELOADED``, ``DEEPSPEED_PRELOADED``)."""
     build_s: float | None = None
     """Model, engine, first batch and what lies between the phases before the warm-up."""
     warmup_s: float | None = None

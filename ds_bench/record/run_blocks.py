@@ -104,6 +104,8 @@ class StartUp(Block):
     """Seconds from the process's start to the first measured step, by phase (``ds_bench.run.startup``
     says what each holds); rank 0's clock."""
 
+    process_started_at: float | None = None
+    """Unix time (s) rank 0's process started (``ds_bench.run.startup.process_start``)."""
     imports_s: float | None = None
     prepare_s: float | None = None
     ops_s: float | None = None

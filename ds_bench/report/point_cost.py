@@ -28,15 +28,15 @@ def median_split(records: list[SweepPointRecord]) -> dict[str, float] | None:
 
 
 def point_cost(records: list[SweepPointRecord], fmt: str = "simple") -> str | None:
-    """The heading line and the one-row table: per-phase medians, the wall range and the measured share of the
-    study's job time; None when no record has a split."""
+    """The heading line and the one-row table: per-phase medians, the wall range and the measured share of the ok
+    attempts' job time (failed jobs are not in it); None when no record has a split."""
     medians = median_split(records)
     if medians is None:
         return None
     splits = [r.time_split for r in records if r.time_split is not None]
     walls = [s.wall_s for s in splits if s.wall_s is not None]
     measured = sum(s.measured_s or 0.0 for s in splits)
-    heading = (f"where a point's time goes (s, median over {len(splits)} ok point(s); wall {min(walls):.1f}-"
+    heading = (f"where a point's time goes (s, median over {len(splits)} ok attempt(s); wall {min(walls):.1f}-"
                f"{max(walls):.1f} s each, {_minutes(sum(walls))} in all, {measured / sum(walls):.0%} of it in measured "
                f"steps)")
     names = [n for n in (*PHASES, "wall") if n in medians]

@@ -31,6 +31,7 @@ from ds_bench.run.state import Built, Started
 log = logging.getLogger("ds_bench")
 
 PRELOADED = ("torch._dynamo",)
+"""Imported before every run's memory baseline (and ``DEEPSPEED_PRELOADED`` under ``--engine deepspeed``)."""
 DEEPSPEED_PRELOADED = ("deepspeed.runtime.zero.muon.muon_optimizer",)
 """Imported before the baseline on every rank (``DEEPSPEED_PRELOADED`` under ``--engine deepspeed`` only, whatever
 the stage), so a CPU rank's RSS baseline holds the libraries a run loads anyway, not model or activation memory

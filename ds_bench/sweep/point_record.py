@@ -38,7 +38,7 @@ def point_record(*, sweep_id: str, spec, point, repeat: int, status: str, reason
 
 def _time_split(run: RunRecord | None, job) -> PointTime | None:
     fields = point_time.split(run, job.started_at, job.ended_at) if job else None
-    return PointTime(**{k: round(v, 3) for k, v in fields.items()}) if fields else None
+    return PointTime(**{k: None if v is None else round(v, 3) for k, v in fields.items()}) if fields else None
 
 
 def measured_bubble(run: RunRecord | None) -> float | None:
