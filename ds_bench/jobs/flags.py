@@ -115,13 +115,14 @@ def job_options(args: argparse.Namespace, local_mpirun: bool = False) -> dict:
 
     argcheck.at_least("--nproc", getattr(args, "nproc", None), 1)
     argcheck.port("--master-port", args.master_port)
+    slurm = slurm_options(args)  # first: its refusals (a hostfile, a launcher) name the executor
     launcher = args.launcher or default_launcher(args.hostfile, getattr(args, "executor", "local"))
     if not (local_mpirun and launcher == "mpirun"):
         argcheck.job_launcher(launcher, args.hostfile)
     check_results_path(args.results)
     timeout_s = parse_duration("--timeout", args.timeout)
     return {"results": args.results, "launcher": launcher, "hostfile": args.hostfile, "iface": args.iface,
-            "master_port": args.master_port, "timeout_s": timeout_s, "slurm": slurm_options(args)}
+            "master_port": args.master_port, "timeout_s": timeout_s, "slurm": slurm}
 
 
 def default_launcher(hostfile: str | None, executor: str = "local") -> str:
