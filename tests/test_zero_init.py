@@ -30,7 +30,9 @@ def choice(name="deepspeed", stage=3, dtype=torch.float32):
     return engines.EngineChoice(name, stage, dtype, dtype)
 
 
-def test_only_deepspeed_zero3_with_a_willing_workload_builds_partitioned():
+def test_nothing_but_deepspeed_zero3_with_a_willing_workload_builds_partitioned():
+    """The negative half, in-process: ZeRO-2, an unwilling workload, DDP, FSDP build whole. The positive half needs
+    a process group: ``test_zero3_builds_partitioned_and_counts_the_whole_model`` (2 real ranks, ZeRO-3 partitioned)."""
     for c, allows in ((choice(stage=2), True), (choice(stage=3), False), (choice("ddp", 0), True),
                       (choice("fsdp", 3), True)):
         with engines.partitioned_build(c, {}, allows):
