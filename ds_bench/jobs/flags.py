@@ -127,10 +127,11 @@ def job_options(args: argparse.Namespace, local_mpirun: bool = False) -> dict:
 
 def default_launcher(hostfile: str | None, executor: str = "local") -> str:
     """A study's launcher when ``--launcher`` is left out (pure): srun for Slurm jobs (``--executor slurm``), the
-    deepspeed launcher for a hostfile's hosts, else torchrun, the lightest start on one node. Each job's wall time around its ranks, measured on a 2-core
-    AMD EPYC (``make bench``'s 15 points, 2026-11-26): torchrun ~1.1 s to rank 0's start and ~0.5 s after the
-    measured window, the deepspeed launcher ~3.5 s and ~2.7 s (its own interpreter and DeepSpeed imported twice,
-    and a 1 s poll of its ranks); what the ranks measure is the same under both."""
+    deepspeed launcher for a hostfile's hosts, else torchrun, the lightest start on one node. A job's wall time
+    around its ranks, ``make bench``'s 15 points on a 2-core AMD EPYC (2026-11-26): torchrun ~1.3 s to rank 0's
+    start and ~0.5 s after the measured window; the deepspeed launcher ~3.5 s and ~2.8 s (its own interpreter,
+    DeepSpeed imported twice, a 1 s poll of its ranks). The ranks' threads are the same under both
+    (``spawn.rank_threads``)."""
     if executor == "slurm":
         return "srun"
     return "deepspeed" if hostfile else "torchrun"

@@ -19,7 +19,7 @@ def split(run: RunRecord | None, launched_at: float | None, ended_at: float | No
     when the run left no start-up marks (it failed before its window, or a record of an older version)."""
     s = run and run.startup
     m = run and run.metrics
-    if (s is None or m is None or None in (s.process_started_at, s.total_s, m.window_wall_s, launched_at, ended_at)):
+    if s is None or m is None or None in (s.process_started_at, s.total_s, m.window_wall_s, launched_at, ended_at):
         return None
     window_closed_at = s.process_started_at + s.total_s + m.window_wall_s
     build = [s.model_build_s, s.engine_s, s.data_s, s.other_s]

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 
+import psutil
+
 from ds_bench.machine import jit_ops
 
 BUILD_JOBS_PER_OP = 2
@@ -46,8 +48,6 @@ def build_all() -> None:
         print(f"[ds_bench.machine.op_builds] {name}: {state}", flush=True)
     missing = [n for n in jit_ops.CPU_OPS if not jit_ops.is_built(n) and not jit_ops.is_stored(n)]
     forced = os.environ.get("DS_BENCH_OP_BUILDS_AT_ONCE") == "1" and len(missing) > 1
-    import psutil
-
     room = psutil.virtual_memory().available
     if forced or builds_at_once(len(os.sched_getaffinity(0)), len(missing), room):
         print(f"[ds_bench.machine.op_builds] building {', '.join(missing)} at once", flush=True)
