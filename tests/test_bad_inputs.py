@@ -521,8 +521,9 @@ CASES["sweep tensor-parallel for gpt2"] = Case(cmd(*SWEEP_GPT2, "--tensor-parall
                                                r"--tensor-parallel: DeepSpeed's AutoTP cannot shard workload gpt2")
 CASES["sweep tensor-parallel after --"] = Case(cmd(*SWEEP_GPT2, "--", "--tensor-parallel", "2"),
                                                r"run argument --tensor-parallel after '--': the sweep sets it per point")
-CASES["sweep attn unknown"] = Case(cmd(*SWEEP_GPT2, "--attn", "sdpa,flash"), r"--attn")
-CASES["sweep compile value"] = Case(cmd(*SWEEP_GPT2, "--compile", "yes"), r"--compile")
+CASES["sweep attn unknown"] = Case(cmd(*SWEEP_GPT2, "--attn", "sdpa,flash"),
+                                  r"--attn 'sdpa,flash': 'flash' is not one of sdpa, eager, flash_attention_2$")
+CASES["sweep compile value"] = Case(cmd(*SWEEP_GPT2, "--compile", "yes"), r"--compile 'yes': 'yes' is not one of off, on$")
 CASES["sweep compile without warm-up"] = Case(cmd(*SWEEP_GPT2, "--compile", "off,on", "--warmup", "0"),
                                               r"--warmup \(with --compile on\) must be a positive integer, got 0")
 CASES["sweep compile with dynamo disabled"] = Case(cmd(*SWEEP_GPT2, "--compile", "on"),
