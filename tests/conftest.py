@@ -179,6 +179,9 @@ def _cpu_seconds() -> float:
                                                   resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
+pytest_plugins = ["tests.skip_guard"]
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     item.stash[_CPU_START] = _cpu_seconds()
