@@ -67,7 +67,13 @@ def rank_threads(environ, launcher: str, cores: int, ranks_per_node: int) -> str
     many-core node, and make a study's figures depend on its launcher."""
     if launcher != "torchrun" or "OMP_NUM_THREADS" in environ:
         return None
-    return str(max(1, cores // max(1, ranks_per_node)))
+    return str(threads_per_rank(cores, ranks_per_node))
+
+
+def threads_per_rank(cores: int, ranks_per_node: int) -> int:
+    """Torch threads each CPU rank of a node gets: the cores shared by its ranks, at least 1 (pure; a scaling
+    study takes it for the ranks of its largest point, so 1 rank and N ranks run the same "device")."""
+    return max(1, cores // max(1, ranks_per_node))
 
 
 def with_iface(run_args: list[str], iface: str | None) -> list[str]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ds_bench.jobs.spawn import threads_per_rank  # noqa: F401  (the study's threads per rank)
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -67,12 +69,6 @@ def needs_hostfile(point: Placement, launcher: str) -> bool:
 
 def job(point: Placement, launcher: str, hostfile: str | None, iface: str | None = None) -> Job:
     return Job(launcher=launcher, nproc=point.per_node, hostfile=hostfile, iface=iface, nodes=point.nodes)
-
-
-def threads_per_rank(cores: int, ranks_per_node: int) -> int:
-    """Torch threads each CPU rank gets at every point: the cores shared by the largest point's
-    ranks on one node, so 1 rank and N ranks run the same "device" (at least 1)."""
-    return max(1, cores // max(1, ranks_per_node))
 
 
 def tag(scaling_id: str, point: Placement) -> str:
