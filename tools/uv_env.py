@@ -31,11 +31,12 @@ IGNORED = {"disable-pip-version-check", "no-cache-dir", "cache-dir", "progress-b
            "root-user-action", "no-input", "no-color", "no-warn-script-location", "require-virtualenv",
            "break-system-packages", "log", "no-python-version-warning", "config-file", "isolated"}
 """Settings of pip's own output and cache: nothing uv would install differently for."""
-FIXED = {"UV_INDEX_STRATEGY": "unsafe-best-match", "UV_LINK_MODE": "copy", "UV_COMPILE_BYTECODE": "1",
+FIXED = {"UV_INDEX_STRATEGY": "unsafe-best-match", "UV_LINK_MODE": "hardlink", "UV_COMPILE_BYTECODE": "1",
          "UV_NO_CONFIG": "1"}
 """uv's own configuration files ignored (pip's is the machine's word); pip's resolution (the best version over
-every index, not uv's first index that has the package); copies (uv's cache and the venv may be on different file
-systems); and pip's bytecode compiled at install: without it, where
+every index, not uv's first index that has the package); hard links from uv's cache into the venv (one copy of
+torch's ~1.2 GB on disk, not two: a CI run copying failed with a full disk, 2026-11-26; uv copies, saying so,
+where the cache is on another file system); and pip's bytecode compiled at install: without it, where
 ``PYTHONDONTWRITEBYTECODE`` is set (this project's machines), every process compiles torch's modules again: a
 2-rank run's imports took 13-15 s against 5.3 s, and ``make test`` 20 min against 13 (2026-11-26)."""
 SECTIONS = ("global", "install", ":env:")
