@@ -160,8 +160,12 @@ def test_the_comm_verdict_reads_an_old_comm_record():
     assert isinstance(found, CommRecord) and found.run_id == line["run_id"]
     busbw = comm_bound.busbw_from_comm_record(found)
     assert set(busbw) >= {"all_reduce", "all_gather", "reduce_scatter"}
+    for collective, figure in busbw.items():  # each is the old line's own figure at its largest message
+        rows = [r for r in line["results"] if r["collective"] == collective and r.get("scope", "world") == "world"]
+        assert figure == max(rows, key=lambda r: r["size_bytes"])["busbw_GBps"]
     verdict = comm_bound.judge({"all_reduce": 1e6}, busbw, "old", step_ms=100.0)
-    assert verdict["comm_ms_lower_bound"] > 0
+    assert verdict["comm_ms_lower_bound"] == pytest.approx(1e6 / (busbw["all_reduce"] * 1e9) * 1e3)
+    assert verdict["fraction_of_step"] == pytest.approx(verdict["comm_ms_lower_bound"] / 100.0)
 
 
 def test_an_old_failed_run_record_is_classified_by_its_failure():

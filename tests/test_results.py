@@ -78,8 +78,19 @@ def test_unopenable_results_file_is_one_user_error(tmp_path):
 
 
 def test_versions_name_the_stack():
+    """The versions a record carries are the ones this process runs, package by package (the CPU build: no CUDA)."""
+    import platform
+
+    import deepspeed
+    import mpi4py
+    import torch
+    import transformers
+
     v = versions()
-    assert v["torch"] and v["deepspeed"] and v["python"]
+    assert (v["python"], v["torch"], v["deepspeed"], v["transformers"], v["mpi4py"]) == (
+        platform.python_version(), torch.__version__, deepspeed.__version__, transformers.__version__,
+        mpi4py.__version__)
+    assert v["cuda"] == torch.version.cuda and (v["nccl"] is None) == (not torch.cuda.is_available())
 
 
 def test_reading_picks_a_kind_skips_unknown_ones_and_names_a_broken_line(tmp_path):

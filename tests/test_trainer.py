@@ -59,14 +59,56 @@ def test_breakdown_mode_synchronizes_after_every_phase():
     assert timing(True, 3) == {"timing_mode": "breakdown", "syncs_per_step": 4 * 3}
 
 
+# Seconds each phase moves the clock on by (a patched ``time.perf_counter``): no real time, so the figures are
+# exact whatever else the machine is doing. The backward's is spent before autograd runs, so compute time
+# (forward to autograd's end) holds forward and backward.
+PHASE_TICKS = {"data": 10.0, "forward": 20.0, "backward": 40.0, "optimizer": 80.0}
+
+
 @pytest.mark.parametrize("breakdown", [False, True])
-def test_phases_compute_and_window_are_measured_in_both_modes(breakdown):
-    _, times, _ = loop(breakdown=breakdown)
+def test_phases_compute_and_window_are_measured_in_both_modes(breakdown, monkeypatch):
+    """Each phase's time is its own (named right, summed over the 3 micro-steps), the phases tile the step,
+    compute time is forward plus backward, and the window is the measured steps' sum."""
+    real, offset = time.perf_counter, [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: real() + offset[0])
+
+    def tick(phase):
+        offset[0] += PHASE_TICKS[phase]
+
+    class TickingEngine(Engine):
+        def backward(self, loss):
+            tick("backward")
+            super().backward(loss)
+
+        def step(self):
+            tick("optimizer")
+            super().step()
+
+    class TickingWorkload(Workload):
+        def loss(self, engine, batch):
+            tick("forward")
+            return super().loss(engine, batch)
+
+    def ticking_batches():
+        for batch in batches():
+            tick("data")
+            yield batch
+
+    times = LoopTimes()
+    run_loop(TickingEngine(), TickingWorkload(), ticking_batches(), steps=6, warmup=2, grad_accum=3,
+             float_dtype=torch.float32, sync=lambda: None, barrier=lambda: None, times=times,
+             clock=DeviceClock(torch.device("cpu")), breakdown=breakdown)
+    real_slack = 3.0  # the stub's real work: milliseconds, up to ~0.5 s a step on a loaded machine
+    step_ticks = 3 * sum(PHASE_TICKS.values())
+    assert len(times.step_s) == 4
     for i, step in enumerate(times.step_s):
-        phases = sum(times.phase_s[name][i] for name in PHASES)
-        assert 0 < phases <= step and phases == pytest.approx(step, rel=0.2)  # the phases tile the step
-        assert 0 < times.compute_s[i] < step
-    assert sum(times.step_s) <= times.window_s and sum(times.step_s) == pytest.approx(times.window_s, rel=0.05)
+        for name, seconds in PHASE_TICKS.items():
+            assert times.phase_s[name][i] == pytest.approx(3 * seconds, abs=real_slack), (name, times.phase_s)
+        assert step == pytest.approx(step_ticks, abs=real_slack)
+        assert 0 <= step - sum(times.phase_s[name][i] for name in PHASES) < 0.5  # nothing outside a phase
+        assert times.compute_s[i] == pytest.approx(3 * (PHASE_TICKS["forward"] + PHASE_TICKS["backward"]),
+                                                   abs=real_slack)
+    assert times.window_s == pytest.approx(4 * step_ticks, abs=real_slack) and sum(times.step_s) <= times.window_s
 
 
 def test_no_measured_step_leaves_the_window_unmeasured():
