@@ -2,6 +2,7 @@
 #   make bench   set up (idempotent) and run the default suite: MNIST, ZeRO 0-3, deepspeed launcher
 #   make test    set up (idempotent, with test extras) and run the test suite (CI's tier: not `full`)
 #   make test-full  the same, with the `full` tier too (further real runs of paths already run once)
+#   make test-full-only  only the `full` tier's tests (CI runs it after `make test`: .ci/run)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
@@ -15,7 +16,7 @@ PYTEST_WORKERS ?= 2
 # leaves them out to stay within 15 minutes on a 2-core machine.
 PYTEST_MARK ?= not full
 
-.PHONY: bench test test-full setup setup-test ops clean
+.PHONY: bench test test-full test-full-only setup setup-test ops clean
 
 $(VENV)/.setup: requirements.txt pyproject.toml tools/setup.sh
 	bash tools/setup.sh $(VENV)
@@ -41,6 +42,9 @@ test: setup-test ops
 
 test-full:
 	$(MAKE) test PYTEST_MARK=""
+
+test-full-only:
+	$(MAKE) test PYTEST_MARK="full and not gpu"
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

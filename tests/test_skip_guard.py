@@ -3,6 +3,7 @@ run for real on a test file of its own through pytest with the plugin."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -54,3 +55,15 @@ def test_only_the_gpu_tier_skips_by_itself():
     assert may_skip({"gpu"}, {}) and not may_skip({"dist", "full"}, {}) and may_skip(set(), {"DS_BENCH_ALLOW_SKIPS": "1"})
     assert not may_skip(set(), {"DS_BENCH_ALLOW_SKIPS": "0"})
     assert skip_reason(("f.py", 3, "Skipped: no tmpfs")) == "no tmpfs"
+
+
+def test_ci_runs_the_readme_command_then_only_the_full_tier():
+    """``.ci/run``: ``make test`` (the README's command, CI's tier), then the tests only the full tier runs, not the
+    CI tier again and not the GPU tier (its tests would skip here)."""
+    lines = [line.strip() for line in (REPO / ".ci/run").read_text().splitlines()]
+    assert [line for line in lines if line.startswith("make")] == ["make test", "make test-full-only"]
+    readme = (REPO / "README.md").read_text()
+    assert re.search(r"^make test +#", readme, re.M)
+    dry = subprocess.run(["make", "-n", "test-full-only"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    pytest_lines = [line for line in dry.stdout.splitlines() if " -m pytest " in line]
+    assert len(pytest_lines) == 1 and '-m "full and not gpu"' in pytest_lines[0], dry.stdout
