@@ -194,7 +194,7 @@ def _cpu_seconds() -> float:
                                                   resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
-pytest_plugins = ["tests.skip_guard"]
+pytest_plugins = ["tests.skip_guard", "tests.solo"]
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -70,6 +70,7 @@ def test_the_sbatch_starts_ranks_with_srun_and_scales_over_the_allocation(tmp_pa
 
 
 @pytest.mark.full
+@pytest.mark.solo  # asserts this machine's figures: no other test's runs beside it
 def test_a_real_acceptance_run_here_passes_its_expectations(tmp_path):
     out = tmp_path / "acc"
     proc = subprocess.run(["bash", "run_scripts/acceptance.sh"], cwd=REPO, capture_output=True, text=True,

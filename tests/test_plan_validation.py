@@ -20,6 +20,7 @@ BOUND = (0.7, 1.3)
 
 
 @pytest.mark.full
+@pytest.mark.solo  # asserts this machine's figures: no other test's runs beside it
 def test_the_plans_step_times_match_this_machines_runs(tmp_path):
     proc = run_cmd([sys.executable, str(REPO / "tools" / "plan_validation.py"), "--worlds", "2", "--quick",
                     "--out", str(tmp_path), "--steps", "5", "--warmup", "2"], timeout=2400)
