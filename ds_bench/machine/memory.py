@@ -10,7 +10,8 @@ error was an out-of-memory.
   also stops glibc raising that threshold after large frees): otherwise ZeRO-3's gathered parameters,
   freed after each module, stay in the heap and count against the cap as if still held, which a GPU's
   caching allocator does not do. Measured (GPT-3 350M shape, seq 16, ZeRO-3 fp32 SGD, 4 CPU ranks,
-  AMD EPYC): peak RSS 4338 MiB -> 2220 MiB, step 26.0 s -> 28.0 s.
+  AMD EPYC): peak RSS 4338 MiB -> 2220 MiB, step 26.0 s -> 28.0 s. A rank that failed lifts the cap by
+  ``RECORD_ROOM_BYTES`` to record why (``lift_cap_for_record``).
 - ``current_bytes`` / ``peak_bytes``: GPU: ``memory_allocated`` / ``max_memory_allocated`` (and
   reserved); CPU: RSS now / peak RSS (``ru_maxrss``, which Linux reports in KiB).
 - ``held_bytes``: ``current_bytes`` once a CPU rank's C heap has handed its free pages back to the
@@ -74,10 +75,26 @@ def refuse_cap_below_held(limit_bytes: int, flag: str = "--cpu-mem-limit") -> No
                         f"join the process group; give at least {-(-(held + JOIN_MARGIN_BYTES) // mib)} MiB{hint}")
 
 
+RECORD_ROOM_BYTES = 64 * 2**20
+"""Room above the cap for a rank that ran out of memory to write why (``lift_cap_for_record``). Past a failed
+allocation of 2.3 MiB the heap sits within that much of the cap, and building the failure record (peers' states,
+the record's validation, the JSON line) allocates more: a rank's OOM could end with no record of its own, the run
+then classified ``crashed`` on its peer's "terminated" (a capacity probe, 2026-11, issue 35)."""
+
+
 def cap_process_memory(limit_bytes: int) -> None:
-    """The one place the cap is applied (soft and hard: the run cannot lift it)."""
-    resource.setrlimit(resource.RLIMIT_DATA, (limit_bytes, limit_bytes))
+    """The one place the cap is applied: the soft limit at the cap, what every allocation of the run meets; the
+    hard limit ``RECORD_ROOM_BYTES`` above it, which only ``lift_cap_for_record`` reaches, once the run failed."""
+    resource.setrlimit(resource.RLIMIT_DATA, (limit_bytes, limit_bytes + RECORD_ROOM_BYTES))
     _libc_call("mallopt", M_MMAP_THRESHOLD, RETURNED_AT_FREE_BYTES)
+
+
+def lift_cap_for_record() -> None:
+    """After a failure: the soft limit up to the hard one, so the failure record can be built and written (a no-op
+    without a cap). Nothing is measured after this."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
 
 
 def current_bytes(device: torch.device) -> int:

@@ -40,6 +40,7 @@ def record_failure(run: Started, error: BaseException | None = None, stalled_s: 
     moments after a peer dies, which must not cut short the record of why the run failed.
     """
     with faults.deferred():
+        memory.lift_cap_for_record()  # an out-of-memory leaves the heap at the cap: room to say so
         reason, record = failure_record(run, error, stalled_s)
         try:
             results.append_record(run.cfg.results, record)
