@@ -14,6 +14,7 @@ import base64
 import json
 import re
 import shutil
+import statistics
 
 import pytest
 
@@ -160,13 +161,36 @@ def test_the_recommended_config_downloads_as_the_sweep_writes_it(visit):
     assert config == portable(best.ds_config) and "train_batch_size" not in config
 
 
+SLOWER_RGB, SAME_RGB = "rgb(164, 22, 26)", "rgb(23, 99, 23)"  # html_page's .slower and .same colours
+
+
+def verdict_cells(page) -> list[tuple[str, str]]:
+    """(text, computed colour) of each row's verdict cell, as the browser renders it."""
+    cells = page.eval_on_selector_all("#compare-table tbody td:last-child",
+                                      "c => c.map(x => [x.textContent, getComputedStyle(x).color])")
+    return [tuple(cell) for cell in cells]
+
+
 def test_compare_writes_its_page_and_the_browser_reads_the_verdicts(tmp_path, chromium):
+    """A file against itself: every match the same, in the same colour; a real slowdown (``compare_base`` /
+    ``compare_slow``: tests/test_compare.py's runs of 2026-11-26, 3 MNIST runs each, the slow ones beside a noisy
+    neighbour on their core): slower, in red, with the change and the p of the records' own medians."""
     out = tmp_path / "compare.html"
     assert cli.main(["compare", *paths("runs", "runs"), "--html", str(out)]) == 0
     with browser.open_file(chromium, out) as v:
-        verdicts = v.page.eval_on_selector_all("#compare-table tbody td:last-child", "c => c.map(x => x.textContent)")
-        assert verdicts and set(verdicts) == {"same (single sample)"}
-        assert values(v.page, "#compare-table", "change_pct") == [0.0] * len(verdicts)
+        cells = verdict_cells(v.page)
+        assert cells and set(cells) == {("same (single sample)", SAME_RGB)}
+        assert values(v.page, "#compare-table", "change_pct") == [0.0] * len(cells)
+        assert [m for m in v.console if m[0] == "error"] == [] and len(v.requests) == 1
+    slower = tmp_path / "slower.html"
+    assert cli.main(["compare", *paths("compare_base", "compare_slow"), "--html", str(slower)]) == 1
+    base, slow = (statistics.median(r.metrics.samples_per_s for r in read_kind(name, RunRecord))
+                  for name in ("compare_base", "compare_slow"))
+    with browser.open_file(chromium, slower) as v:
+        assert verdict_cells(v.page) == [("slower", SLOWER_RGB)]
+        (change,) = values(v.page, "#compare-table", "change_pct")
+        assert change == pytest.approx(100 * (slow - base) / base) and change < -15
+        assert v.page.inner_text("#compare-table tbody td:nth-child(8)") == "0.05"  # 3 against 3, fully apart
         assert [m for m in v.console if m[0] == "error"] == [] and len(v.requests) == 1
 
 
