@@ -150,8 +150,13 @@ def test_ctrl_c_cancels_a_killed_study_is_found_again_and_the_rerun_finishes(slu
 def _start(slurm, argv, env, sink):
     import subprocess
 
+    from tests.conftest import default_sigint
+
+    # SIGINT back to default: a suite started in the background (CI's or `make test &`) ignores it, and so would
+    # the study (seen: the Ctrl-C of step 1 ignored, the sweep ran to its end and exited 0)
     return subprocess.Popen(slurm.bed.wrap("hosta", argv), cwd=REPO, env={**_clean(), **env}, stdout=sink,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=default_sigint)
 
 
 def _clean() -> dict:

@@ -319,11 +319,12 @@ def test_the_recommended_point_is_the_fastest_that_fits_and_its_config_runs(capp
 @pytest.mark.full
 def test_a_sweep_with_a_pipeline_axis_runs_pp2_under_the_deepspeed_launcher(tmp_path):
     """``--pipeline-stages 1,2``: the pipeline point runs through the sweep's launcher (the deepspeed
-    launcher, 2 ranks, one data-parallel replica) beside the data-parallel one, and is ranked with it."""
+    launcher, named: a study's default on one node is torchrun; 2 ranks, one data-parallel replica) beside the
+    data-parallel one, and is ranked with it."""
     results = tmp_path / "s.jsonl"
     proc = ds_bench("sweep", "--workload", "gpt2", "--ds-config", "zero1.json", "--stages", "1", "--precision", "fp32",
                     "--pipeline-stages", "1,2", "--micro-batch", "2", "--grad-accum", "2", "--steps", "3", "--warmup",
-                    "1", "--results", str(results), "--master-port", "29690", "--timeout", "4m",
+                    "1", "--results", str(results), "--master-port", "29690", "--timeout", "4m", "--launcher", "deepspeed",
                     "--", "--layers", "4", "--hidden", "64", "--heads", "4", "--seq-len", "32",
                     timeout=600, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     assert proc.returncode == 0, explain(proc)
