@@ -133,10 +133,16 @@ def test_deepspeed_launcher(deepspeed_runs, stage, precision):
 
 def test_the_launcher_runs_leave_no_buffer_in_dev_shm(deepspeed_runs):
     """The deepspeed launcher sets LOCAL_SIZE, which turns DeepSpeed's shm all-reduce on (torchrun does
-    not): none of the sweep's deepspeed-launcher jobs may leave its buffers behind."""
+    not): each of the sweep's deepspeed-launcher jobs had a buffer (rank 0 released its own, the record says),
+    and none left one behind."""
     recs, _ = deepspeed_runs
+    assert recs and all(r["rendezvous"]["shm_buffer_released"] is True for r in recs), "no shm buffer was made"
     ports = {r["rendezvous"]["master_port"] for r in recs}
     assert ports and all(shm_buffers(port) == [] for port in ports), "DeepSpeed's shm buffers outlived the runs"
+
+
+def test_torchrun_sets_no_local_size_so_no_shm_buffer_is_made(torchrun_run):
+    assert torchrun_run["rendezvous"]["shm_buffer_released"] is False
 
 
 def test_roofline_measures_every_rank_and_the_run_reads_its_ceiling(torchrun_run):
@@ -159,7 +165,8 @@ def test_the_record_says_where_the_start_up_went(torchrun_run):
     assert s["compile_s"] is None  # not compiled (tests/test_compile.py has a compiled run)
     assert s["imports_s"] > 0.5 and s["warmup_s"] > 0  # torch alone takes ~1 s to import here
     assert s["total_s"] == pytest.approx(sum(s[k] for k in phases) + s["other_s"])
-    assert abs(s["other_s"]) < 0.5 * s["total_s"], s  # the named phases hold most of it
+    # the named phases hold all but the gaps between them (~0.03 of ~7 s here): a phase left unnamed shows
+    assert abs(s["other_s"]) < 0.05 * s["total_s"], s
 
 
 @pytest.mark.parametrize("runs", ["deepspeed_runs", "baseline_runs"])

@@ -70,26 +70,28 @@ def init_distributed(rdzv: Rendezvous, timeout_s: float, connect_timeout_s: floa
     sys.stdout.write("".join(line for line in printed.getvalue().splitlines(keepends=True)
                              if not line.rstrip().endswith("built successfully")))
     _state["initialized"] = True
+    released = None
     if accel.device_name() == "cpu":
-        _release_shm_buffer(info.master_addr, info.master_port, info.rank)
+        released = _release_shm_buffer(info.master_addr, info.master_port, info.rank)
     else:
         accel.set_device(info.local_rank)
     device = torch.device(accel.device_name(info.local_rank) if accel.device_name() != "cpu" else "cpu")
     return DistState(rank=info.rank, world_size=info.world_size, local_rank=info.local_rank,
                      local_world_size=info.local_world_size, master_addr=info.master_addr,
                      master_port=info.master_port, launcher=info.source, device=device, backend=backend,
-                     rendezvous=rdzv.describe())
+                     rendezvous={**rdzv.describe(), "shm_buffer_released": released})
 
 
-def _release_shm_buffer(master_addr: str, master_port: int, rank: int) -> None:
+def _release_shm_buffer(master_addr: str, master_port: int, rank: int) -> bool:
     """Unlink this rank's DeepSpeed shm buffer once every rank has mapped every buffer (the barrier),
-    so nothing stays in /dev/shm after the run, however it ends (``ds_bench.machine.shm`` says why)."""
+    so nothing stays in /dev/shm after the run, however it ends (``ds_bench.machine.shm`` says why). True when
+    there was one (the record's ``rendezvous.shm_buffer_released``: DeepSpeed's shm all-reduce was on)."""
     import torch
 
     from ds_bench.machine.shm import release_own_buffer
 
     torch.distributed.barrier()
-    release_own_buffer(master_addr, master_port, rank)
+    return release_own_buffer(master_addr, master_port, rank)
 
 
 def gather(obj):

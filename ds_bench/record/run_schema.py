@@ -130,6 +130,8 @@ class RunRecord(Stamped):
     launcher: str | None = None
     master_addr: str | None = None
     rendezvous: dict[str, Any] | None = None
+    """Where the ranks met (``Rendezvous.describe``: address, port, interface and why) and ``shm_buffer_released``:
+    on CPU ranks, whether rank 0 unlinked a DeepSpeed shm all-reduce buffer (the op was on); None on GPU ranks."""
     backend: str | None = None
     engine: str = "deepspeed"
     """``deepspeed``, ``ddp`` or ``fsdp`` (records from before engines were choosable: deepspeed)."""
