@@ -861,7 +861,7 @@ CASES["plan unknown device without busbw"] = Case(
 CASES["plan peak nan"] = Case(plan("--device", "H100", "--peak-tflops", "nan"), r"--peak-tflops must be a positive number")
 CASES["plan confirm more than top"] = Case(plan("--device", "H100", "--gpus-per-node", "1", "--confirm", "5", "--top", "3"),
                                            r"--confirm 5 is more than --top 3")
-CASES["plan nodes 0"] = Case(plan("--device", "H100", "--nodes", "0"), r"--nodes")
+CASES["plan nodes 0"] = Case(plan("--device", "H100", "--nodes", "0"), r"--nodes must be a positive integer, got 0$")
 CASES["plan achieved 2"] = Case(plan("--device", "H100", "--achieved", "2"), r"--achieved must be in \(0, 1\]")
 CASES["plan batch not whole sequences"] = Case(plan("--device", "H100", "--global-batch", "1000"),
                                                r"--global-batch 1000 \(1000 tokens\) is not a whole number of "
