@@ -80,6 +80,7 @@ def test_the_plan_refuses_an_ep_its_model_cannot_take_in_one_line(tmp_path, args
 
 
 @pytest.mark.dist
+@pytest.mark.full  # make test's 15 minutes; CI runs it in the full tier
 def test_a_real_ep2_search_counts_its_members_as_the_runs_do(tmp_path):
     """A real search (~30 s here: 2 probes of a 1- and a 2-block moe, 4 experts, on 2 CPU ranks at EP = 2): every
     probe is a run with its experts sharded (2 of 4 per rank), the family's parameters and experts' share are the

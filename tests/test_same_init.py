@@ -133,6 +133,7 @@ def gpt2(data) -> dict:
 
 
 @pytest.mark.dist
+@pytest.mark.full  # make test's 15 minutes; CI runs it in the full tier
 def test_two_pipeline_stages_start_from_the_plain_model(gpt2):
     (plain, _), (pipeline, record) = gpt2["plain"], gpt2["pipeline"]
     print(f"first-step loss: plain {plain}, 2 pipeline stages {pipeline}")
@@ -141,6 +142,7 @@ def test_two_pipeline_stages_start_from_the_plain_model(gpt2):
 
 
 @pytest.mark.dist
+@pytest.mark.full  # make test's 15 minutes; CI runs it in the full tier
 def test_a_zero3_partitioned_build_starts_from_the_plain_model(gpt2):
     (plain, _), (zero3, record) = gpt2["plain"], gpt2["zero3"]
     print(f"first-step loss: plain {plain}, ZeRO-3 partitioned {zero3}")

@@ -189,6 +189,7 @@ def point_records(path):
 
 
 @pytest.mark.dist
+@pytest.mark.full  # make test's 15 minutes; CI runs it in the full tier
 def test_an_interrupted_sweep_resumes_without_running_a_finished_point_twice(tmp_path):
     results = tmp_path / "s.jsonl"
     argv = [sys.executable, "-m", "ds_bench", "sweep", *MNIST_SWEEP, "--stages", "0,1", "--offload", "none,all",
@@ -258,6 +259,7 @@ def capped_auto_sweep(tmp_path_factory):
 
 
 @pytest.mark.dist
+@pytest.mark.full  # make test's 15 minutes; CI runs it in the full tier
 def test_auto_micro_batch_under_a_memory_cap_finds_the_largest_that_fits(capped_auto_sweep):
     results, proc = capped_auto_sweep
     assert proc.returncode == 0, explain(proc)
@@ -285,6 +287,7 @@ def test_auto_micro_batch_under_a_memory_cap_finds_the_largest_that_fits(capped_
 
 
 @pytest.mark.dist
+@pytest.mark.full  # make test's 15 minutes; CI runs it in the full tier
 def test_the_recommended_point_is_the_fastest_that_fits_and_its_config_runs(capped_auto_sweep, tmp_path, request):
     """The written config runs at a world size it was not measured at (one process, no launcher); the full
     tier runs it at the 2 ranks of the sweep too, under torchrun."""
