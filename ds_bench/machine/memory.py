@@ -4,8 +4,9 @@ error was an out-of-memory.
 - ``cap_process_memory``: ``--cpu-mem-limit`` sets RLIMIT_DATA (the process's private writable
   address space: heap and anonymous mappings, what tensors live in). On CPU ranks an allocation past
   it fails the way a GPU allocation fails past the device's memory, so a micro-batch that does not
-  fit ends as an out-of-memory here too. The cap bounds address space, which is at least the
-  resident set, so a run can fail to allocate while its RSS is still below the cap. Under the cap a
+  fit ends as an out-of-memory here too. The cap bounds private address space, not the resident set: a
+  run can fail to allocate while its RSS is below the cap, and its peak RSS, which also counts the libraries'
+  file pages, can read above it (1.38 GiB under a 1.35 GiB cap, GPT-2 16 x 384 ZeRO-0). Under the cap a
   freed buffer of 128 KiB or more goes back to the OS at once (glibc ``M_MMAP_THRESHOLD`` fixed, which
   also stops glibc raising that threshold after large frees): otherwise ZeRO-3's gathered parameters,
   freed after each module, stay in the heap and count against the cap as if still held, which a GPU's
