@@ -76,6 +76,7 @@ def runs(tmp_path_factory):
 
 
 @pytest.mark.dist
+@pytest.mark.full  # make test's 15 minutes; CI runs it in the full tier
 def test_a_compiled_run_records_its_compile_apart_from_its_steps(runs):
     proc, (r,) = runs["compiled"]
     assert proc.returncode == 0, explain(proc)
@@ -94,6 +95,7 @@ def test_a_compiled_run_records_its_compile_apart_from_its_steps(runs):
 
 
 @pytest.mark.dist
+@pytest.mark.full  # make test's 15 minutes; CI runs it in the full tier
 def test_compiled_and_eager_give_the_same_losses(runs):
     """DDP's route (the DDP module compiled, graphs split at its buckets). DeepSpeed's route compiles the
     bare CNN, where torch 2.13's inductor computes all-zero convolution gradients on the AMD EPYC (AVX2)
