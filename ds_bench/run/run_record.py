@@ -12,7 +12,7 @@ import logging
 import signal
 import socket
 
-from ds_bench.cluster import faults
+from ds_bench.cluster import faults, peer_links
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.errors import UserError
 from ds_bench.machine import cpu_features, memory
@@ -54,7 +54,9 @@ def failure_record(run: Started, error: BaseException | None, stalled_s: float |
     state, times = run.state, run.times
     signum = faults.received() if stalled_s is None else None
     host = socket.gethostname()
-    troubled = {**faults.peers_named_by(error, run.peers, host), **faults.peer_states(run.peers, host)}
+    links_now = peer_links.links({a for _local, (a, _port) in run.links})
+    troubled = {**peer_links.dropped(run.links, links_now, run.peers, host),
+                **faults.peers_named_by(error, run.peers, host), **faults.peer_states(run.peers, host)}
     reason = faults.describe(rank=state.rank, steps_done=times.steps_done, steps=run.cfg.steps, error=error,
                              signum=signum, stalled_s=stalled_s, peers=run.peers, troubled=troubled)
     metrics = {}

@@ -44,6 +44,8 @@ class Started:
     peers: list[dict]
     """rank, host, pid and addrs (the host's IPv4 addresses) of every rank, to name a peer that died."""
     times: LoopTimes = field(default_factory=LoopTimes)
+    links: frozenset = frozenset()
+    """This rank's connections to other hosts' ranks once joined (``ds_bench.cluster.peer_links``)."""
     baseline_bytes: int = 0
     """Memory this rank held before the model was built (runtime, libraries, process group)."""
     ckpt: checkpoint.Checkpointer = field(default_factory=checkpoint.Checkpointer)
