@@ -7,6 +7,8 @@ closes its end of each pair as soon as it reads the end of stream (measured: gon
 SIGKILL). Under Slurm the survivor often gets srun's SIGTERM while it computes, before any collective
 fails, so its record would otherwise name no one. ``links`` snapshots the established connections to
 other ranks' hosts once the process group is joined; ``dropped`` compares a later snapshot with it.
+Links opened and closed inside the join (a rendezvous root's) are not in the snapshot; the ones in it
+(gloo's pairs, the store's clients) last as long as the process group, so only a peer's end closes them.
 """
 
 from __future__ import annotations
