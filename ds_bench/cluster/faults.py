@@ -164,8 +164,13 @@ def peers_named_by(error: BaseException | None, peers: list[dict], host: str) ->
     matters under Slurm: srun's SIGTERM to the survivors often lands while gloo's "connection reset" is
     unwinding, and the ``Terminated`` it raises then carries that error as its context."""
     named = {m.group(1).strip("[]") for e in _chain(error) for m in _ADDRESS.finditer(str(e))}
-    return {p["rank"]: "lost" for p in peers
-            if p["host"] != host and named.intersection(p.get("addrs") or ())}
+    return lost_at(named, peers, host)
+
+
+def lost_at(addresses: set[str], peers: list[dict], host: str) -> dict[int, str]:
+    """Ranks on other hosts at any of ``addresses``: ``lost`` (pure). An address names a host, not a process:
+    with several ranks on that host, every one counts."""
+    return {p["rank"]: "lost" for p in peers if p["host"] != host and addresses.intersection(p.get("addrs") or ())}
 
 
 def _chain(error: BaseException | None) -> list[BaseException]:

@@ -13,6 +13,8 @@ Links opened and closed inside the join (a rendezvous root's) are not in the sna
 
 from __future__ import annotations
 
+from ds_bench.cluster import faults
+
 Link = tuple[tuple[str, int], tuple[str, int]]
 """(local address, port), (remote address, port) of one established TCP connection."""
 
@@ -39,5 +41,4 @@ def links(addresses: set[str]) -> frozenset[Link]:
 def dropped(before: frozenset[Link], now: frozenset[Link], peers: list[dict], host: str) -> dict[int, str]:
     """Ranks on other hosts one of whose connections open ``before`` is no longer established ``now``: ``lost``
     (pure). As with gloo's error, a closed link names its host, not a process: every rank on it counts."""
-    closed = {remote[0] for _local, remote in before - now}
-    return {p["rank"]: "lost" for p in peers if p["host"] != host and closed.intersection(p.get("addrs") or ())}
+    return faults.lost_at({remote[0] for _local, remote in before - now}, peers, host)
