@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import json
@@ -58,7 +59,28 @@ def full_tier(config) -> bool:
 
 
 def run_cmd(argv: list[str], timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, cwd=REPO, env=child_env(**env), capture_output=True, text=True, timeout=timeout)
+    """``subprocess.run`` in a session of its own: on a timeout (or an interrupt) every process it started is
+    killed, not only ``argv[0]``. ``subprocess.run`` kills the launcher alone, and the ranks a killed torchrun
+    left ran on into the next tests: CI's full tier, a ZenFlow run timed out, then the plan's calibration beside
+    its ranks read the machine 1.6x slower than the runs after (2026-11-26)."""
+    with subprocess.Popen(argv, cwd=REPO, env=child_env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except BaseException:
+            kill_session(proc)
+            raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def kill_session(proc: subprocess.Popen, grace_s: float = 30) -> None:
+    """SIGKILL to ``proc``'s process group, then its pipes drained for at most ``grace_s``."""
+    import signal
+
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.communicate(timeout=grace_s)
 
 
 def default_sigint() -> None:

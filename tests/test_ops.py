@@ -210,6 +210,16 @@ def test_the_optimizer_op_deepspeed_will_compile():
     assert jit_ops.ops_for_run("cuda", None) == ()
 
 
+def test_zenflows_overlapped_optimizer_process_needs_cpu_adam_built_in_the_folder():
+    overlapped = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
+                                        "zenflow": {"topk_ratio": 0.1, "overlap_step": True}}}
+    assert jit_ops.spawned_process_ops(overlapped) == ("cpu_adam",)
+    in_line = {"zero_optimization": {"stage": 2, "zenflow": {"topk_ratio": 0.1, "overlap_step": False}}}
+    assert jit_ops.spawned_process_ops(in_line) == ()  # ZenFlow's sequential optimizer: in the rank itself
+    assert jit_ops.spawned_process_ops({"zero_optimization": {"stage": 2}}) == ()
+    assert jit_ops.spawned_process_ops({}) == ()
+
+
 def test_a_process_loads_each_op_once_whichever_store_it_is_then_given(tmp_path):
     """A second dlopen of another copy of an op registers its torch ops again, which aborts the process
     (``TORCH_LIBRARY`` twice): it killed a pytest worker whose in-process tests reached the join with two op stores

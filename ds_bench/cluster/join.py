@@ -23,12 +23,15 @@ def find_rendezvous(iface: str | None, dist_timeout_s: float) -> rendezvous.Rend
 
 
 def join(rdzv: rendezvous.Rendezvous, dist_timeout_s: float, connect_timeout_s: float,
-         optimizer_op: str | None = None, memory_cap: int | None = None, took: dict | None = None) -> process.DistState:
-    """Load the ops this process needs, cap its memory (after the builds: the compilers are not the
-    run), and join the process group, every wait bounded; ``took`` gets ``ops_s`` and ``process_group_s``."""
+         optimizer_op: str | None = None, memory_cap: int | None = None, took: dict | None = None,
+         spawned_ops: tuple[str, ...] = ()) -> process.DistState:
+    """Build the ops DeepSpeed's spawned processes load (``spawned_ops``), load the ops this process needs,
+    cap its memory (after the builds: the compilers are not the run), and join the process group, every wait
+    bounded; ``took`` gets ``ops_s`` and ``process_group_s``."""
     started = time.perf_counter()
     device_type = environ.device_type()
     jit_ops.announce_cpu_builds(device_type, optimizer_op)
+    jit_ops.ensure_built_in_folder(spawned_ops)
     jit_ops.ensure_loaded(jit_ops.ops_for_run(device_type, optimizer_op))
     if memory_cap:
         memory.refuse_cap_below_held(memory_cap)  # after the builds, which the cap does not cover

@@ -100,6 +100,36 @@ def ops_for_run(device_type: str, optimizer_op: str | None) -> tuple[str, ...]:
     return (("deepspeed_shm_comm",) if device_type == "cpu" else ()) + ((optimizer_op,) if optimizer_op else ())
 
 
+def spawned_process_ops(ds_cfg: dict) -> tuple[str, ...]:
+    """The ops a process DeepSpeed spawns will load by itself (pure): ZenFlow's overlapped optimizer process
+    (``zero_optimization.zenflow.overlap_step``) calls ``CPUAdamBuilder().load()`` in a ``spawn`` child, which
+    inherits no op this process loaded, so it finds cpu_adam only as a build in this environment's folder."""
+    zenflow = (ds_cfg.get("zero_optimization") or {}).get("zenflow") or {}
+    return ("cpu_adam",) if zenflow.get("overlap_step") else ()
+
+
+def ensure_built_in_folder(op_names: tuple[str, ...], wait_s: float = WAIT_FOR_BUILD_S) -> None:
+    """Each op built in this environment's folder, where a spawned process's own load finds it up to date, and
+    loaded from there. An op the store holds is not built there, so without this ZenFlow's optimizer process
+    compiled cpu_adam itself, pinned to one core, in the middle of a measured step: 165 s of a 2-rank run (AMD
+    EPYC, 2 cores, 2026-11-26), past the test's 300 s with another run beside it. Call it before
+    ``ensure_loaded``: a process that has loaded the stored copy cannot load the built one too."""
+    from deepspeed.accelerator import get_accelerator
+
+    for name in op_names:
+        builder = get_accelerator().create_op_builder(BUILDERS[name])
+        if builder is None or name in _loaded_ops(builder):
+            continue
+        folder = build_dir(name)
+        with _op_lock(folder, name, wait_s):
+            _clear_stale_lock(folder, wait_s)
+            if is_built(name):
+                continue
+            log.warning("compiling DeepSpeed op %s in %s, where a process DeepSpeed spawns loads it from "
+                        "(ZenFlow's optimizer process; once per environment)", name, folder)
+            builder.load(verbose=False)
+
+
 def ensure_loaded(op_names: tuple[str, ...], wait_s: float = WAIT_FOR_BUILD_S) -> None:
     """Load each op into this process before DeepSpeed asks for it: a CPU op from the store
     (``ds_bench.machine.op_store``) when it holds one, else built once here (and a CPU op then stored).

@@ -33,7 +33,7 @@ def run_benchmark(cfg: RunConfig) -> int:
     marks["prepare_s"] = time.time() - marks["entered_at"]
     faults.install_signal_handlers()  # after the checks: a rejected run leaves the caller's handlers alone
     state = join.join(ready.rdzv, cfg.dist_timeout_s, cfg.connect_timeout_s, optimizer_op=ready.optimizer_op,
-                      memory_cap=cfg.cpu_mem_limit, took=marks)
+                      memory_cap=cfg.cpu_mem_limit, took=marks, spawned_ops=ready.spawned_ops)
     quiet_deepspeed()
     whoami = {"rank": state.rank, "host": socket.gethostname(), "pid": os.getpid(), "addrs": faults.own_addresses()}
     run = Started(cfg, ready.ds_cfg, ready.engine, state, ready.workload.size, _shared_run_id(),

@@ -50,7 +50,8 @@ def resolve(cfg: RunConfig) -> Resolved:
                             sequence_parallel=sp, expert_parallel=_expert_parallel(cfg, workload, rdzv.info.world_size))
     ckpt = checkpoint.resolve(cfg, rdzv.info.world_size, micro_batch, accumulation)  # --checkpoint, --resume
     optimizer_op = jit_ops.optimizer_op(ds_cfg) if choice.name == "deepspeed" else None
-    return Resolved(workload, ds_cfg, choice, rdzv, ckpt, optimizer_op)
+    spawned_ops = jit_ops.spawned_process_ops(ds_cfg) if choice.name == "deepspeed" else ()
+    return Resolved(workload, ds_cfg, choice, rdzv, ckpt, optimizer_op, spawned_ops)
 
 
 def _warn_if_emulated(precision: str, device_type: str, rank: int | None) -> None:

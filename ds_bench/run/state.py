@@ -29,6 +29,8 @@ class Resolved:
     ckpt: checkpoint.Checkpointer
     optimizer_op: str | None
     """The JIT optimizer op DeepSpeed will load (DDP/FSDP: none, they use torch.optim)."""
+    spawned_ops: tuple[str, ...] = ()
+    """The JIT ops a process DeepSpeed spawns loads itself (``jit_ops.spawned_process_ops``)."""
 
 
 @dataclass
