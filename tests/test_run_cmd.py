@@ -20,15 +20,23 @@ time.sleep(120)
 """
 
 
-def test_a_timed_out_command_leaves_no_process_of_its_own_behind(tmp_path):
+def test_a_timed_out_command_leaves_no_process_of_its_own_behind():
     with pytest.raises(subprocess.TimeoutExpired) as timed_out:
         run_cmd([sys.executable, "-c", PARENT], timeout=5)
     printed = timed_out.value.output
     child = int((printed.decode() if isinstance(printed, bytes) else printed).split()[0])
     deadline = time.monotonic() + 10
-    while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
+    while alive(child):
         assert time.monotonic() < deadline, f"the command's child {child} outlived its timeout"
         time.sleep(0.1)
+
+
+def alive(pid: int) -> bool:
+    """Running, or stopped: not gone and not a zombie awaiting its reaper."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def test_a_command_that_ends_returns_its_exit_status_and_output():

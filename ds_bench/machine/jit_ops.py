@@ -109,22 +109,13 @@ def spawned_process_ops(ds_cfg: dict) -> tuple[str, ...]:
 
 
 def ensure_built_in_folder(op_names: tuple[str, ...], wait_s: float = WAIT_FOR_BUILD_S) -> None:
-    """Each op built in this environment's folder, where a spawned process's own load finds it up to date, and
-    loaded from there. An op the store holds is not built there, so without this ZenFlow's optimizer process
+    """Each op built in this environment's folder, where a spawned process's own load finds it up to date (one
+    compiled here is loaded from there). An op the store holds is not built there, so without this ZenFlow's optimizer process
     compiled cpu_adam itself, pinned to one core, in the middle of a measured step: 165 s of a 2-rank run (AMD
     EPYC, 2 cores, 2026-11-26), past the test's 300 s with another run beside it. Call it before
     ``ensure_loaded``: a process that has loaded the stored copy cannot load the built one too."""
-    from deepspeed.accelerator import get_accelerator
-
-    for name in op_names:
-        builder = get_accelerator().create_op_builder(BUILDERS[name])
-        if builder is None or name in _loaded_ops(builder):
-            continue
-        folder = build_dir(name)
-        with _op_lock(folder, name, wait_s):
-            _clear_stale_lock(folder, wait_s)
-            if is_built(name):
-                continue
+    for name, builder, folder in _not_loaded_yet(op_names, wait_s):
+        if not is_built(name):
             log.warning("compiling DeepSpeed op %s in %s, where a process DeepSpeed spawns loads it from "
                         "(ZenFlow's optimizer process; once per environment)", name, folder)
             builder.load(verbose=False)
@@ -137,6 +128,23 @@ def ensure_loaded(op_names: tuple[str, ...], wait_s: float = WAIT_FOR_BUILD_S) -
     from deepspeed.accelerator import get_accelerator
 
     on_cpu = get_accelerator().device_name() == "cpu"
+    for name, builder, folder in _not_loaded_yet(op_names, wait_s):
+        stored = stored_path(builder, name) if on_cpu else None
+        if stored and _load_stored(builder, name, stored):
+            continue
+        if not is_built(name):
+            log.warning("compiling DeepSpeed op %s in %s (once per environment)", name, folder)
+        builder.load(verbose=False)
+        built = os.path.join(folder, f"{name}.so")
+        if stored and os.path.isfile(built):
+            op_store.keep(built, stored)
+
+
+def _not_loaded_yet(op_names: tuple[str, ...], wait_s: float) -> Iterator[tuple[str, object, str]]:
+    """(name, builder, build folder) of each op this process has not loaded, each under ds_bench's lock on its
+    folder, a stale torch build lock there cleared."""
+    from deepspeed.accelerator import get_accelerator
+
     for name in op_names:
         builder = get_accelerator().create_op_builder(BUILDERS[name])
         if builder is None or name in _loaded_ops(builder):
@@ -144,15 +152,7 @@ def ensure_loaded(op_names: tuple[str, ...], wait_s: float = WAIT_FOR_BUILD_S) -
         folder = build_dir(name)
         with _op_lock(folder, name, wait_s):
             _clear_stale_lock(folder, wait_s)
-            stored = stored_path(builder, name) if on_cpu else None
-            if stored and _load_stored(builder, name, stored):
-                continue
-            if not is_built(name):
-                log.warning("compiling DeepSpeed op %s in %s (once per environment)", name, folder)
-            builder.load(verbose=False)
-            built = os.path.join(folder, f"{name}.so")
-            if stored and os.path.isfile(built):
-                op_store.keep(built, stored)
+            yield name, builder, folder
 
 
 def stored_path(builder, name: str) -> str:
