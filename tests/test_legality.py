@@ -19,7 +19,9 @@ from ds_bench import cli
 from ds_bench.config import legality
 from ds_bench.config.deepspeed.derive import derive
 from ds_bench.config.layout import Layout
-from ds_bench.config.legality import RULES, Where
+from ds_bench.config.legality import Where, rules
+
+RULES = rules()
 from tests.conftest import PASSED, REPO, stop_past_checks
 
 WORLD = 2

@@ -12,16 +12,20 @@ in records, logs and tables and is what a resumed study matches finished work on
 data-parallel degree once the world size is known (``pp2 dp1 z1 off=none bf16 mbs=4``). Both are written by
 ``_label`` alone.
 
-Adding a parallel degree: a field here, a ``Degree`` row in ``DEGREES`` (its key word, its ``ds-bench
-run`` flag, whether it divides the data-parallel degree), its rules in ``ds_bench.config.legality``
-and its engine module; the studies read ``DEGREES`` and take the new axis as they are.
+The parallel degrees are not fields of their own: a layout holds them as ``parallel`` pairs (the degrees above
+1, in ``DEGREES`` order) and reads each as an attribute (``layout.tensor_parallel``, 1 where unset); its
+constructor takes them as keywords. Adding a parallel degree is a module in ``ds_bench.config.degrees``; the
+key, the flags, the records and the studies read ``DEGREES`` and take the new axis as they are.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+
+from ds_bench.config.degrees import DEGREES
+from ds_bench.config.degrees.protocol import with_degree_keywords
 
 ENGINES = ("deepspeed", "ddp", "fsdp")
 """What can train the model (``--engine``), from the same DeepSpeed config (``ds_bench.engines``)."""
@@ -32,32 +36,6 @@ OFFLOADS = ("none", "optimizer", "all")
 """``optimizer``: ``offload_optimizer`` to CPU (ZeRO-Offload); ``all``: optimizer and parameters
 (ZeRO-Infinity to CPU memory, stage 3 only)."""
 PRECISIONS = ("fp32", "bf16", "fp16")
-
-
-@dataclass(frozen=True)
-class Degree:
-    """One parallel degree of a layout: a ``Layout`` field whose 1 means "not used"."""
-
-    field: str
-    word: str
-    """The key's word: ``pp`` -> ``pp2``."""
-    flag: str
-    """Its ``ds-bench run`` flag, and the studies' axis flag of the same name (a list there: ``1,2``)."""
-    splits_replica: bool
-    """The ranks of one data-parallel replica are this degree's (data-parallel degree = world / product)."""
-    what: str
-    """How the help and the docs name it."""
-
-
-DEGREES = (
-    Degree("pipeline_stages", "pp", "--pipeline-stages", True, "DeepSpeed pipeline stages (gpt2)"),
-    Degree("tensor_parallel", "tp", "--tensor-parallel", True, "DeepSpeed AutoTP degree (llama)"),
-    Degree("sequence_parallel", "sp", "--sequence-parallel", True,
-           "DeepSpeed Ulysses sequence-parallel degree (llama)"),
-    Degree("expert_parallel", "ep", "--expert-parallel", False,
-           "DeepSpeed expert-parallel degree (moe): ranks each block's experts are sharded over"),
-)
-"""Every parallel degree beyond data parallelism, in key order."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +58,7 @@ SWITCHES = (
 """The long-context memory options (``ds_bench.engines.tiling``), in key order."""
 
 
+@with_degree_keywords(unset=1)
 @dataclass(frozen=True, order=True)
 class Layout:
     stage: int
@@ -88,25 +67,20 @@ class Layout:
     micro_batch: int
     grad_accum: int = 1
     engine: str = "deepspeed"
-    pipeline_stages: int = 1
-    """DeepSpeed pipeline stages (``--pipeline-stages``); 1: no pipeline."""
     attn: str = ""
     """``--attn`` of the run (``ATTENTION``); empty: the workload's default."""
     compile: bool = False
     """``--compile`` of the run."""
-    tensor_parallel: int = 1
-    """DeepSpeed AutoTP degree (``--tensor-parallel``); 1: none."""
-    sequence_parallel: int = 1
-    """DeepSpeed Ulysses degree (``--sequence-parallel``); 1: none."""
-    expert_parallel: int = 1
-    """DeepSpeed expert-parallel degree (``--expert-parallel``); 1: every rank holds every expert. It does not
-    split a data-parallel replica: the non-expert parameters are replicated on every rank."""
     tiled_mlp: bool = False
     """``--tiled-mlp`` of the run (``SWITCHES``)."""
     tiled_loss: bool = False
     """``--tiled-loss`` of the run (``SWITCHES``)."""
     seq_len: int = 0
     """``--seq-len`` where a study varies it (a sweep's ``--seq-len 1024,4096``); 0: the run's own."""
+    parallel: tuple[tuple[str, int], ...] = ()
+    """The parallel degrees above 1 (``DEGREES``), ``(field, size)`` in registry order; read them as attributes
+    (``layout.pipeline_stages``: DeepSpeed pipeline stages, ``tensor_parallel``: the AutoTP degree,
+    ``sequence_parallel``: the Ulysses degree, ``expert_parallel``: ranks each block's experts are sharded over)."""
 
     @property
     def model_parallel(self) -> int:
@@ -115,7 +89,7 @@ class Layout:
 
     def degrees(self) -> dict[str, int]:
         """Each parallel degree above 1, by field name."""
-        return {d.field: getattr(self, d.field) for d in DEGREES if getattr(self, d.field) > 1}
+        return dict(self.parallel)
 
     def data_parallel(self, world_size: int) -> int:
         return world_size // self.model_parallel
@@ -156,14 +130,16 @@ class Layout:
             f"--{s.word}" for s in SWITCHES if getattr(self, s.field)]
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every field, each registered degree by its own name (1 where unset): a record's ``point`` and ``layout``."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "parallel"}
+        return out | {d.field: getattr(self, d.field) for d in DEGREES}
 
     @classmethod
     def from_dict(cls, d: dict) -> Layout:
         """From a record's ``point`` (fields written before an axis existed take its default)."""
-        kinds = {f.name: f for f in dataclasses.fields(cls)}
+        kinds = {f.name: f for f in dataclasses.fields(cls) if f.name != "parallel"}
         values = {name: _as(kinds[name], d[name]) for name in kinds if name in d}
-        return cls(**values)
+        return cls(**values, **{g: int(d[g]) for g in DEGREES.fields() if g in d})
 
     def with_micro_batch(self, micro_batch: int) -> Layout:
         return dataclasses.replace(self, micro_batch=micro_batch)

@@ -16,16 +16,16 @@ AutoTP model, with the workload (``ds_bench.workloads.base``). The rules of the 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from ds_bench.config.layout import DEGREES, Layout
-from ds_bench.config.legality_rules import (DEEPSPEED, PARALLEL_RULES, RUN_OPTION_RULES, Rule, Where, _ex, _pp, _tiled,
-                                            _tp)
+from ds_bench.config.legality_rules import (DEEPSPEED, Rule, Where, _ex, _pp, _tiled, _tp, parallel_rules,
+                                            run_option_rules)
 from ds_bench.errors import UserError
 
-__all__ = ["RULES", "Rule", "Where", "violation", "first_broken", "refuse", "refuse_run", "run_options"]
+__all__ = ["rules", "Rule", "Where", "violation", "first_broken", "refuse", "refuse_run", "run_options"]
 
-RULES: tuple[Rule, ...] = (
-    *PARALLEL_RULES,
+OTHER_RULES: tuple[Rule, ...] = (
     Rule("tiling is DeepSpeed's", lambda l, w: _tiled(l) and l.engine != "deepspeed",
          "--engine {engine} with " "{tiles}: DeepSpeed's tiled compute hands each weight's gradient to ZeRO once, "
          "after the last tile (ds_grad_is_ready); DDP and FSDP have no such hook (--engine deepspeed)",
@@ -75,9 +75,21 @@ RULES: tuple[Rule, ...] = (
     Rule("no fp16 on CPU ranks", lambda l, w: l.precision == "fp16" and w.device_type == "cpu",
          "fp16 on CPU ranks: DeepSpeed's CPU accelerator has no fp16 (use bf16 or fp32)",
          f"{DEEPSPEED}: 'Type fp16 is not supported on your device'", _ex(precision="fp16")),
-    *RUN_OPTION_RULES,
 )
-"""Checked in this order; the first that holds is what is said."""
+"""The rules of the memory switches, the engines, offload and precision, between the parallel degrees' and the run
+options'."""
+
+
+def rules() -> tuple[Rule, ...]:
+    """The table, checked in this order (the first that holds is what is said): every registered degree's rules
+    and the pairs that do not compose (``legality_rules.parallel_rules``), ``OTHER_RULES``, then the run options a
+    degree's engine does not take. Built once per set of registered degrees (the same ``Rule`` objects each call)."""
+    return _table(tuple(map(id, DEGREES)))
+
+
+@functools.lru_cache(maxsize=4)
+def _table(degree_ids: tuple) -> tuple[Rule, ...]:
+    return (*parallel_rules(), *OTHER_RULES, *run_option_rules())
 
 
 def violation(layout: Layout, where: Where) -> str | None:
@@ -87,7 +99,7 @@ def violation(layout: Layout, where: Where) -> str | None:
 
 
 def first_broken(layout: Layout, where: Where) -> Rule | None:
-    return next((r for r in RULES if r.refused(layout, where)), None)
+    return next((r for r in rules() if r.refused(layout, where)), None)
 
 
 RUN_OPTIONS = ("breakdown", "checkpoint", "resume", "model_path", "checkpoint_offload")
@@ -109,19 +121,13 @@ def refuse_run(cfg, world_size: int, device_type: str) -> None:
         axes = axes_of(ds_cfg)
     except (UserError, AttributeError, TypeError, ValueError):
         return  # a malformed config: ds_config.prepare names what is wrong with it
-    engaged = frozenset(d.field for d in DEGREES if getattr(cfg, d.field) is not None) | moe_engaged(cfg)
     layout = dataclasses.replace(from_run(cfg, axes), seq_len=cfg.seq_len)  # the sequence a group slices
-    refuse(layout, Where(world_size, device_type, run_options(cfg), engaged))
+    refuse(layout, Where(world_size, device_type, run_options(cfg), engaged(cfg)))
 
 
-MOE_WORKLOAD = "moe"
-
-
-def moe_engaged(flags) -> frozenset[str]:
-    """A moe run (or study) engages the expert-parallel engine even at EP = 1: DeepSpeed's MoE layer, for its
-    DeepSpeed layouts (``_ep``); not with ``--moe-path hf`` (HF's own blocks)."""
-    moe = getattr(flags, "workload", None) == MOE_WORKLOAD and getattr(flags, "moe_path", "auto") != "hf"
-    return frozenset({"expert_parallel"}) if moe else frozenset()
+def engaged(flags) -> frozenset[str]:
+    """The degrees whose engine a run's (or study's) flags use even at size 1 (``Degree.engaged``)."""
+    return frozenset(d.field for d in DEGREES if d.engaged(flags))
 
 
 def run_options(flags) -> frozenset[str]:

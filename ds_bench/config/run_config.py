@@ -18,11 +18,10 @@ from ds_bench.config.run_checks import (
     check_attention,
     check_compile,
     check_engine,
-    check_moe_flags,
-    check_pipeline_flags,
-    check_tensor_parallel_flags,
     check_timeout,
 )
+from ds_bench.config.degrees import DEGREES
+from ds_bench.config.degrees.protocol import with_degree_keywords
 from ds_bench.errors import UserError
 
 IFACE_HELP = ("network interface the ranks meet on (the rendezvous and gloo/NCCL; under mpirun Open MPI's own traffic "
@@ -53,6 +52,7 @@ def size_argument(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+@with_degree_keywords(unset=None)
 @dataclass(frozen=True)
 class RunConfig:
     """One benchmark run, as every rank executes it. Each field is also its ``ds-bench run`` flag
@@ -143,33 +143,10 @@ class RunConfig:
                               "reshard after forward, 2 -> keep gathered); docs/engines-and-layouts.md's Engines "
                               "table gives the whole mapping")
     """``deepspeed``, ``ddp`` or ``fsdp`` (``ds_bench.engines``): what trains the model, from the same config."""
-    pipeline_stages: int | None = option(None, "--pipeline-stages", metavar="P",
-                                         help="train through DeepSpeed's pipeline engine with P stages (gpt2: a "
-                                              "PipelineModule, engine.train_batch); data-parallel degree = world "
-                                              "size / P, micro-batches per step = gradient_accumulation_steps; "
-                                              "ZeRO stage 0 or 1, no offload. Default: no pipeline")
-    """Pipeline stages (``ds_bench.engines.pipeline``); None: the data-parallel engines as always."""
     partition: str | None = option(None, "--partition", metavar="parameters|uniform|type:REGEX",
                                    help="with --pipeline-stages: how layers are split over stages (DeepSpeed's "
                                         "partition_method; default parameters: balanced by parameter count)")
     """PipelineModule ``partition_method``; None: ``parameters``."""
-    tensor_parallel: int | None = option(None, "--tensor-parallel", metavar="T",
-                                         help="shard every layer over T ranks with DeepSpeed AutoTP "
-                                              "(tensor_parallel.autotp_size; llama): data-parallel degree = world "
-                                              "size / T, the T ranks of a group read the same batch. Default: none")
-    """AutoTP degree (``ds_bench.engines.tensor_parallel``); None: no tensor parallelism."""
-    sequence_parallel: int | None = option(None, "--sequence-parallel", metavar="S",
-                                           help="shard every sequence over S ranks with DeepSpeed-Ulysses (ALST; "
-                                                "llama; sdpa or flash_attention_2): attention heads exchanged "
-                                                "by all-to-all, data-parallel degree = world size / S, the S ranks of a "
-                                                "group read the same batch. Default: none")
-    """Ulysses degree (``ds_bench.engines.sequence_parallel``); None: no sequence parallelism."""
-    expert_parallel: int | None = option(None, "--expert-parallel", metavar="EP",
-                                         help="moe: shard every block's experts over EP ranks with DeepSpeed (each "
-                                              "holds experts / EP; tokens reach them by all-to-all); the rest of the "
-                                              "model stays replicated on every rank. Default 1 (every rank holds "
-                                              "every expert)")
-    """Expert-parallel degree (``ds_bench.engines.expert_parallel``); None: 1 on the moe workload."""
     experts: int | None = option(None, "--experts", metavar="E",
                                  help="moe: experts per block (default: the size's own; 8 with --layers)")
     top_k: int | None = option(None, "--top-k", metavar="K",
@@ -228,6 +205,11 @@ class RunConfig:
                                      "steps k+1.., each rank skips the k x accumulation micro-batches already "
                                      "used. Same --seed, world size, micro-batch and accumulation required")
     """Folder whose newest complete ds_bench checkpoint is loaded before the first step."""
+    parallel: tuple[tuple[str, int], ...] = ()
+    """The parallel degrees given (``ds_bench.config.degrees``: ``--pipeline-stages``, ``--tensor-parallel``,
+    ``--sequence-parallel``, ``--expert-parallel``), ``(field, value)`` in registry order; read each as an
+    attribute (``cfg.tensor_parallel``, None where not given). Their flags come from the registry
+    (``ds_bench.config.run_flags``)."""
 
     def __post_init__(self) -> None:
         argcheck.steps("--steps", self.steps, self.warmup)
@@ -243,13 +225,10 @@ class RunConfig:
         _require(not self.channels_last or self.engine == "ddp",
                  f"--channels-last with --engine {self.engine}: only DDP trains NHWC weights (deepspeed 0.19.8 fails "
                  "at its first step viewing them as bytes, FSDP2 refuses non-contiguous parameters); use --engine ddp")
-        check_pipeline_flags(self)
-        check_tensor_parallel_flags(self)
+        for d in DEGREES:
+            d.check_flags(self)
         _require(not self.checkpoint_offload or self.activation_checkpointing,
                  "--checkpoint-offload needs --activation-checkpointing (it moves the checkpointed blocks' inputs)")
-        _require(self.sequence_parallel is None or self.sequence_parallel >= 1,
-                 f"--sequence-parallel must be a positive integer, got {self.sequence_parallel}")
-        check_moe_flags(self)
         check_compile(self)
         check_timeout("--dist-timeout", self.dist_timeout_s)
         check_timeout("--connect-timeout", self.connect_timeout_s)
@@ -270,7 +249,9 @@ class RunConfig:
             raise UserError(f"--ds-config {self.ds_config}: file not found")
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Every field, each registered degree by its own name (None where not given): a record's ``config``."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "parallel"}
+        return out | {d.field: getattr(self, d.field) for d in DEGREES}
 
     def roofline_results_path(self) -> str:
         """Where a run looks for ``ds-bench roofline`` records: beside its results."""

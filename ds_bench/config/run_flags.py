@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import typing
 
+from ds_bench.config.degrees import DEGREES
 from ds_bench.config.run_config import IFACE_HELP, REQUIRED, RunConfig
 from ds_bench.errors import UserError
 
@@ -26,7 +27,7 @@ class Parser(argparse.ArgumentParser):
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """Every ``RunConfig`` field as its flag, with the field's default."""
     hints = typing.get_type_hints(RunConfig)
-    for f in dataclasses.fields(RunConfig):
+    for f in _flag_fields():
         kwargs = dict(f.metadata["argparse"])
         if f.default is REQUIRED:
             kwargs["required"] = True
@@ -38,7 +39,19 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
             kwargs.setdefault("type", _scalar(hints[f.name]))
             kwargs["default"] = f.default
         p.add_argument(f.metadata["flag"], dest=f.name, **kwargs)
+    for d in DEGREES:
+        p.add_argument(d.flag, dest=d.field, type=int, default=None, metavar=d.metavar, help=d.help)
     add_local_rank(p)
+
+
+def _flag_fields() -> list[dataclasses.Field]:
+    """``RunConfig``'s fields that are flags of their own (its ``parallel`` degrees are the registry's flags)."""
+    return [f for f in dataclasses.fields(RunConfig) if "flag" in f.metadata]
+
+
+def _names() -> list[str]:
+    """Every ``ds-bench run`` flag's destination: ``RunConfig``'s own fields, then each degree's."""
+    return [f.name for f in _flag_fields()] + list(DEGREES.fields())
 
 
 def add_iface_argument(p: argparse.ArgumentParser) -> None:
@@ -65,7 +78,7 @@ def add_local_rank(p: argparse.ArgumentParser) -> None:
 
 def run_config(args: argparse.Namespace) -> RunConfig:
     """The validated ``RunConfig`` of parsed run flags."""
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)}
+    values = {name: getattr(args, name) for name in _names()}
     return RunConfig(**{**values, "overrides": tuple(args.overrides)})
 
 
@@ -76,7 +89,7 @@ def parse_run_tail(head: list[str], tail: list[str]) -> tuple[argparse.Namespace
     add_run_arguments(parser)
     ns = parser.parse_args([*head, *tail])
     defaults = parser.parse_args(head)
-    return ns, {f.name for f in dataclasses.fields(RunConfig) if getattr(ns, f.name) != getattr(defaults, f.name)}
+    return ns, {name for name in _names() if getattr(ns, name) != getattr(defaults, name)}
 
 
 def _scalar(hint) -> type:

@@ -130,8 +130,8 @@ class Workload(ABC):
         """A study's degree axes (every value, ``jobs.flags.degrees_of``) and its run flags (``flags``: the ``run``
         flags every job gets, parsed, not yet checked: ``jobs.flags.run_flags_of``), before any job starts: the
         degrees' largest values (``check_degrees``) and the moe flags' values and workload
-        (``config.run_checks.check_moe_flags``). A workload whose shape bounds a degree adds its own."""
-        from ds_bench.config.run_checks import check_moe_flags
+        (``config.degrees.expert.check_moe_flags``). A workload whose shape bounds a degree adds its own."""
+        from ds_bench.config.degrees.expert import check_moe_flags
 
         cls.check_degrees({name: max(values) for name, values in degrees.items() if values})
         check_moe_flags(flags)
