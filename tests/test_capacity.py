@@ -151,7 +151,7 @@ def test_a_real_search_under_a_memory_cap_finds_zero3_fits_more_than_zero0(tmp_p
     recs = records(results)
     runs = records(results.with_suffix(".runs.jsonl"))
     by_run = {r["run_id"]: r for r in runs if r.get("run_id")}
-    summaries = {(r["pipeline_stages"], r["point"]["stage"], r["point"]["offload"]): r
+    summaries = {(r["point"]["pipeline_stages"], r["point"]["stage"], r["point"]["offload"]): r
                  for r in recs if r["kind"] == "capacity"}
     piped, offloaded = "2" in pipelines.split(","), "optimizer" in offloads
     assert set(summaries) == ({(1, 0, "none"), (1, 3, "none")} | ({(2, 0, "none"), (2, 3, "none")} if piped else set())

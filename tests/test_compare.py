@@ -62,7 +62,21 @@ def test_runs_match_on_workload_layout_and_ranks_and_repeats_gather():
     assert sorted(len(s.values) for s in got.values()) == [1, 1, 2]
     (two,) = (s for s in got.values() if len(s.values) == 2)
     assert two.values == [1000, 1010] and (two.metric, two.unit) == ("throughput", "tokens/s")
-    assert "z2 bf16 mbs=4" in two.label and "x2" in two.label
+    assert "z2 off=none bf16 mbs=4" in two.label and "x2" in two.label
+
+
+def test_runs_match_on_the_layout_key_and_an_old_record_pools_with_a_new_one_of_its_layout():
+    """A record written before records carried their layout is read with it (from its config and DeepSpeed
+    config), so it pools with a new one of the same layout; a degree the key names keeps runs apart."""
+    ds = {"zero_optimization": {"stage": 1}, "bf16": {"enabled": True}, "train_micro_batch_size_per_gpu": 4,
+          "gradient_accumulation_steps": 1}
+    old = run_record(1000, config={"seq_len": 128, "tensor_parallel": 2}, ds_config=ds)
+    new = run_record(1010, config={"seq_len": 128, "tensor_parallel": 2}, ds_config=ds,
+                     layout=old.layout, layout_key=old.layout_key)
+    apart = run_record(900, config={"seq_len": 128}, ds_config=ds)
+    assert old.layout_key == "tp2 z1 off=none bf16 mbs=4" and apart.layout_key == "z1 off=none bf16 mbs=4"
+    got = samples([old, new, apart])
+    assert sorted(len(s.values) for s in got.values()) == [1, 2]
 
 
 def test_comm_rows_match_on_collective_size_and_ranks():

@@ -73,7 +73,7 @@ class LayoutSearch:
         config = self._write_largest_config(best) if best else None
         return CapacityRecord(
             kind="capacity", capacity=self.capacity_id, layout=self.layout.key, point=self.layout.to_dict(),
-            pipeline_stages=self.layout.pipeline_stages, data_parallel_size=self.layout.data_parallel(self.world),
+            data_parallel_size=self.layout.data_parallel(self.world),
             world_size=self.world, family=self.spec.family, scale=self.spec.scale, status="ok" if best else "failed",
             largest=_member(self.member(answer.largest), best) if best else None,
             next=_member(nxt, nxt_probe, self.predict(nxt)).model_copy(

@@ -23,19 +23,19 @@ from ds_bench.capacity.family import FAMILIES, SCALES, Member, named_family, sca
 from ds_bench.capacity.seq_search import Lengths
 from ds_bench.capacity.seq_spec import seq_family
 from ds_bench.config import argcheck
-from ds_bench.config.layout import DEGREES, OFFLOADS, PRECISIONS, SWITCHES, Layout
+from ds_bench.config.layout import OFFLOADS, PRECISIONS, Layout
 from ds_bench.config.parsers import config_path, memory_cap, parse_list
 from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
-from ds_bench.jobs.flags import StudySpec, add_degree_arguments, add_job_arguments, add_switch_arguments, degrees_of
+from ds_bench.jobs.flags import StudySpec, add_degree_arguments, axis_flags, add_job_arguments, add_switch_arguments, degrees_of
 from ds_bench.jobs.flags import job_options, run_flags_of, slurm_gpus, switches_of
 from ds_bench.jobs.points import families
 
 OWNED = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
          "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit", "size": "--size", "seq_len": "--seq-len",
-         "layers": "--layers", "hidden": "--hidden", "heads": "--heads", "workload": "--workload",
-         **{d.field: d.flag for d in DEGREES}, **{s.field: f"--{s.word}" for s in SWITCHES}}
-"""Run options capacity sets for every probe (its own flags of the same names)."""
+         "layers": "--layers", "hidden": "--hidden", "heads": "--heads", "workload": "--workload"}
+"""Run options capacity sets for every probe (its own flags of the same names; the degrees' and switches' too:
+``jobs.flags.axis_flags``)."""
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,9 @@ class CapacitySpec(StudySpec):
 
     @property
     def lengths(self) -> Lengths:
-        """``--scale seq``'s lengths: each a multiple of every layout's sequence-parallel degree."""
-        multiple = math.lcm(*(layout.sequence_parallel for layout in self.layouts))
+        """``--scale seq``'s lengths: each a multiple of what every layout slices a sequence by
+        (``Layout.sequence_multiple``)."""
+        multiple = math.lcm(*(layout.sequence_multiple for layout in self.layouts))
         return Lengths(self.seq_len, self.max_seq_len, self.seq_granularity, multiple)
 
     def capacity_id(self) -> str:
@@ -141,7 +142,7 @@ def from_args(args: argparse.Namespace, gpu: bool, native_bf16: bool) -> Capacit
     run_args = _run_args(args)
     tail = run_flags_of(args.workload, run_args)
     router = (tail.experts, tail.top_k)
-    family, members, seq = _family(args, math.lcm(*(layout.sequence_parallel for layout in layouts)), router)
+    family, members, seq = _family(args, math.lcm(*(layout.sequence_multiple for layout in layouts)), router)
     _check_study(args, (*members[0].run_args, *run_args))
     return CapacitySpec(
         ds_config=path, base=base, layouts=layouts, members=tuple(members), family=family, workload=args.workload,
@@ -225,7 +226,7 @@ def _run_args(args: argparse.Namespace) -> tuple[str, ...]:
         _, given = parse_run_tail(["--workload", args.workload, "--ds-config", "-"], tail)
     except UserError as e:
         raise UserError(f"run arguments after '--' ({' '.join(tail)}): {e}") from None
-    for name, flag in OWNED.items():
+    for name, flag in {**OWNED, **axis_flags()}.items():
         if name in given:
             shape = name in ("size", "layers", "hidden", "heads")
             raise UserError(f"run argument {flag} after '--': ds-bench capacity sets it for every probe; "

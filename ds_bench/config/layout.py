@@ -91,6 +91,12 @@ class Layout:
         """Each parallel degree above 1, by field name."""
         return dict(self.parallel)
 
+    @property
+    def sequence_multiple(self) -> int:
+        """What a sequence length must be a multiple of: the product of the degrees that slice each sequence
+        (``Degree.divides_sequence``)."""
+        return math.prod(getattr(self, d.field) for d in DEGREES if d.divides_sequence)
+
     def data_parallel(self, world_size: int) -> int:
         return world_size // self.model_parallel
 
@@ -190,8 +196,10 @@ def parse_key(text: str, defaults: Layout) -> Layout:
 def from_run(cfg, ds_axes: dict) -> Layout:
     """The layout of one ``ds-bench run``: ``cfg`` a ``RunConfig``, ``ds_axes`` its DeepSpeed config's
     stage, offload, precision, micro-batch and accumulation (``ds_bench.config.deepspeed.derive.axes_of``)."""
-    degrees = {d.field: getattr(cfg, d.field) or 1 for d in DEGREES}
+    degrees = {d.field: getattr(cfg, d.field, None) or 1 for d in DEGREES}
     switches = {s.field: bool(getattr(cfg, s.field, False)) for s in SWITCHES}
     return Layout(stage=ds_axes["stage"], offload=ds_axes["offload"], precision=ds_axes["precision"],
-                  micro_batch=cfg.micro_batch or ds_axes["micro_batch"] or 0, grad_accum=ds_axes["grad_accum"],
-                  engine=cfg.engine, attn=cfg.attn or "", compile=cfg.compile, **degrees, **switches)
+                  micro_batch=getattr(cfg, "micro_batch", None) or ds_axes["micro_batch"] or 0,
+                  grad_accum=ds_axes["grad_accum"], engine=getattr(cfg, "engine", None) or "deepspeed",
+                  attn=getattr(cfg, "attn", None) or "", compile=bool(getattr(cfg, "compile", False)), **degrees,
+                  **switches)

@@ -169,6 +169,12 @@ def slurm_options(args: argparse.Namespace) -> SlurmOptions | None:
                         queue_timeout_s=queue_timeout_s)
 
 
+def axis_flags() -> dict[str, str]:
+    """Each study axis a registered degree or memory switch gives, as its ``RunConfig`` field -> flag: the run
+    options a study sets per point itself (read at call time: a degree registered later is one more)."""
+    return {**{d.field: d.flag for d in DEGREES}, **{s.field: f"--{s.word}" for s in SWITCHES}}
+
+
 def add_degree_arguments(p: argparse.ArgumentParser, what: str = "point", default: str = "1") -> None:
     """One list flag per parallel degree, e.g. ``--pipeline-stages 1,2``; ``default`` ``auto``: every value that can
     be (``degrees_of`` gives an empty tuple)."""

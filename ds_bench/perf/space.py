@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass
 
 from ds_bench.config import legality
+from ds_bench.config.degrees import DEGREES
 from ds_bench.config.layout import OFFLOADS, Layout
 from ds_bench.config.legality_rules import Where
 from ds_bench.errors import UserError
@@ -73,15 +75,16 @@ def divisors(n: int) -> list[int]:
 
 
 def degree_values(shape: Transformer, cluster: Cluster, space: Space) -> dict[str, list[int]]:
-    """Each degree's values: the space's, else TP within a node, PP up to the blocks, SP and EP any divisor of the
-    world (every value beyond 1 only for a model that has the engine: the caller's legality check says why)."""
+    """Each registered degree's values: the space's, else by its ``Degree.candidates`` (TP within a node, PP up to
+    the blocks, SP any divisor of the world, EP one that divides the experts; every value beyond 1 only for a model
+    that has the engine: the caller's legality check says why)."""
     world = cluster.world
     given = space.degrees or {}
-    default = {"tensor_parallel": [d for d in divisors(cluster.per_node)],
-               "pipeline_stages": [d for d in divisors(world) if d <= shape.layers],
-               "sequence_parallel": divisors(world),
-               "expert_parallel": [d for d in divisors(world) if shape.experts and shape.experts % d == 0] or [1]}
-    return {name: sorted(given.get(name) or values) for name, values in default.items()}
+    default = {"node": lambda: divisors(cluster.per_node),
+               "world": lambda: divisors(world),
+               "layers": lambda: [d for d in divisors(world) if d <= shape.layers],
+               "experts": lambda: [d for d in divisors(world) if shape.experts and shape.experts % d == 0] or [1]}
+    return {d.field: sorted(given.get(d.field) or default[d.candidates]()) for d in DEGREES}
 
 
 def candidates(shape: Transformer, cluster: Cluster, space: Space, sequences: int) -> list[Candidate]:
@@ -89,19 +92,19 @@ def candidates(shape: Transformer, cluster: Cluster, space: Space, sequences: in
     world = cluster.world
     values = degree_values(shape, cluster, space)
     out = []
-    for tp, pp, sp, ep in itertools.product(*(values[k] for k in ("tensor_parallel", "pipeline_stages",
-                                                                   "sequence_parallel", "expert_parallel"))):
-        if world % (tp * pp * sp) or world % ep:
+    for combo in itertools.product(*values.values()):
+        sizes = dict(zip(values, combo))
+        split = math.prod(sizes[d.field] for d in DEGREES if d.splits_replica)
+        if world % split or any(world % sizes[d.field] for d in DEGREES):
             continue
-        replicas = world // (tp * pp * sp)
+        replicas = world // split
         per_replica = sequences // replicas if sequences % replicas == 0 else 0
         micro = space.micro_batches or [2 ** i for i in range(0, 16) if 2 ** i <= max(1, per_replica)]
         for engine, stage, offload, mbs, ckpt in itertools.product(space.engines, space.stages, space.offloads, micro,
                                                                    space.checkpointing):
             ga = per_replica // mbs if per_replica and per_replica % mbs == 0 else 1
             layout = Layout(stage=stage, offload=offload, precision=space.precision, micro_batch=mbs, grad_accum=ga,
-                            engine=engine, pipeline_stages=pp, tensor_parallel=tp, sequence_parallel=sp,
-                            expert_parallel=ep, attn=space.attn)
+                            engine=engine, attn=space.attn, **sizes)
             out.append(Candidate(layout, ckpt))
     return out
 
@@ -137,7 +140,7 @@ def search(shape: Transformer, cluster: Cluster, space: Space, seq_len: int, seq
     plan sets beyond its layout (``config.legality.run_options`` of the ``--`` tail), which the rules refuse too."""
     world, ranked, dropped = cluster.world, [], []
     where = Where(world, cluster.device_type, run_options,
-                  frozenset({"expert_parallel"}) if shape.experts else frozenset())
+                  frozenset({"expert_parallel"}) if shape.experts else frozenset())  # a moe model's layer at EP = 1
     capacity = cluster.memory_bytes * (1 - space.headroom_pct / 100)
     for c in candidates(shape, cluster, space, sequences):
         label = c.label(world)

@@ -83,7 +83,6 @@ class CapacityRecord(Record):
     layout: str | None = None
     point: dict[str, Any] = Field(default_factory=dict)
     """The layout's axes (``ds_bench.config.layout.Layout.to_dict``): stage, offload, precision, micro_batch..."""
-    pipeline_stages: int = 1
     data_parallel_size: int | None = None
     world_size: int | None = None
     family: str | None = None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from tabulate import tabulate
 
+from ds_bench.config.degrees import DEGREES
 from ds_bench.record.expect_file import FIELDS, METRICS, Expectation, ExpectFile
 from ds_bench.record.schema import (CapacityRecord, CommRecord, DoctorRecord, Record, RunRecord, ScalingRecord,
                                     SweepPointRecord)
@@ -49,6 +50,7 @@ def _run(r: RunRecord) -> list[Measurement]:
     if r.status not in (None, "ok"):
         return []
     fields = {name: getattr(r, name) for name in FIELDS["run"]}  # the record's own fields, by the same names
+    fields |= {name: (r.layout or {}).get(name) for name in DEGREES.fields()}
     return [Measurement("run", fields, r.metrics.model_dump(), _device(r.hardware))]
 
 
@@ -80,8 +82,7 @@ def _capacity(r: CapacityRecord) -> list[Measurement]:
     if r.status != "ok" or r.largest is None:
         return []
     fields = {"family": r.family, "layout": r.layout, "world_size": r.world_size,
-              "pipeline_stages": r.pipeline_stages,
-              **{name: r.point.get(name) for name in ("stage", "offload", "precision")}}
+              **{name: r.point.get(name) for name in ("stage", "offload", "precision", *DEGREES.fields())}}
     best = r.largest
     return [Measurement("capacity", fields, {"params": best.params, "peak_mem_bytes": best.peak_mem_bytes,
                                              "tokens_per_s": best.tokens_per_s}, "")]

@@ -16,6 +16,7 @@ from typing import Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ds_bench.config.degrees import DEGREES
 from ds_bench.errors import UserError
 
 METRICS: dict[str, dict[str, str]] = {
@@ -33,15 +34,23 @@ METRICS: dict[str, dict[str, str]] = {
 field (its docstring in the record schema)."""
 
 FIELDS: dict[str, tuple[str, ...]] = {
-    "run": ("workload", "size", "zero_stage", "precision", "world_size", "engine", "tensor_parallel",
-            "sequence_parallel", "pipeline_stages", "micro_batch", "launcher", "tag"),
+    "run": ("workload", "size", "zero_stage", "precision", "world_size", "engine", "micro_batch", "launcher", "tag",
+            "layout_key"),
     "sweep_point": ("workload", "size", "world_size", "key", "stage", "offload", "precision", "micro_batch"),
     "comm": ("collective", "scope", "group", "size_bytes", "dtype", "world_size", "backend"),
     "scaling": ("workload", "world_size", "nodes", "launcher"),
-    "capacity": ("family", "layout", "world_size", "stage", "offload", "precision", "pipeline_stages"),
+    "capacity": ("family", "layout", "world_size", "stage", "offload", "precision"),
     "doctor": ("world_size",),
 }
-"""Kind -> the fields ``where`` may name."""
+"""Kind -> the fields ``where`` may name beside the parallel degrees (``fields_of``)."""
+WITH_DEGREES = ("run", "capacity")
+"""The kinds whose records name a layout: ``where`` may name each registered degree too (``tensor_parallel: 2``)."""
+
+
+def fields_of(kind: str) -> tuple[str, ...]:
+    """The fields an expectation's ``where`` may name for ``kind``: ``FIELDS``, and every registered parallel degree
+    (``ds_bench.config.degrees``) where the kind's records name a layout."""
+    return FIELDS[kind] + (DEGREES.fields() if kind in WITH_DEGREES else ())
 
 NAMES_DEVICE = ("run", "comm", "doctor")
 """The kinds whose records name the device they measured (``hardware`` can select them)."""
@@ -84,9 +93,9 @@ class Expectation(BaseModel):
             raise ValueError("give exactly one of at_least and at_most")
         if self.metric not in METRICS[self.kind]:
             raise ValueError(f"metric {self.metric!r} is not one of {self.kind}'s: {', '.join(METRICS[self.kind])}")
-        unknown = sorted(set(self.where) - set(FIELDS[self.kind]))
+        unknown = sorted(set(self.where) - set(fields_of(self.kind)))
         if unknown:
-            raise ValueError(f"where: {', '.join(unknown)} not among {self.kind}'s fields: {', '.join(FIELDS[self.kind])}")
+            raise ValueError(f"where: {', '.join(unknown)} not among {self.kind}'s fields: {', '.join(fields_of(self.kind))}")
         if self.hardware is not None and self.kind not in NAMES_DEVICE:
             raise ValueError(f"hardware: {self.kind} records do not name their device (only "
                              f"{', '.join(NAMES_DEVICE)} do); select by where")

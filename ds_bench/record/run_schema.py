@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
+
+from ds_bench.config.deepspeed.derive import layout_of_run
 
 from ds_bench.record.base_schema import Block, Stamped
 from ds_bench.record.run_blocks import (
@@ -119,6 +121,13 @@ class Failure(Block):
 class RunRecord(Stamped):
     kind: Literal["run"] = "run"
     workload: str
+    layout: dict[str, Any] | None = None
+    """The ``Layout`` the run trained (``Layout.to_dict()``: engine, ZeRO stage, offload, precision, micro-batch,
+    accumulation, every parallel degree, attention, compile, the memory switches), from its ``config`` and
+    ``ds_config`` (``ds_bench.config.deepspeed.derive.layout_of_run``); a record written before it had one is read
+    with it."""
+    layout_key: str | None = None
+    """``layout``'s key (``z1 off=none fp32 mbs=4``, ``tp2 z1 ...``): what ``compare`` matches runs on."""
     status: str | None = None
     """``ok`` or ``failed``."""
     error: str | None = None
@@ -215,3 +224,20 @@ class RunRecord(Stamped):
     """Pipeline runs: the schedule's idle share of a step, (P - 1) / (m + P - 1)."""
     pipeline_layout: list[PipelineStage] | None = None
     """Pipeline runs: each stage's blocks and parameters, its timers, measured bubble and peak memory."""
+
+
+    @model_validator(mode="before")
+    @classmethod
+    def _with_layout(cls, data: Any) -> Any:
+        """Every run record carries its layout: computed once from its own flags and DeepSpeed config where it
+        has none (a new record as it is built; an old one as it is read)."""
+        if not isinstance(data, dict) or data.get("layout") is not None:
+            return data
+        config, ds_cfg = data.get("config") or {}, data.get("ds_config")
+        if not isinstance(config, dict) or not isinstance(ds_cfg, (dict, type(None))):
+            return data
+        try:
+            layout = layout_of_run(config, ds_cfg, data)
+        except (TypeError, ValueError, KeyError, AttributeError):
+            return data  # a record too old or too partial to say
+        return {**data, "layout": layout.to_dict(), "layout_key": layout.key}

@@ -4,9 +4,11 @@ comparable (pure).
 Each group is a ``Sample``: a key, a label for the table, the metric with its unit and direction, and every
 value measured under that key (repeats of a run, of a sweep point, comm runs): a group of one value is a
 single sample. The keys:
-- a run (``kind: run``, ok): workload, size, sequence length, engine, ZeRO stage, precision, micro-batch,
-  accumulation, ranks, pipeline stages, tensor-parallel degree, attention, compile; metric the global
-  throughput (tokens/s where the workload counts tokens, else samples/s);
+- a run (``kind: run``, ok): workload, size, ranks, the record's layout key (engine, ZeRO stage, offload,
+  precision, micro-batch, accumulation, every parallel degree, attention, compile, the memory switches: an old
+  record's is computed as it is read) and the workload's own options (sequence length, the attention that ran,
+  checkpoint offload, the experts, router and moe path); metric the global throughput (tokens/s where the
+  workload counts tokens, else samples/s);
 - a sweep point (ok): workload, size, ranks and the point's key; metric its throughput;
 - a comm row (a ``comm`` record's row): collective, scope and group, message size, ranks; metric busbw;
 - a scaling point (ok): workload, ranks; metric per-device throughput.
@@ -65,19 +67,14 @@ def _run(r: RunRecord) -> list[Sample]:
     if r.status != "ok" or m is None or not m.samples_per_s:
         return []
     config = r.config or {}
-    tiles = tuple(word for word in ("tiled_mlp", "tiled_loss", "checkpoint_offload") if config.get(word))
-    key = ("run", r.workload, r.size, config.get("seq_len"), r.engine, r.zero_stage, r.precision, r.micro_batch,
-           r.grad_accum, r.world_size, r.pipeline_stages or 1, r.tensor_parallel or 1, r.attn_implementation,
-           bool(config.get("compile")), r.sequence_parallel or 1, tiles, config.get("expert_parallel") or 1,
-           config.get("experts"), config.get("top_k"), config.get("capacity_factor") or 0.0,
-           r.expert_parallel and r.expert_parallel.path, r.expert_parallel and r.expert_parallel.aux_loss_weight)
+    moe = r.expert_parallel  # the moe path that ran and its router's weight: the workload's own options
+    options = (config.get("seq_len"), r.attn_implementation, bool(config.get("checkpoint_offload")),
+               config.get("experts"), config.get("top_k"), config.get("capacity_factor") or 0.0,
+               moe and moe.path, moe and moe.aux_loss_weight)
+    key = ("run", r.workload, r.size, r.world_size, r.layout_key or "", options)
     label = " ".join(str(part) for part in (
-        "run", r.workload, r.size, r.engine, f"z{r.zero_stage}", r.precision, f"mbs={r.micro_batch}",
-        f"ga={r.grad_accum}", f"x{r.world_size}", r.pipeline_stages and f"pp{r.pipeline_stages}",
-        r.tensor_parallel and f"tp{r.tensor_parallel}", r.sequence_parallel and f"sp{r.sequence_parallel}",
-        config.get("expert_parallel") and f"ep{config['expert_parallel']}",
-        r.expert_parallel and r.expert_parallel.path,
-        *(t.replace("_", "-") for t in tiles)) if part)
+        "run", r.workload, r.size, r.engine, f"x{r.world_size}", r.layout_key, moe and moe.path,
+        "checkpoint-offload" if options[2] else None) if part)
     if m.tokens_per_s:
         return [Sample(key, label, "throughput", "tokens/s", values=[m.tokens_per_s])]
     return [Sample(key, label, "throughput", f"{m.sample_unit or 'samples'}/s", values=[m.samples_per_s])]

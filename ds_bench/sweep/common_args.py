@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import argparse
 
-from ds_bench.config.layout import DEGREES, SWITCHES
 from ds_bench.config.parsers import parse_list
 from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
+from ds_bench.jobs.flags import axis_flags
 
 OWNED = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
          "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit", "engine": "--engine", "attn": "--attn",
-         "compile": "--compile", **{d.field: d.flag for d in DEGREES}, **{s.field: f"--{s.word}" for s in SWITCHES}}
-"""Run options the sweep sets per point (its axes and job flags); ``--seq-len`` too where the sweep has its own."""
+         "compile": "--compile"}
+"""Run options the sweep sets per point (its job flags and these axes; the degrees' and switches' are
+``jobs.flags.axis_flags``); ``--seq-len`` too where the sweep has its own."""
 
 
 def seq_lens_of(text) -> tuple[int, ...]:
@@ -47,7 +48,7 @@ def common_run_args(args: argparse.Namespace, tail: list[str]) -> tuple[str, ...
         _, given = parse_run_tail(["--workload", args.workload, "--ds-config", "-", *own], list(tail))
     except UserError as e:
         raise UserError(f"run arguments ({' '.join([*own, *tail])}): {e}") from None
-    for name, flag in {**OWNED, **({"seq_len": "--seq-len"} if seq_lens else {})}.items():
+    for name, flag in {**OWNED, **axis_flags(), **({"seq_len": "--seq-len"} if seq_lens else {})}.items():
         if name in given:
             raise UserError(f"run argument {flag} after '--': the sweep sets it per point; "
                             f"use the sweep's own {flag} (or the axis option)")

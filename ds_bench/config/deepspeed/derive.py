@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import copy
 import os
+import types
 
 from ds_bench.config.deepspeed.prepare import write_config
-from ds_bench.config.layout import Layout
+from ds_bench.config.layout import Layout, from_run
 
 _CPU_OFFLOAD = {"device": "cpu", "pin_memory": True}
 
@@ -62,3 +63,14 @@ def axes_of(base: dict) -> dict:
     return {"stage": int(zero.get("stage") or 0), "offload": offload,
             "precision": "bf16" if bf16 else "fp16" if fp16 else "fp32",
             "micro_batch": mbs if isinstance(mbs, int) else None, "grad_accum": ga if isinstance(ga, int) else 1}
+
+
+def layout_of_run(config: dict, ds_cfg: dict | None, recorded: dict) -> Layout:
+    """The layout a run trained (pure): its record's ``config`` (``RunConfig.to_dict()``: the flags) and its resolved
+    DeepSpeed config (stage, offload, precision, micro-batch, accumulation), else the record's own ``zero_stage``,
+    ``precision``, ``micro_batch`` and ``grad_accum`` (``recorded``; offload then unknown: none). What a run record's
+    ``layout`` holds, and what an older record without one is read as (``ds_bench.record.run_schema.RunRecord``)."""
+    axes = axes_of(ds_cfg) if ds_cfg else {
+        "stage": recorded.get("zero_stage") or 0, "offload": "none", "precision": recorded.get("precision") or "fp32",
+        "micro_batch": recorded.get("micro_batch"), "grad_accum": recorded.get("grad_accum") or 1}
+    return from_run(types.SimpleNamespace(**{"engine": recorded.get("engine")} | config), axes)
