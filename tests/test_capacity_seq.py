@@ -2,7 +2,7 @@
 
 Pure, on inline inputs: the sequence search (doubling from the start, bisecting to the granularity, every length
 a multiple of the sequence-parallel degrees; the start already out of memory; the maximum reached; a predicted
-length not run), the memory prediction per token (``jobs.seq_memory``), the switch axes (``--tiled-mlp``,
+length not run), the memory prediction per token (``perf.seq_memory``), the switch axes (``--tiled-mlp``,
 ``--tiled-loss``) and the sweep's ``--seq-len`` list, the members and the table. In-process: the plans
 (``--dry-run``) of a sweep and a capacity search over them. One real search (CI, ~30 s on 2 cores): a 2-block
 Llama under Ulysses over 2 CPU ranks with both tilings, 256 then 512 tokens, ending at ``--max-seq-len``.
@@ -24,9 +24,9 @@ from ds_bench.capacity.family import seq_member
 from ds_bench.capacity.seq_search import Lengths, answer, next_length
 from ds_bench.config.layout import Layout
 from ds_bench.engines.tiling import LOSS_TILE_BYTES
-from ds_bench.jobs import seq_memory
 from ds_bench.jobs.flags import add_switch_arguments, switches_of
 from ds_bench.jobs.points import families
+from ds_bench.perf import seq_memory
 from ds_bench.record.schema import CapacityRecord
 from ds_bench.report import capacity_table
 from ds_bench.sweep.common_args import common_run_args, seq_axis

@@ -15,7 +15,8 @@ import pytest
 
 from ds_bench import cli
 from ds_bench.config.layout import Layout
-from ds_bench.jobs import ledger, outcome, predict
+from ds_bench.jobs import ledger, outcome
+from ds_bench.perf import peak_memory
 from ds_bench.record import store
 from ds_bench.record.schema import (
     SCHEMA_VERSION,
@@ -154,7 +155,7 @@ def test_the_sweep_resumes_from_an_old_ledger_and_its_runs():
     tag = old_lines("sweep.runs")[0]["tag"]
     runs = [r for r in store.read_records(str(OLD / "sweep.runs.jsonl"), RunRecord) if r.tag == tag]
     assert outcome.classify(runs, 0, False, 60) == ("ok", None)
-    assert predict.calibrate(runs[0], Layout.from_dict(point.point), 2, 2, "cpu") is not None
+    assert peak_memory.calibrate(runs[0], Layout.from_dict(point.point), 2, 2, "cpu") is not None
 
 
 def test_the_comm_verdict_reads_an_old_comm_record():

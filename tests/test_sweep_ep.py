@@ -1,7 +1,7 @@
 """Expert parallelism in the studies' axes and the memory prediction (pure, inline numbers; the plan of ``ds-bench
 sweep --dry-run`` as a subprocess).
 
-The prediction (``jobs.predict.expert_parallel_groups``): an EP-way rank holds Ψ_e/EP of the experts' Ψ_e
+The prediction (``perf.states.expert_parallel_groups``): an EP-way rank holds Ψ_e/EP of the experts' Ψ_e
 parameters, ZeRO partitioning them over the W/EP ranks holding the same experts, and the rest over all W; at
 EP = 1 it is the dense formula over every parameter. The sweep's ``--expert-parallel 1,2`` gives ``ep2`` points, a
 dense workload refuses the axis by name, a value not dividing the experts is refused before anything runs.
@@ -15,7 +15,7 @@ import pytest
 
 from ds_bench.config.layout import Layout
 from ds_bench.errors import UserError
-from ds_bench.jobs.predict import ModelShape, expert_parallel_groups, model_states_bytes, models
+from ds_bench.perf.states import ModelShape, expert_parallel_groups, model_states_bytes, models
 from ds_bench.workloads import moe_shapes
 from tests.conftest import ds_bench, explain
 
@@ -109,7 +109,7 @@ def test_the_moe_workload_checks_a_studys_expert_parallel_values_against_its_exp
 
 def test_the_sweep_memory_model_predicts_an_ep_point_with_the_experts_sharded():
     from ds_bench.record.schema import SweepPointRecord
-    from ds_bench.sweep.memory import MemoryModel
+    from ds_bench.perf.peak_memory import MemoryModel
 
     MiB = 2**20
     z1, z2 = (Layout(s, "none", "fp32", 2, expert_parallel=2) for s in (1, 2))

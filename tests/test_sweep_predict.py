@@ -1,6 +1,7 @@
-"""ds_bench.jobs.predict: model-state formulas per stage, DeepSpeed's estimators for bf16 ZeRO 2/3,
-calibration, scaling with micro-batch and precision, fits/headroom (pure, inline numbers); and one
-real 2-rank check of predicted against measured peaks."""
+"""ds_bench.perf.states and ds_bench.perf.peak_memory: model-state formulas per stage, DeepSpeed's estimators
+for bf16 ZeRO 2/3, calibration, scaling with micro-batch and precision, fits/headroom (pure, inline numbers);
+the capacity of a CPU rank (``machine.device_memory``); and one real 2-rank check of predicted against
+measured peaks."""
 
 from __future__ import annotations
 
@@ -8,15 +9,9 @@ import psutil
 import pytest
 
 from ds_bench.config.layout import Layout
-from ds_bench.jobs.predict import (
-    Calibration,
-    ModelShape,
-    calibrate,
-    device_capacity_bytes,
-    fits,
-    model_states_bytes,
-    predict_peak_bytes,
-)
+from ds_bench.machine.device_memory import device_capacity_bytes
+from ds_bench.perf.peak_memory import Calibration, calibrate, fits, predict_peak_bytes
+from ds_bench.perf.states import ModelShape, model_states_bytes
 from ds_bench.record.schema import RunRecord
 from tests.conftest import explain, records, run_cmd
 
@@ -50,7 +45,7 @@ def test_a_tensor_parallel_rank_holds_its_share_partitioned_over_the_data_parall
 
 def test_each_tensor_parallel_degree_is_calibrated_on_its_own_points():
     from ds_bench.record.schema import SweepPointRecord
-    from ds_bench.sweep.memory import MemoryModel
+    from ds_bench.perf.peak_memory import MemoryModel
 
     def ok(point, peak):
         return SweepPointRecord(kind="sweep_point", sweep="s", key=point.key, repeat=0, status="ok", workload="llama", point=point.to_dict(),

@@ -1,5 +1,5 @@
 """The model states one rank holds under DeepSpeed's MoE layer, by expert-parallel degree: live tensor bytes after
-a few optimizer steps, against ``ds_bench.jobs.predict.model_states_bytes``.
+a few optimizer steps, against ``ds_bench.perf.states.model_states_bytes``.
 
 A bare DeepSpeed script (no ds_bench code in the measured path): ``--dense`` replicated Linear layers (the
 "rest") and one ``deepspeed.moe.layer.MoE`` of ``--experts`` two-layer experts sharded over ``--ep`` ranks, the
@@ -93,7 +93,7 @@ def main() -> None:
     held = live_tensor_bytes(engine.module) - before
     if rank == 0:
         from ds_bench.config.layout import Layout
-        from ds_bench.jobs.predict import ModelShape, model_states_bytes
+        from ds_bench.perf.states import ModelShape, model_states_bytes
 
         layout = Layout(args.stage, "none", "bf16" if args.bf16 else "fp32", 4, expert_parallel=args.ep)
         largest = max(args.hidden * args.hidden, args.hidden * args.ffn)

@@ -2,11 +2,11 @@
 
 Each probe is a fresh job (``jobs.runner``: the sweep's launcher, isolation, out-of-memory
 classification and timeout) running ``ds-bench run`` for a few steps. The first probe (the smallest
-member) calibrates the memory prediction (``jobs.predict``: DeepSpeed's estimators for the model
+member) calibrates the memory prediction (``perf.peak_memory``: DeepSpeed's estimators for the model
 states, the measured baseline, and activations scaled from the probe by layers x width, an
 approximation); members predicted above twice the memory are then not run (one calibration run
-over-predicts by up to 1.8x, ``jobs.predict``), and the rest is bisected (``capacity.search``).
-A layout with a degree the memory model does not split by (a pipeline) is not predicted (``predict.models``):
+over-predicts by up to 1.8x, ``perf.peak_memory``), and the rest is bisected (``capacity.search``).
+A layout with a degree the memory model does not split by (a pipeline) is not predicted (``perf.states.models``):
 only run.
 The results file is the state (``jobs.ledger``): a probe recorded for the same search, layout and member
 is not run again; ``timeout`` and ``crashed`` probes are. ``--scale seq`` is the same search along sequence
@@ -28,9 +28,11 @@ from ds_bench.capacity.spec import CapacitySpec
 from ds_bench.config.deepspeed.derive import write_derived
 from ds_bench.config.deepspeed.prepare import portable, write_config
 from ds_bench.config.layout import Layout
-from ds_bench.jobs import ledger, predict
+from ds_bench.jobs import ledger
 from ds_bench.jobs.runner import new_tag, run_argv, run_attempt, slug
 from ds_bench.jobs.slurm_batch import slurm_block
+from ds_bench.perf import peak_memory
+from ds_bench.perf.states import ModelShape, models
 from ds_bench.record import store
 from ds_bench.record.schema import (
     Busy,
@@ -96,13 +98,13 @@ class LayoutSearch:
 
     def _calibrate(self) -> None:
         first = min((i for i, r in self.probes.items() if r.status == "ok"), default=None)
-        if first is None or not predict.models(self.layout):
+        if first is None or not models(self.layout):
             return
         r = self.probes[first]
         run = RunRecord(workload=self.spec.workload, status="ok", params=r.params, largest_layer_params=r.largest_layer_params,
                         metrics=RunMetrics(peak_mem_bytes=r.peak_mem_bytes, baseline_mem_bytes=r.baseline_mem_bytes))
-        calibration = predict.calibrate(run, self.layout, self.world, self.per_node, self.spec.device_type,
-                                        expert_params=self.member(first).expert_params)
+        calibration = peak_memory.calibrate(run, self.layout, self.world, self.per_node, self.spec.device_type,
+                                            expert_params=self.member(first).expert_params)
         self.calibration = (calibration, self.spec.members[first]) if calibration else None
 
     def predict(self, m: Member) -> int | None:
@@ -112,8 +114,9 @@ class LayoutSearch:
         grown = (m.layers * m.hidden) / (measured.layers * measured.hidden)  # activations ~ layers x width
         per_sample = calibration.activation_bytes_per_sample * grown
         scaled = dataclasses.replace(calibration, activation_bytes_per_sample=per_sample)
-        shape = predict.ModelShape(m.params, m.largest_layer_params, m.expert_params)
-        return predict.predict_peak_bytes(shape, self.layout, self.world, self.per_node, self.spec.device_type, scaled)
+        shape = ModelShape(m.params, m.largest_layer_params, m.expert_params)
+        return peak_memory.predict_peak_bytes(shape, self.layout, self.world, self.per_node, self.spec.device_type,
+                                              scaled)
 
     def _probe(self, i: int) -> CapacityProbeRecord:
         s, m = self.spec, self.member(i)

@@ -42,7 +42,7 @@ class Member:
     """The token embedding, V x H: the largest single parameter (the sweep's prediction uses it for
     ZeRO-3's gathered layer)."""
     vocab: int = 0
-    """Rows of the embedding and the LM head: the loss's width (``jobs.seq_memory``)."""
+    """Rows of the embedding and the LM head: the loss's width (``perf.seq_memory``)."""
     seq_len: int = 0
     """The member's own ``--seq-len`` (``--scale seq``); 0: the search's."""
     expert_params: int = 0

@@ -28,7 +28,7 @@ from ds_bench.capacity.seq_driver import SeqSearch
 from ds_bench.capacity.spec import CapacitySpec, from_args
 from ds_bench.config.layout import Layout
 from ds_bench.config.legality import Where
-from ds_bench.jobs import ledger, predict, spawn
+from ds_bench.jobs import ledger, spawn
 from ds_bench.jobs.points import skip_reason, study_where
 from ds_bench.jobs.runner import (
     INTERRUPTED,
@@ -38,6 +38,7 @@ from ds_bench.jobs.runner import (
     until_interrupted,
     workers,
 )
+from ds_bench.machine.device_memory import device_capacity_bytes
 from ds_bench.record import store
 from ds_bench.record.schema import CapacityProbeRecord, CapacityRecord
 from ds_bench.report import capacity_table
@@ -51,7 +52,7 @@ def main(args: argparse.Namespace) -> int:
     gpu = torch.cuda.is_available()
     spec = from_args(args, gpu, gpu or this_cpu_has_native_bf16())
     world, per_node = spawn.world_of(spec)
-    capacity = predict.device_capacity_bytes(spec.device_type, per_node, spec.cpu_mem_limit)
+    capacity = device_capacity_bytes(spec.device_type, per_node, spec.cpu_mem_limit)
     size = "" if spec.scale == "seq" else f", {len(spec.members)} member(s)"
     print(f"capacity {spec.capacity_id()}: {spec.family}{size}, {world} rank(s), "
           f"{capacity / 2**30:.2f} GiB per rank, results {spec.results}", flush=True)
@@ -121,5 +122,5 @@ def _plan_text(spec: CapacitySpec, world: int) -> str:
 
 
 def _experts(m) -> str:
-    """A moe member's experts' share: what ``--expert-parallel`` shards (``jobs.predict``)."""
+    """A moe member's experts' share: what ``--expert-parallel`` shards (``perf.states``)."""
     return f", {m.expert_params / 1e6:.1f}M of them in experts" if m.expert_params else ""

@@ -3,9 +3,9 @@
 The probes, records, ledger and summary are ``capacity.driver.LayoutSearch``'s; a member is the model at one
 length (``capacity.family.seq_member``: ``seq 8192``, made when the search asks for it) and a probe's index is
 that length. The policy is ``capacity.seq_search`` (double from ``--seq-len``, then bisect); the prediction
-``jobs.seq_memory`` (the model states, the measured baseline, activations per token and the loss's
+``perf.seq_memory`` (the model states, the measured baseline, activations per token and the loss's
 [tokens x vocabulary] tensors), calibrated on this layout's ok probes. A length predicted above
-``TOO_BIG_FACTOR`` x the memory is not run (``predicted``); a layout ``jobs.predict`` does not model (a
+``TOO_BIG_FACTOR`` x the memory is not run (``predicted``); a layout ``perf.states`` does not model (a
 pipeline) is only run.
 """
 
@@ -16,7 +16,9 @@ from functools import lru_cache
 from ds_bench.capacity import search, seq_search
 from ds_bench.capacity.driver import TOO_BIG_FACTOR, LayoutSearch
 from ds_bench.capacity.family import Member, seq_member
-from ds_bench.jobs import ledger, predict, seq_memory
+from ds_bench.jobs import ledger
+from ds_bench.perf import seq_memory
+from ds_bench.perf.states import ModelShape, model_states_bytes, models
 
 
 class SeqSearch(LayoutSearch):
@@ -38,11 +40,11 @@ class SeqSearch(LayoutSearch):
         return _seq_member(self.spec.workload, self.spec.members[0].run_args, i, self.spec.router)
 
     def _calibrate(self) -> None:
-        if not predict.models(self.layout):
+        if not models(self.layout):
             return
         experts = self.spec.members[0].expert_params  # the same model at every length
         probes = [seq_memory.SeqProbe(t, r.peak_mem_bytes, r.baseline_mem_bytes, self._states(
-            predict.ModelShape(r.params, r.largest_layer_params, experts))) for t, r in self.probes.items()
+            ModelShape(r.params, r.largest_layer_params, experts))) for t, r in self.probes.items()
             if r.status == "ok" and None not in (r.peak_mem_bytes, r.baseline_mem_bytes, r.params,
                                                  r.largest_layer_params)]
         self.calibration = seq_memory.calibrate(probes, self.layout, self.spec.members[0].vocab)
@@ -50,11 +52,11 @@ class SeqSearch(LayoutSearch):
     def predict(self, m: Member) -> int | None:
         if self.calibration is None:
             return None
-        states = self._states(predict.ModelShape(m.params, m.largest_layer_params, m.expert_params))
+        states = self._states(ModelShape(m.params, m.largest_layer_params, m.expert_params))
         return seq_memory.predict_peak(self.calibration, self.layout, m.seq_len, m.vocab, states)
 
-    def _states(self, shape: predict.ModelShape) -> int:
-        return predict.model_states_bytes(shape, self.layout, self.world, self.per_node, self.spec.device_type)
+    def _states(self, shape: ModelShape) -> int:
+        return model_states_bytes(shape, self.layout, self.world, self.per_node, self.spec.device_type)
 
 
 @lru_cache(maxsize=256)

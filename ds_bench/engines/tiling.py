@@ -11,7 +11,7 @@ every sharded or tiled run computes.
 - ``--tiled-loss`` (``token_sum``): the LM head and the cross entropy run as ``TiledFusedLogitsLoss`` over tiles
   of at most ``LOSS_TILE_BYTES`` of fp32 logits, each tile's backward done inside the forward, so no
   [tokens x vocabulary] logits tensor (nor its gradient) is ever whole. Without it, the logits of the
-  rank's tokens and their fp32 copy are (``jobs.predict`` counts them).
+  rank's tokens and their fp32 copy are (``perf.peak_memory`` counts them).
 - ``--checkpoint-offload`` (``checkpoint_offload``, with ``--activation-checkpointing``): DeepSpeed's
   ``CheckpointHiddenStatesOffload``, saved-tensor hooks that copy each checkpointed block's input to pinned
   host memory on a side stream in forward and back in backward, so a GPU holds one block's input at a time

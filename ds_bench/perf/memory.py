@@ -3,7 +3,7 @@ activations it keeps for backward, the loss's logits, and what the process holds
 
     memory = reserve + states + activations + logits
 
-- **states**: ``jobs.predict.model_states_bytes`` (the ZeRO paper's formulas and DeepSpeed's own estimators, as
+- **states**: ``perf.states.model_states_bytes`` (the ZeRO paper's formulas and DeepSpeed's own estimators, as
   the sweep predicts them), over the parameters of the rank's pipeline stage (the blocks' 1/P and the
   embeddings, on the first and last stage) and the ranks ZeRO partitions them over (world / P). DDP counts as
   ZeRO-0, FSDP as ZeRO-3 (``reshard_after_forward``) or ZeRO-2.
@@ -20,7 +20,7 @@ activations it keeps for backward, the loss's logits, and what the process holds
   With activation checkpointing a block keeps only its input (E tau h) and one block's whole working set is
   live again in backward. A 1F1B pipeline's first stage holds P micro-batches of its L/P blocks in flight
   (their sec. 4.2.3): L blocks' worth; without a pipeline, one micro-batch of all L.
-- **logits**: the loss's [tokens x vocabulary / t] tensors, ``jobs.seq_memory.LOSS_ELEMENT_BYTES`` (12) per
+- **logits**: the loss's [tokens x vocabulary / t] tensors, ``perf.seq_memory.LOSS_ELEMENT_BYTES`` (12) per
   element, on the last stage.
 - **reserve**: the device family's (``perf.devices``) or this cluster's measured baseline.
 Not modelled: allocator fragmentation beyond the reserve, communication buckets beyond DeepSpeed's estimator
@@ -32,11 +32,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ds_bench.jobs.predict import ELEMENT_BYTES, ModelShape, model_states_bytes
-from ds_bench.jobs.seq_memory import LOSS_ELEMENT_BYTES
 from ds_bench.perf.candidate import Candidate
 from ds_bench.perf.devices import Cluster
+from ds_bench.perf.seq_memory import LOSS_ELEMENT_BYTES
 from ds_bench.perf.shapes import Transformer
+from ds_bench.perf.states import ELEMENT_BYTES, ModelShape, model_states_bytes
 
 
 @dataclass(frozen=True)

@@ -45,10 +45,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ds_bench.jobs.predict import ELEMENT_BYTES
 from ds_bench.perf.candidate import Candidate
 from ds_bench.perf.devices import Cluster
 from ds_bench.perf.shapes import Transformer
+from ds_bench.perf.states import ELEMENT_BYTES
 from ds_bench.report.comm_bound import bus_bytes_per_step
 
 TP_ALL_REDUCES = {"autotp": 7, "megatron": 4}

@@ -37,7 +37,7 @@ class CapacityProbeRecord(Record):
     """Bytes, the run's peak on its largest rank; None unless ok."""
     baseline_mem_bytes: int | None = None
     predicted_mem_bytes: int | None = None
-    """Bytes per rank predicted before the probe ran (``ds_bench.jobs.predict``)."""
+    """Bytes per rank predicted before the probe ran (``ds_bench.perf.peak_memory``)."""
     capacity_bytes: int | None = None
     """Bytes of memory one rank may use."""
     step_s: float | None = None

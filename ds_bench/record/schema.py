@@ -56,7 +56,7 @@ class SweepPointRecord(Record):
     """Bytes, the run's peak on its largest rank; None unless ok."""
     baseline_mem_bytes: int | None = None
     predicted_mem_bytes: int | None = None
-    """Bytes per rank predicted before launch (``ds_bench.jobs.predict``)."""
+    """Bytes per rank predicted before launch (``ds_bench.perf.peak_memory``)."""
     capacity_bytes: int | None = None
     """Bytes of memory one rank may use."""
     run_id: str | None = None

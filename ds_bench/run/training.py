@@ -35,7 +35,7 @@ PRELOADED = ("torch._dynamo",)
 DEEPSPEED_PRELOADED = ("deepspeed.runtime.zero.muon.muon_optimizer",)
 """Imported before the baseline on every rank (``DEEPSPEED_PRELOADED`` under ``--engine deepspeed`` only, whatever
 the stage), so a CPU rank's RSS baseline holds the libraries a run loads anyway, not model or activation memory
-(``ds_bench.jobs.predict`` calibrates on the difference); a workload adds those its build imports
+(``ds_bench.perf.peak_memory`` calibrates on the difference); a workload adds those its build imports
 (``Workload.preload``). Measured with torch 2.13 CPU, deepspeed 0.19.8: constructing any torch optimizer imports
 ``torch._dynamo`` (torch/_compile.py), ~830 modules, ~75 MiB RSS; ZeRO 1-3 (and DeepSpeed's bf16 optimizer) import
 DeepSpeed's Muon optimizer, whose ``@torch.compile`` loads the compile stack, ~580 modules, ~48 MiB more, ~1 s of

@@ -5,7 +5,7 @@ doubling from 1 then bisecting on the first out-of-memory (``points.next_auto_mi
 point is first checked without running anything: an invalid combination (the legality table, read with the
 sequence the point runs: ``Sweep.with_seq``), a config ``run`` would
 reject (``ds_config.prepare``, the run's own check), a micro-batch above one that already ran out of
-memory, or a predicted peak above the device's memory (``sweep.memory``; ``--no-prune`` runs it
+memory, or a predicted peak above the device's memory (``perf.peak_memory``; ``--no-prune`` runs it
 anyway) ends it as ``skipped`` with the reason. Otherwise it runs ``--repeats`` times
 (``jobs.runner``) and each attempt is appended to the results file, the sweep's state (``jobs.ledger``).
 A point with its own sequence (``seq=N``: a ``--seq-len`` axis, a ``--point``) runs it instead of the sweep's
@@ -21,14 +21,15 @@ from ds_bench.config.deepspeed.derive import write_derived
 from ds_bench.config.layout import Layout
 from ds_bench.config.run_config import RunConfig
 from ds_bench.errors import UserError
-from ds_bench.jobs import ledger, predict, spawn
+from ds_bench.jobs import ledger, spawn
 from ds_bench.jobs.flags import run_flags_of
 from ds_bench.jobs.points import next_auto_micro_batch, skip_reason, study_where
 from ds_bench.jobs.runner import new_tag, run_argv, run_attempt, run_concurrently, slug, workers
+from ds_bench.machine.device_memory import device_capacity_bytes
+from ds_bench.perf.peak_memory import MemoryModel
 from ds_bench.record import store as results
 from ds_bench.record.schema import SweepPointRecord
 from ds_bench.report.ranking import GIB
-from ds_bench.sweep.memory import MemoryModel
 from ds_bench.sweep.point_record import point_record
 from ds_bench.sweep.progress import Progress
 from ds_bench.sweep.prune import PRUNED
@@ -40,7 +41,7 @@ class Sweep:
         self.sweep_id = spec.sweep_id(base)
         self.world, self.per_node = spawn.world_of(spec)
         self.where = study_where(spec, self.world)
-        self.capacity = predict.device_capacity_bytes(spec.device_type, self.per_node, spec.cpu_mem_limit)
+        self.capacity = device_capacity_bytes(spec.device_type, self.per_node, spec.cpu_mem_limit)
         self.done = load_ledger(spec.results, self.sweep_id)
         self.memory = MemoryModel(self.world, self.per_node, spec.device_type, self.capacity, _expert_params(spec))
         self.memory.learn_from(r for r in self.done.values() if r.status == "ok")

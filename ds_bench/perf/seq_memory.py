@@ -6,7 +6,7 @@
 - **tokens(T)** = micro-batch x T / S: the tokens one rank computes; with S-way Ulysses each rank holds
   a slice of every sequence outside attention, and inside it all T tokens of H/S heads, which is as many
   activations (``ds_bench.engines.sequence_parallel``).
-- **states(T)**: the model states, ``jobs.predict.model_states_bytes`` (the caller's): they do not change
+- **states(T)**: the model states, ``perf.states.model_states_bytes`` (the caller's): they do not change
   with the sequence, except GPT-2's learned positions past 1,024 (its member at T counts them).
 - **loss(T)**: the cross entropy's [tokens x vocabulary] tensors, the one term that is not per token in
   every layout. ``ds_bench.engines.tiling._cross_entropy_sum`` (and HF's ``ForCausalLMLoss``) upcasts the
@@ -18,7 +18,7 @@
   ``LOSS_TILE_BYTES`` of fp32 logits), so loss(T) stops growing once a tile is full.
 - **per_token** and **fixed**, from the probes that ran ok (``calibrate``): with one, per_token = (peak -
   baseline - states - loss) / tokens and fixed = 0, which counts the step's fixed cost as per-token memory and
-  so over-predicts longer sequences (``jobs.predict``: 1.2-1.8x along micro-batches); with two or more, the
+  so over-predicts longer sequences (``perf.peak_memory``: 1.2-1.8x along micro-batches); with two or more, the
   slope between the two longest (what is left once states and loss are taken out) and its intercept, as the
   sweep's two-micro-batch calibration. Attention whose memory grows as T^2 (``--attn eager``; on CPUs, sdpa's
   math kernel) makes longer sequences need more than the line: the two longest probes keep the line local.
@@ -37,7 +37,7 @@ LOSS_ELEMENT_BYTES = 12
 
 @dataclass(frozen=True)
 class SeqProbe:
-    """What one ok probe of a layout measured, and its model states (``jobs.predict.model_states_bytes``)."""
+    """What one ok probe of a layout measured, and its model states (``perf.states.model_states_bytes``)."""
 
     seq_len: int
     peak_bytes: int
