@@ -47,7 +47,7 @@ def test_the_table_labels_a_tensor_parallel_layout():
 
 def test_the_plan_lists_tensor_parallel_layouts_and_refuses_one_with_a_pipeline(tmp_path):
     proc = ds_bench("capacity", "--ds-config", "zero1.json", "--workload", "llama", "--family", "llama3",
-                    "--tensor-parallel", "1,2", "--pipeline-stages", "1,2", "--dry-run",
+                    "--tensor-parallel", "1,2", "--pipeline-stages", "1,2", "--precision", "fp32", "--dry-run",
                     "--results", str(tmp_path / "c.jsonl"))
     assert proc.returncode == 0, explain(proc)
     layouts = proc.stdout.split("layouts:")[1].split("family")[0]
