@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ds_bench.config.degrees import DEGREES, Degree, DegreeRule, active
+from ds_bench.config.degrees.protocol import DEEPSPEED
 from ds_bench.config.degrees.pairs import PAIR_RULES
 from ds_bench.config.layout import SWITCHES, Layout
 
-DEEPSPEED = "deepspeed 0.19.8"
 
 
 @dataclass(frozen=True)

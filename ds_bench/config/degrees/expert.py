@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import math
 
-from ds_bench.config.degrees.protocol import Degree, DegreeRule, active
+from ds_bench.config.degrees.protocol import DEEPSPEED, Degree, DegreeRule, active
 from ds_bench.errors import UserError
 
-DEEPSPEED = "deepspeed 0.19.8"
 
 
 def _ep(l, w) -> bool:

@@ -5,9 +5,8 @@ each degree alone (fp32, 1e-5)."""
 
 from __future__ import annotations
 
-from ds_bench.config.degrees.protocol import DegreeRule, active
+from ds_bench.config.degrees.protocol import DEEPSPEED, DegreeRule, active
 
-DEEPSPEED = "deepspeed 0.19.8"
 
 
 def _both(a: str, b: str):

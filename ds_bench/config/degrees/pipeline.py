@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import re
 
-from ds_bench.config.degrees.protocol import Degree, DegreeRule, active
+from ds_bench.config.degrees.protocol import DEEPSPEED, Degree, DegreeRule, active
 from ds_bench.errors import UserError
 
-DEEPSPEED = "deepspeed 0.19.8"
 PIPE_ENGINE = f"{DEEPSPEED}, deepspeed/runtime/pipe/engine.py asserts zero_stage < 2 and no offload"
 OWN_MODULE = "ds_bench's pipeline GPT-2 is its own PipelineModule"
 

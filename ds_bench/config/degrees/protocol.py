@@ -22,6 +22,9 @@ from typing import Callable, Iterator
 
 from ds_bench.errors import UserError
 
+DEEPSPEED = "deepspeed 0.19.8"
+"""The DeepSpeed version the refusals' sources were verified with."""
+
 CANDIDATES = ("node", "world", "layers", "experts")
 """How ``plan`` enumerates a degree's values at N ranks: divisors of the ranks per node (a group inside one
 node's fast links), of the world, of the world no deeper than the model's layers, or of the world that divide

@@ -4,9 +4,8 @@ and exchanges attention heads by all-to-all (llama; ``ds_bench.engines.sequence_
 
 from __future__ import annotations
 
-from ds_bench.config.degrees.protocol import Degree, DegreeRule, active
+from ds_bench.config.degrees.protocol import DEEPSPEED, Degree, DegreeRule, active
 
-DEEPSPEED = "deepspeed 0.19.8"
 
 SEQUENCE = Degree(
     field="sequence_parallel", word="sp", flag="--sequence-parallel", metavar="S",
