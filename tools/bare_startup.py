@@ -65,6 +65,11 @@ def bare_rank(warmup: int, precision: str) -> None:
     if torch.distributed.get_rank() == 0:
         print(json.dumps({"bare_s": time.time() - started}), flush=True)
     torch.distributed.destroy_process_group()
+    # After the measurement: gloo's worker threads can abort interpreter shutdown (SIGABRT, ~1 run in 10,
+    # ../shared/ENVIRONMENT.md "Exit crash"), so the script leaves the way ds-bench's ranks do.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def torchrun(port: int, *argv: str) -> subprocess.CompletedProcess:
