@@ -255,7 +255,7 @@ def test_pair_rows_average_the_two_ends_of_each_link():
 # comm-bound verdict (pure; the real 2-rank runs are in test_distributed and test_slow_ranks)
 
 def test_bus_bytes_per_step_follow_the_zero_paper_volumes():
-    from ds_bench.report.comm_bound import bus_bytes_per_step
+    from ds_bench.perf.bus_bytes import bus_bytes_per_step
 
     psi, n = 1000, 4  # (n-1)/n = 0.75
     assert bus_bytes_per_step(0, psi, 2, 2, n, 1) == {"all_reduce": 2 * 0.75 * psi * 2}
@@ -270,7 +270,8 @@ def test_tensor_parallelism_adds_the_groups_activation_all_reduces():
     """Llama 3.1 8B shape, 8 ranks as TP 2 x DP 4, bf16 ZeRO-1, micro-batch 1 x 4096 tokens, 2 micro-steps:
     the DP collectives move the rank's half of Psi over 4 ranks; each micro-step all-reduces 4 x 32 blocks x
     4096 x 4096 bf16 elements in its 2-rank group, 2(2-1)/2 = 1 x the bytes."""
-    from ds_bench.report.comm_bound import bus_bytes_per_step, for_run, tensor_parallel_bus_bytes
+    from ds_bench.perf.bus_bytes import bus_bytes_per_step, tensor_parallel_bus_bytes
+    from ds_bench.perf.comm_bound import for_run
 
     psi, elements = 8_030_261_248, 4 * 32 * 4096 * 4096
     assert tensor_parallel_bus_bytes(2, elements, 2, 2) == elements * 2 * 2
@@ -288,14 +289,15 @@ def test_tensor_parallelism_adds_the_groups_activation_all_reduces():
 
 
 def test_gradient_bytes_follow_communication_data_type():
-    from ds_bench.report.comm_bound import grad_bytes_of
+    from ds_bench.perf.bus_bytes import grad_bytes_of
 
     assert grad_bytes_of({}, "bf16") == 2 and grad_bytes_of({}, "fp32") == 4
     assert grad_bytes_of({"communication_data_type": "fp32"}, "bf16") == 4
 
 
 def test_judge_times_each_collective_at_its_busbw_and_falls_back_to_all_reduce():
-    from ds_bench.report.comm_bound import describe, judge
+    from ds_bench.perf.comm_bound import judge
+    from ds_bench.report.comm_bound import describe
 
     moved = {"reduce_scatter": 2e9, "all_gather": 1e9}
     entry = judge(moved, {"all_reduce": 1.0, "reduce_scatter": 2.0}, "comm run x", step_ms=4000.0)
@@ -311,7 +313,7 @@ def test_judge_times_each_collective_at_its_busbw_and_falls_back_to_all_reduce()
 
 
 def test_the_newest_ok_comm_record_of_the_same_ranks_is_used(tmp_path):
-    from ds_bench.report.comm_bound import busbw_from_comm_record, latest_comm_record
+    from ds_bench.perf.comm_bound import busbw_from_comm_record, latest_comm_record
 
     def rec(run_id, busbw, **over):
         base = {"kind": "comm", "status": "ok", "world_size": 2, "backend": "gloo", "hosts": ["n1", "n1"],

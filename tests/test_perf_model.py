@@ -11,11 +11,11 @@ import pytest
 
 from ds_bench.config.layout import Layout
 from ds_bench.perf import calibrate, memory, shapes, space, step
+from ds_bench.perf.bus_bytes import bus_bytes_per_step
 from ds_bench.perf.candidate import Candidate
 from ds_bench.perf.datasheet import cluster_of
 from ds_bench.perf.devices import cpu_cluster
 from ds_bench.record.schema import CommRecord, CommRow, RooflineRecord, RooflineRow
-from ds_bench.report.comm_bound import bus_bytes_per_step
 from ds_bench.workloads import flops, gpt2_shapes, llama_shapes, moe_shapes
 
 

@@ -16,7 +16,7 @@ import pytest
 from ds_bench import cli
 from ds_bench.config.layout import Layout
 from ds_bench.jobs import ledger, outcome
-from ds_bench.perf import peak_memory
+from ds_bench.perf import comm_bound, peak_memory
 from ds_bench.record import store
 from ds_bench.record.schema import (
     SCHEMA_VERSION,
@@ -30,7 +30,6 @@ from ds_bench.record.schema import (
     json_schema,
     parse_record,
 )
-from ds_bench.report import comm_bound
 from ds_bench.sweep.driver import load_ledger
 from tests.conftest import REPO, check_schema
 

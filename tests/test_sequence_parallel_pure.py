@@ -17,7 +17,7 @@ from ds_bench.config.run_config import RunConfig
 from ds_bench.engines import sequence_parallel as sp
 from ds_bench.engines import tiling
 from ds_bench.errors import UserError
-from ds_bench.report import comm_bound
+from ds_bench.perf import bus_bytes, comm_bound
 from ds_bench.workloads import build_workload
 from tests.conftest import REPO
 
@@ -194,9 +194,9 @@ def test_the_verdict_adds_a_ranks_all_to_alls_to_the_data_parallel_collectives()
     """SP=2 on 4 ranks, bf16, 2 micro-steps: ZeRO-1's collectives over all 4 ranks (every rank holds the whole
     model), and (S-1)/S x elements x 2 bytes x 2 micro-steps of all-to-all per rank, keyed sp_all_to_all."""
     entry = sp_entry(busbw=10.0)
-    assert entry["bus_bytes_per_step"] == {**comm_bound.bus_bytes_per_step(1, PSI, 2, 2, 4, 2),
+    assert entry["bus_bytes_per_step"] == {**bus_bytes.bus_bytes_per_step(1, PSI, 2, 2, 4, 2),
                                            "sp_all_to_all": 0.5 * ELEMENTS * 2 * 2}
-    assert comm_bound.sequence_parallel_bus_bytes(4, 1000, 4, 3) == 0.75 * 1000 * 4 * 3
+    assert bus_bytes.sequence_parallel_bus_bytes(4, 1000, 4, 3) == 0.75 * 1000 * 4 * 3
     assert entry["busbw_GBps"]["sp_all_to_all"] == 10.0
 
 

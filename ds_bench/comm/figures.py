@@ -13,12 +13,20 @@ import statistics
 from tabulate import tabulate
 
 from ds_bench.comm.bandwidth import algbw_gbps, busbw_gbps
-from ds_bench.report.comm_bound import largest
 from ds_bench.report.plots import figure
 
 LEGEND = ("size: bytes of the largest buffer (nccl-tests); time: us per operation, mean over ranks of each "
           "rank's mean (min-max over ranks); algbw = size / time; busbw = algbw x 2(n-1)/n (all_reduce), "
           "(n-1)/n (all_gather, reduce_scatter, all_to_all), 1 (broadcast, send_recv); GB/s = 1e9 B/s")
+
+
+def largest(rows_: list[dict], by: str = "collective") -> dict[str, dict]:
+    """Each collective's (or each value of ``by``'s) row at its largest size."""
+    out: dict[str, dict] = {}
+    for row in rows_:
+        if row[by] not in out or row["size_bytes"] > out[row[by]]["size_bytes"]:
+            out[row[by]] = row
+    return out
 
 
 def rows(per_rank: list[list[dict]], n: int) -> list[dict]:

@@ -182,7 +182,7 @@ class RunConfig:
     busbw: float | None = option(None, "--busbw", metavar="GBPS",
                                  help="busbw for the comm-bound verdict (default: the newest ds-bench comm record "
                                       "of the same ranks in --comm-results)")
-    """busbw (GB/s) for the comm-bound verdict (``ds_bench.report.comm_bound``); None: a comm record's."""
+    """busbw (GB/s) for the comm-bound verdict (``ds_bench.perf.comm_bound``); None: a comm record's."""
     comm_results: str | None = option(None, "--comm-results", metavar="PATH",
                                       help="ds-bench comm records to take busbw from (default: comm.jsonl beside "
                                            "--results)")

@@ -6,8 +6,8 @@
   forward too) / ranks / (peak x achieved fraction). A third of the model FLOPs is the forward, the rest the
   backward (recomputation counts with the backward).
 - **communication**, each collective's bus bytes per step over the busbw of the link its group spans
-  (``perf.devices.Cluster.busbw``; bus bytes as nccl-tests defines them, ``report.comm_bound``):
-  - data parallel (ZeRO's volumes, ``report.comm_bound.bus_bytes_per_step``): the dense parameters' 1/(T P)
+  (``perf.devices.Cluster.busbw``; bus bytes as nccl-tests defines them, ``perf.bus_bytes``):
+  - data parallel (ZeRO's volumes, ``perf.bus_bytes.bus_bytes_per_step``): the dense parameters' 1/(T P)
     over the world / (T P) ranks ZeRO partitions them over (sequence ranks included); a MoE's experts' 1/(EP P)
     over their world / (EP P) holders. DDP moves ZeRO-0's bytes; FSDP ZeRO-3's (FSDP at "stage 2",
     ``reshard_after_forward=False``, gathers once per micro-step instead of twice);
@@ -45,11 +45,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ds_bench.perf.bus_bytes import (
+    bus_bytes_per_step,
+    expert_parallel_bus_bytes,
+    sequence_parallel_bus_bytes,
+    tensor_parallel_bus_bytes,
+)
 from ds_bench.perf.candidate import Candidate
 from ds_bench.perf.devices import Cluster
 from ds_bench.perf.shapes import Transformer
 from ds_bench.perf.states import ELEMENT_BYTES
-from ds_bench.report.comm_bound import bus_bytes_per_step
 
 TP_ALL_REDUCES = {"autotp": 7, "megatron": 4}
 """All-reduces per block and micro-step: AutoTP's 2 forward + 5 backward (measured, ``ds_bench.workloads.llama``);
@@ -168,15 +173,17 @@ def collectives(shape: Transformer, candidate: Candidate, seq_len: int, m: int,
     if t > 1:
         count = (TP_ALL_REDUCES[tp_style] + (2 if ckpt else 0)) * stage_layers + 2
         message = tokens * shape.hidden * e
-        add("tp_all_reduce", 2 * (t - 1) / t * count * message * m, "all_reduce", t, 1, message)
+        moved = tensor_parallel_bus_bytes(t, count * tokens * shape.hidden, e, m)
+        add("tp_all_reduce", moved, "all_reduce", t, 1, message)
     if s > 1:
         per_pass = (2 * shape.heads + 2 * max(shape.kv_heads, s)) * shape.head_dim * tokens / s
         passes = (8 + (4 if ckpt else 0)) // 4 * stage_layers
-        add("sp_all_to_all", (s - 1) / s * passes * per_pass * e * m, "all_to_all", s, t, per_pass * e / 4)
+        moved = sequence_parallel_bus_bytes(s, passes * per_pass, e, m)
+        add("sp_all_to_all", moved, "all_to_all", s, t, per_pass * e / 4)
     if ep > 1 and shape.experts:
         count = (4 + (2 if ckpt else 0)) * stage_layers
         message = shape.top_k * tokens * shape.hidden * e
-        add("ep_all_to_all", (ep - 1) / ep * count * message * m, "all_to_all", ep, 1, message)
+        add("ep_all_to_all", expert_parallel_bus_bytes(ep, count * message * m), "all_to_all", ep, 1, message)
     if p > 1:
         message = tokens * shape.hidden * e / t
         add("pp_send_recv", 2 * m * message, "send_recv", 2, world // p, message)

@@ -190,7 +190,7 @@ class RunRecord(Stamped):
     hosts: list[str] | None = None
     slow_ranks: list[SlowRank] | None = None
     comm_bound: dict[str, Any] | None = None
-    """The comm-bound verdict (``ds_bench.report.comm_bound.for_run``): a ``note``, or bus bytes per step,
+    """The comm-bound verdict (``ds_bench.perf.comm_bound.for_run``): a ``note``, or bus bytes per step,
     busbw (GB/s), the lower bound of communication time (ms) and its fraction of the step."""
     checkpoint: dict[str, Any] | None = None
     """``--checkpoint``: save and load-back times (s), bytes and GB/s (``ds_bench.measure.checkpoint.figures``)."""

@@ -1,6 +1,6 @@
 """Rank 0's figures of a finished run: the ranks' reports reduced (``ds_bench.measure.metrics``), throughput,
 model FLOPs and MFU against the device's peak and the measured ceiling (``ds-bench roofline``), slow ranks,
-the comm-bound verdict (``ds_bench.report.comm_bound``), and the record's extra blocks (start-up, build,
+the comm-bound verdict (``ds_bench.perf.comm_bound``), and the record's extra blocks (start-up, build,
 compile, pipeline stages), from the ``Built`` model ``ds_bench.run.training`` hands over (``ds_bench.run.state``).
 """
 
@@ -15,9 +15,9 @@ from ds_bench.engines import sequence_parallel
 from ds_bench.measure import ceilings, compile_stats, expert_load, layout_comm, peaks, slow_ranks, stage_timers
 from ds_bench.measure.loop import timing
 from ds_bench.measure.metrics import summarize
+from ds_bench.perf import comm_bound as verdict
 from ds_bench.record import store as results
 from ds_bench.record.schema import RooflineRecord
-from ds_bench.report import comm_bound as verdict
 from ds_bench.run import startup
 from ds_bench.run.state import Built, Started
 
@@ -64,7 +64,7 @@ def _expert_parallel_comm(run: Started, reports: list) -> dict | None:
 
 
 def _comm_bound(run: Started, workload, built: Built, metrics: dict, hosts: list[str], ep_comm: dict | None) -> dict:
-    """The comm-bound verdict (``ds_bench.report.comm_bound``): data-parallel collectives, AutoTP's activation
+    """The comm-bound verdict (``ds_bench.perf.comm_bound``): data-parallel collectives, AutoTP's activation
     all-reduces, Ulysses' and the experts' all-to-alls; not a pipeline's stage-to-stage sends."""
     cfg, ds_cfg, state = run.cfg, run.ds_cfg, run.state
     if run.engine.pipeline is not None:

@@ -161,7 +161,7 @@ class Workload(ABC):
         return None
 
     def sequence_parallel_all_to_all_elements(self, micro_batch: int, size: int) -> int:
-        """Elements one rank sends in Ulysses' all-to-alls in one micro-step (``ds_bench.report.comm_bound``)."""
+        """Elements one rank sends in Ulysses' all-to-alls in one micro-step (``ds_bench.perf.comm_bound``)."""
         return 0
 
     @property
@@ -170,7 +170,7 @@ class Workload(ABC):
         return None
 
     def tensor_parallel_all_reduce_elements(self, micro_batch: int) -> int:
-        """Elements a tensor-parallel group all-reduces in one micro-step (``ds_bench.report.comm_bound``)."""
+        """Elements a tensor-parallel group all-reduces in one micro-step (``ds_bench.perf.comm_bound``)."""
         return 0
 
     def build_pipeline(self, stages: int, partition: str) -> torch.nn.Module:
