@@ -1,4 +1,5 @@
-"""``ds-bench run``: one benchmark run as every rank executes it (``ds_bench.run.main``).
+"""``ds-bench run``: one benchmark run as every rank executes it (``ds_bench.run.main``); rank 0 prints the
+record's summary (``ds_bench.report.summary``).
 
 Its flags are ``RunConfig``'s fields (``ds_bench.config.run_flags``)::
 
@@ -18,6 +19,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from ds_bench.config.run_flags import run_config
+    from ds_bench.report import summary
     from ds_bench.run.main import run_benchmark
 
-    return run_benchmark(run_config(args))
+    cfg = run_config(args)
+    record = run_benchmark(cfg)
+    if record is not None:
+        print(summary.one_run(record, cfg.results), flush=True)
+    return 0

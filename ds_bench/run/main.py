@@ -1,5 +1,6 @@
 """``ds-bench run``'s flow (the command: ``ds_bench.commands.run``): one benchmark run as every rank
-executes it: resolve -> join -> measure -> record.
+executes it: resolve -> join -> measure -> record. Rank 0 hands the record back; the command prints its
+summary (``ds_bench.report.summary``).
 
 Bad input is caught by ``resolve`` before the process group is joined (exit 2, no record). After
 that, a failure is a measured outcome: each failing rank records why (``ds_bench.run.run_record``) and
@@ -19,7 +20,7 @@ from ds_bench.config.run_config import RunConfig
 from ds_bench.errors import UserError
 from ds_bench.logs import quiet_deepspeed
 from ds_bench.record import store as results
-from ds_bench.report import summary
+from ds_bench.record.schema import RunRecord
 from ds_bench.run import startup
 from ds_bench.run.resolve import resolve
 from ds_bench.run.run_record import record_failure, run_record
@@ -27,7 +28,8 @@ from ds_bench.run.state import Started
 from ds_bench.run.training import measure
 
 
-def run_benchmark(cfg: RunConfig) -> int:
+def run_benchmark(cfg: RunConfig) -> RunRecord | None:
+    """Run it on this rank: rank 0 returns the ok record it appended to ``cfg.results``, the other ranks None."""
     marks = startup.begin()
     ready = resolve(cfg)
     marks["prepare_s"] = time.time() - marks["entered_at"]
@@ -54,8 +56,8 @@ def run_benchmark(cfg: RunConfig) -> int:
         record = run_record(run, "ok", metrics=metrics, **extra)
         with faults.deferred():
             results.append_record(cfg.results, record)
-        print(summary.one_run(record, cfg.results), flush=True)
-    return 0
+        return record
+    return None
 
 
 def _shared_run_id() -> str:
