@@ -10,7 +10,7 @@ from ds_bench import cli
 from ds_bench.measure import ceilings
 from ds_bench.record import store
 from ds_bench.record.schema import RooflineRecord, RooflineRow
-from ds_bench.run.figures import vs_measured
+from ds_bench.run.run_metrics import vs_measured
 
 
 def test_iterations_double_until_a_sample_is_long_enough():

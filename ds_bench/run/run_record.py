@@ -74,7 +74,7 @@ def failure_record(run: Started, error: BaseException | None, stalled_s: float |
 def run_record(run: Started, status: str, metrics: dict | None = None, error: str | None = None,
                **extra) -> RunRecord:
     """The ``run`` record (``ds_bench.record.schema.RunRecord``): the resolved config, where it ran, and its
-    metrics (``ds_bench.measure.metrics.summarize`` and ``ds_bench.run.figures.run_metrics``)."""
+    metrics (``ds_bench.measure.metrics.summarize`` and ``ds_bench.run.run_metrics.run_metrics``)."""
     cfg, ds_cfg, state = run.cfg, run.ds_cfg, run.state
     return RunRecord(
         **results.base_record(run.run_id, cfg.to_dict()), status=status, error=error, workload=cfg.workload,

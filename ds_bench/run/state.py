@@ -1,7 +1,7 @@
 """The run's state, stage by stage, as ``ds_bench.run.main`` carries it: ``Resolved`` (input checked
 and resolved before joining, ``ds_bench.run.resolve``), ``Started`` (joined the process group: what the
 run's records are made of, ``ds_bench.run.run_record``), ``Built`` (the engine that trains, and what was
-read off the model before it was wrapped: ``ds_bench.run.training`` hands it to ``ds_bench.run.figures``).
+read off the model before it was wrapped: ``ds_bench.run.training`` hands it to ``ds_bench.run.run_metrics``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ reduce what the ranks measured into the run's metrics (rank 0).
 
 How the loop times steps is ``ds_bench.measure.loop``'s business; this module wires the run's
 pieces to it: the step watchdog, checkpoint saves and resume, the FLOPs of the workload. Rank 0's
-figures from the ranks' reports are ``ds_bench.run.figures``'.
+metrics from the ranks' reports are ``ds_bench.run.run_metrics``'.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ds_bench.engines.pipeline import clip_on_the_whole_model
 from ds_bench.machine import memory
 from ds_bench.measure import checkpoint, compile_stats, expert_load, layout_comm, stage_timers
 from ds_bench.measure.loop import DeviceClock, run_loop
-from ds_bench.run.figures import run_metrics
+from ds_bench.run.run_metrics import run_metrics
 from ds_bench.run.run_record import rank_report, record_failure
 from ds_bench.run.state import Built, Started
 

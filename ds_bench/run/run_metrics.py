@@ -1,4 +1,4 @@
-"""Rank 0's figures of a finished run: the ranks' reports reduced (``ds_bench.measure.metrics``), throughput,
+"""Rank 0's metrics of a finished run: the ranks' reports reduced (``ds_bench.measure.metrics``), throughput,
 model FLOPs and MFU against the device's peak and the measured ceiling (``ds-bench roofline``), slow ranks,
 the comm-bound verdict (``ds_bench.perf.comm_bound``), and the record's extra blocks (start-up, build,
 compile, pipeline stages), from the ``Built`` model ``ds_bench.run.training`` hands over (``ds_bench.run.state``).
