@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 
-from ds_bench.comm import bandwidth, figures, patterns
+from ds_bench.comm import bandwidth, patterns, table
 from ds_bench.comm.spec import parse_expectations
 from ds_bench.errors import UserError
 from tests.conftest import BIN, explain, run_cmd
@@ -102,20 +102,20 @@ def s(collective, size, seconds, wrong=None):
 
 def test_rows_average_over_ranks_and_keep_the_spread():
     per_rank = [[s("all_reduce", 10**9, 0.5)], [s("all_reduce", 10**9, 1.5, wrong="rank 1 got 3")]]
-    (row,) = figures.rows(per_rank, 2)
+    (row,) = table.rows(per_rank, 2)
     assert row["time_us"] == pytest.approx(1e6) and row["time_us_median"] == pytest.approx(1e6)
     assert (row["time_us_min"], row["time_us_max"]) == (pytest.approx(5e5), pytest.approx(1.5e6))
     assert row["algbw_GBps"] == pytest.approx(1.0) and row["busbw_GBps"] == pytest.approx(1.0)  # 2(n-1)/n = 1
-    assert row["wrong"] == ["rank 1 got 3"] and figures.wrong_results([row]) == ["rank 1 got 3"]
+    assert row["wrong"] == ["rank 1 got 3"] and table.wrong_results([row]) == ["rank 1 got 3"]
 
 
 def test_the_gate_reads_the_largest_message_of_each_collective():
     per_rank = [[s("all_reduce", 2**20, 1e-3), s("all_reduce", 2**30, 1.0), s("all_gather", 2**30, 0.1)]]
-    rows = figures.rows(per_rank * 2, 2)
-    assert figures.gate(rows, {"all_reduce": 1.0}) == []  # 1.07 GB/s meets 1
-    assert figures.gate(rows, {"all_reduce": 2.0}) == [
+    rows = table.rows(per_rank * 2, 2)
+    assert table.gate(rows, {"all_reduce": 1.0}) == []  # 1.07 GB/s meets 1
+    assert table.gate(rows, {"all_reduce": 2.0}) == [
         "all_reduce busbw 1.07 GB/s at 1 GiB is below the expected 2 GB/s (--expect-busbw)"]
-    assert figures.gate(rows, {"all_gather": 6.0}) == [
+    assert table.gate(rows, {"all_gather": 6.0}) == [
         "all_gather busbw 5.37 GB/s at 1 GiB is below the expected 6 GB/s (--expect-busbw)"]
 
 

@@ -66,16 +66,16 @@ def checked_allreduce(state: process.DistState, size_bytes: int,
                       groups: list[tuple[tuple[int, ...], object | None]]) -> list[dict]:
     """One checked, timed float32 all_reduce of ``size_bytes`` in each (ranks, process group) of
     ``groups`` (None: the world), through ``comm.timing.sample`` (known-result check, warm-up,
-    barrier, device-synchronized clock); returns one ``comm.figures`` row per group, time averaged
+    barrier, device-synchronized clock); returns one ``comm.table`` row per group, time averaged
     over its ranks, with busbw and the ranks' wrong results."""
-    from ds_bench.comm import figures
+    from ds_bench.comm import table
     from ds_bench.comm.timing import sample
 
     mine = [dataclasses.asdict(sample("all_reduce", size_bytes, torch.float32, state.device, ranks.index(state.rank),
                                       len(ranks), 1, ALLREDUCE_ITERS, handle))
             if state.rank in ranks else None for ranks, handle in groups]
     everyone = process.gather(mine)
-    return [figures.rows([[everyone[r][i]] for r in ranks], len(ranks))[0] for i, (ranks, _) in enumerate(groups)]
+    return [table.rows([[everyone[r][i]] for r in ranks], len(ranks))[0] for i, (ranks, _) in enumerate(groups)]
 
 
 def allreduce_check(state: process.DistState) -> tuple[list[str], dict]:

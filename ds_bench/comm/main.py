@@ -19,7 +19,7 @@ import os
 import torch
 
 from ds_bench.cluster import join, process
-from ds_bench.comm import figures, pairs
+from ds_bench.comm import pairs, table
 from ds_bench.comm.bandwidth import sizes
 from ds_bench.comm.spec import MAX_BYTES, CommSpec, from_args
 from ds_bench.comm.timing import sample
@@ -74,7 +74,7 @@ def _world_rows(spec, state, collectives, message_sizes) -> list[dict]:
             per_rank[rank] += samples
         if state.rank == 0:
             log.info("%s: %d sizes done", collective, len(message_sizes))
-    return [{"scope": "world", "group": "all ranks", **row} for row in figures.rows(per_rank, state.world_size)]
+    return [{"scope": "world", "group": "all ranks", **row} for row in table.rows(per_rank, state.world_size)]
 
 
 def _link_rows(spec, state, hosts, collectives, large) -> list[dict]:
@@ -90,7 +90,7 @@ def _link_rows(spec, state, hosts, collectives, large) -> list[dict]:
     out = []
     for i, (group, _) in enumerate(groups):
         per_rank = [everyone[r][i] for r in group.ranks]
-        out += [{"scope": group.scope, "group": group.label, **row} for row in figures.rows(per_rank, len(group.ranks))]
+        out += [{"scope": group.scope, "group": group.label, **row} for row in table.rows(per_rank, len(group.ranks))]
     return out
 
 
@@ -101,7 +101,7 @@ def _join(spec: CommSpec) -> process.DistState:
 def _record(spec: CommSpec, state: process.DistState, rows: list[dict], hosts: list[str],
             error: str | None) -> list[str]:
     """Rank 0: print the table, append the record, write the plot; returns the problems."""
-    problems = ([error] if error else []) + figures.wrong_results(rows) + figures.gate(rows, spec.expect_busbw)
+    problems = ([error] if error else []) + table.wrong_results(rows) + table.gate(rows, spec.expect_busbw)
     record = CommRecord(**results.base_record(results.new_run_id(), spec.to_dict()), kind="comm",
                         status="failed" if problems else "ok", problems=problems, world_size=state.world_size,
                         hosts=hosts, launcher=state.launcher, backend=state.backend,
@@ -114,9 +114,9 @@ def _record(spec: CommSpec, state: process.DistState, rows: list[dict], hosts: l
         print(f"NOTE: {ONE_RANK_NOTE}", flush=True)
     results.append_record(spec.results, record)
     if rows:
-        print(figures.table(rows), flush=True)
+        print(table.table(rows), flush=True)
         title = f"{state.world_size} ranks, {state.backend}, {record.hardware['device']}, {spec.dtype}"
-        print(f"plot:    {figures.write_plot(rows, spec.plot, title)}", flush=True)
+        print(f"plot:    {table.write_plot(rows, spec.plot, title)}", flush=True)
     for line in link_lines:
         print(line, flush=True)
     print(f"results: {spec.results} (run {record.run_id})", flush=True)

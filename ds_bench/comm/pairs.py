@@ -24,7 +24,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from ds_bench.comm import figures, patterns
+from ds_bench.comm import patterns, table
 from ds_bench.comm.bandwidth import element_count
 from ds_bench.comm.timing import RankSample, clock, exchange
 
@@ -105,13 +105,13 @@ def rows(everyone: list[list[tuple[str, dict]]]) -> list[dict]:
             mine.setdefault(link, []).append(sample)
         for link, ordered in mine.items():
             by_link.setdefault(link, []).append(ordered)
-    return [{"scope": "pair", "group": link, **row} for link, ends in by_link.items() for row in figures.rows(ends, 2)]
+    return [{"scope": "pair", "group": link, **row} for link, ends in by_link.items() for row in table.rows(ends, 2)]
 
 
 def slow_links(pair_rows: list[dict], threshold_pct: float) -> list[dict]:
     """Links whose largest-size busbw is more than ``threshold_pct``% below the best link's, slowest
     first (pure)."""
-    top = figures.largest(pair_rows, by="group")
+    top = table.largest(pair_rows, by="group")
     if len(top) < 2:
         return []
     best = max(row["busbw_GBps"] for row in top.values())
@@ -125,7 +125,7 @@ def suspect_hosts(pair_rows: list[dict], slow: list[dict]) -> list[str]:
     """Hosts with two or more links, every one of them slow (pure)."""
     slow_set = {s["link"] for s in slow}
     links_of: dict[str, list[str]] = {}
-    for link in figures.largest(pair_rows, by="group"):
+    for link in table.largest(pair_rows, by="group"):
         for host in link.split("<->"):
             links_of.setdefault(host, []).append(link)
     return [h for h, links in links_of.items() if len(links) >= 2 and all(x in slow_set for x in links)]
@@ -133,13 +133,13 @@ def suspect_hosts(pair_rows: list[dict], slow: list[dict]) -> list[str]:
 
 def describe(pair_rows: list[dict], slow: list[dict], suspects: list[str], threshold_pct: float) -> list[str]:
     """The lines printed after the table: the slowest links, which are slow, the suspect hosts."""
-    top = sorted(figures.largest(pair_rows, by="group").items(), key=lambda item: item[1]["busbw_GBps"])
+    top = sorted(table.largest(pair_rows, by="group").items(), key=lambda item: item[1]["busbw_GBps"])
     if not top:
         return ["pairs: one host, no host pairs to measure"]
     best_link, best = top[-1][0], top[-1][1]["busbw_GBps"]
     slow_set = {s["link"] for s in slow}
     lines = [f"pairs: {len(top)} links; best {best_link} {best:.3g} GB/s busbw at "
-             f"{figures.human_bytes(top[-1][1]['size_bytes'])}"]
+             f"{table.human_bytes(top[-1][1]['size_bytes'])}"]
     for link, row in top[:3]:
         mark = f"SLOW (more than {threshold_pct:g}% below the best)" if link in slow_set else "ok"
         lines.append(f"  {link}: {row['busbw_GBps']:.3g} GB/s ({(row['busbw_GBps'] / best - 1) * 100:+.0f}% vs best) "

@@ -140,7 +140,7 @@ class ScalingRecord(Stamped):
 
 
 class CommRow(Block):
-    """One collective at one size over one group of ranks (``ds_bench.comm.figures.rows``)."""
+    """One collective at one size over one group of ranks (``ds_bench.comm.table.rows``)."""
 
     scope: str = "world"
     """``world`` (all ranks), ``intra``/``inter`` host groups, or ``pair`` (one link)."""
