@@ -111,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """Console-script entry: a distributed run ends through ``cluster.process.exit_process``."""
-    from ds_bench.cluster.process import exit_process
+    """Console-script entry: a distributed run ends through ``cluster.process_exit.exit_process``."""
+    from ds_bench.cluster.process_exit import exit_process
 
     code = main()
     logging.getLogger("ds_bench").debug("exit %s", code)

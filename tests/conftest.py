@@ -249,7 +249,7 @@ def stop_past_checks(monkeypatch) -> None:
     ``AssertionError(PASSED)`` instead, so a case that wrongly passes validation fails loudly. The ops the join
     would load first are not loaded: a config with DeepSpeed's FusedAdam compiled fused_adam (~100 CPU-s) on a
     machine whose op store lacked it, to pass checks that were already done."""
-    from ds_bench.cluster import process
+    from ds_bench.cluster import process_group
     from ds_bench.jobs import launch, spawn
     from ds_bench.machine import jit_ops
 
@@ -257,6 +257,6 @@ def stop_past_checks(monkeypatch) -> None:
         raise AssertionError(PASSED)
 
     monkeypatch.setattr(jit_ops, "ensure_loaded", lambda *_a, **_k: None)
-    monkeypatch.setattr(process, "init_distributed", passed)
+    monkeypatch.setattr(process_group, "init_distributed", passed)
     monkeypatch.setattr(launch, "run_child", passed)
     monkeypatch.setattr(spawn, "run_job", passed)

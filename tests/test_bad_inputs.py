@@ -2,7 +2,7 @@
 or file, no traceback, no results file, and never reaches the process group.
 
 Cases run in-process through ``ds_bench.cli.main`` (a subprocess costs ~4 s here). A case that
-wrongly passes validation hits ``process.init_distributed`` (or a launcher), which raise here.
+wrongly passes validation hits ``process_group.init_distributed`` (or a launcher), which raise here.
 """
 
 from __future__ import annotations

@@ -217,7 +217,7 @@ from ds_bench.cluster import faults
 from ds_bench.run import run_record as run
 from ds_bench.run.state import Started
 from ds_bench.config.run_config import RunConfig
-from ds_bench.cluster.process import DistState
+from ds_bench.cluster.process_group import DistState
 
 faults.install_signal_handlers()
 

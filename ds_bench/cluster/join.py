@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 
-from ds_bench.cluster import process, rendezvous
+from ds_bench.cluster import process_group, rendezvous
 from ds_bench.machine import environ, jit_ops, memory
 
 
@@ -24,7 +24,7 @@ def find_rendezvous(iface: str | None, dist_timeout_s: float) -> rendezvous.Rend
 
 def join(rdzv: rendezvous.Rendezvous, dist_timeout_s: float, connect_timeout_s: float,
          optimizer_op: str | None = None, memory_cap: int | None = None, took: dict | None = None,
-         spawned_ops: tuple[str, ...] = ()) -> process.DistState:
+         spawned_ops: tuple[str, ...] = ()) -> process_group.DistState:
     """Build the ops DeepSpeed's spawned processes load (``spawned_ops``), load the ops this process needs,
     cap its memory (after the builds: the compilers are not the run), and join the process group, every wait
     bounded; ``took`` gets ``ops_s`` and ``process_group_s``."""
@@ -37,7 +37,7 @@ def join(rdzv: rendezvous.Rendezvous, dist_timeout_s: float, connect_timeout_s: 
         memory.refuse_cap_below_held(memory_cap)  # after the builds, which the cap does not cover
         memory.cap_process_memory(memory_cap)
     loaded = time.perf_counter()
-    state = process.init_distributed(rdzv, dist_timeout_s, connect_timeout_s)
+    state = process_group.init_distributed(rdzv, dist_timeout_s, connect_timeout_s)
     if took is not None:
         took.update(ops_s=loaded - started, process_group_s=time.perf_counter() - loaded)
     return state

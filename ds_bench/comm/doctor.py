@@ -22,7 +22,7 @@ import socket
 import torch
 from tabulate import tabulate
 
-from ds_bench.cluster import join, process
+from ds_bench.cluster import join, process_group
 from ds_bench.cluster.netif import read_interfaces
 from ds_bench.config import argcheck
 from ds_bench.config.run_checks import check_timeout
@@ -39,7 +39,7 @@ ROOFLINE = {"cuda": (("bf16", "fp16", "fp32"), (8192,), 2**30), "cpu": (("bf16",
 ROOFLINE_TIME_S, ROOFLINE_REPEATS = 0.3, 3
 
 
-def rank_facts(state: process.DistState) -> dict:
+def rank_facts(state: process_group.DistState) -> dict:
     ifaces = [f"{i.name} [{i.kind}{'' if i.up else ', down'}] {' '.join(i.addrs) or '-'}" for i in read_interfaces()]
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
     devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
@@ -62,7 +62,7 @@ def version_problems(facts: list[dict]) -> list[str]:
     return problems
 
 
-def checked_allreduce(state: process.DistState, size_bytes: int,
+def checked_allreduce(state: process_group.DistState, size_bytes: int,
                       groups: list[tuple[tuple[int, ...], object | None]]) -> list[dict]:
     """One checked, timed float32 all_reduce of ``size_bytes`` in each (ranks, process group) of
     ``groups`` (None: the world), through ``comm.timing.sample`` (known-result check, warm-up,
@@ -74,11 +74,11 @@ def checked_allreduce(state: process.DistState, size_bytes: int,
     mine = [dataclasses.asdict(sample("all_reduce", size_bytes, torch.float32, state.device, ranks.index(state.rank),
                                       len(ranks), 1, ALLREDUCE_ITERS, handle))
             if state.rank in ranks else None for ranks, handle in groups]
-    everyone = process.gather(mine)
+    everyone = process_group.gather(mine)
     return [table.rows([[everyone[r][i]] for r in ranks], len(ranks))[0] for i, (ranks, _) in enumerate(groups)]
 
 
-def allreduce_check(state: process.DistState) -> tuple[list[str], dict]:
+def allreduce_check(state: process_group.DistState) -> tuple[list[str], dict]:
     """An ``ALLREDUCE_BYTES`` all_reduce over all ranks: right on every rank, and how fast."""
     (row,) = checked_allreduce(state, ALLREDUCE_BYTES, [(tuple(range(state.world_size)), None)])
     if row["wrong"]:
@@ -87,7 +87,7 @@ def allreduce_check(state: process.DistState) -> tuple[list[str], dict]:
     return [], {"allreduce_bytes": row["size_bytes"], "allreduce_ms": row["time_us"] / 1e3, "busbw_GBps": busbw}
 
 
-def ceiling_check(state: process.DistState) -> list[dict]:
+def ceiling_check(state: process_group.DistState) -> list[dict]:
     """Every rank's short roofline (all ranks at once), gathered: rows of ``measure.ceilings.measure_rank``."""
     from deepspeed.accelerator import get_accelerator
 
@@ -97,7 +97,7 @@ def ceiling_check(state: process.DistState) -> list[dict]:
     where = {"rank": state.rank, "host": socket.gethostname(), "device": results.hardware(state.device)["device"]}
     mine = ceilings.measure_rank(where, state.device, dtypes, sizes, copy_bytes, ROOFLINE_TIME_S, ROOFLINE_REPEATS,
                                  get_accelerator().synchronize, torch.distributed.barrier)
-    return [row for rows in process.gather(mine) for row in rows]
+    return [row for rows in process_group.gather(mine) for row in rows]
 
 
 def ceiling_lines(rows: list[dict]) -> list[str]:
@@ -111,7 +111,7 @@ def ceiling_lines(rows: list[dict]) -> list[str]:
     return out
 
 
-def link_check(state: process.DistState, hosts: list[str]) -> list[dict]:
+def link_check(state: process_group.DistState, hosts: list[str]) -> list[dict]:
     """With several hosts, one checked ``LINK_BYTES`` all_reduce inside each host and one across hosts
     (``ds_bench.comm.topology``), so a slow or broken link class shows apart from the others."""
     from ds_bench.comm.topology import link_groups, make_groups
@@ -169,7 +169,7 @@ def main(args: argparse.Namespace) -> int:
 def run_doctor(iface: str | None, dist_timeout_s: float, connect_timeout_s: float, json_path: str | None,
                with_ceiling: bool = True) -> int:
     state = join.join(join.find_rendezvous(iface, dist_timeout_s), dist_timeout_s, connect_timeout_s)
-    facts = process.gather(rank_facts(state))
+    facts = process_group.gather(rank_facts(state))
     try:
         problems, timing = allreduce_check(state)
     except RuntimeError as e:  # a collective that failed or timed out

@@ -18,7 +18,7 @@ import os
 
 import torch
 
-from ds_bench.cluster import join, process
+from ds_bench.cluster import join, process_group
 from ds_bench.comm import pairs, table
 from ds_bench.comm.bandwidth import sizes
 from ds_bench.comm.spec import MAX_BYTES, CommSpec, from_args
@@ -39,7 +39,7 @@ ENV_PREFIXES = ("NCCL_", "GLOO_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "DS
 def main(args) -> int:
     spec = from_args(args)
     state = _join(spec)
-    hosts = process.gather(os.uname().nodename)
+    hosts = process_group.gather(os.uname().nodename)
     collectives = [c for c in spec.collectives if not (c == "send_recv" and state.world_size == 1)]
     message_sizes = sizes(spec.min_bytes, spec.max_bytes or MAX_BYTES[state.device.type], spec.step_factor)
     rows, error = [], None
@@ -47,7 +47,7 @@ def main(args) -> int:
         rows = _world_rows(spec, state, collectives, message_sizes)
         rows += _link_rows(spec, state, hosts, collectives, message_sizes[-LARGE_SIZES:])
         if spec.pairs:
-            rows += pairs.rows(process.gather(pairs.rank_samples(hosts, state.rank, message_sizes[-LARGE_SIZES:],
+            rows += pairs.rows(process_group.gather(pairs.rank_samples(hosts, state.rank, message_sizes[-LARGE_SIZES:],
                                                                  getattr(torch, spec.dtype), state.device, spec.warmup,
                                                                  spec.iters)))
     except RuntimeError as e:  # a collective that failed or timed out: a result, not a traceback
@@ -59,8 +59,8 @@ def main(args) -> int:
     return 1 if verdict[0] or error else 0
 
 
-def _samples(spec: CommSpec, state: process.DistState, collectives: list[str], message_sizes: list[int], rank: int,
-             n: int, group=None) -> list[dict]:
+def _samples(spec: CommSpec, state: process_group.DistState, collectives: list[str], message_sizes: list[int],
+             rank: int, n: int, group=None) -> list[dict]:
     return [dataclasses.asdict(sample(collective, size, getattr(torch, spec.dtype), state.device, rank, n, spec.warmup,
                                       spec.iters, group)) for collective in collectives for size in message_sizes]
 
@@ -69,8 +69,8 @@ def _world_rows(spec, state, collectives, message_sizes) -> list[dict]:
     """Every collective at every size over all ranks; one gather per collective, after its sizes."""
     per_rank: list[list[dict]] = [[] for _ in range(state.world_size)]
     for collective in collectives:
-        for rank, samples in enumerate(process.gather(_samples(spec, state, [collective], message_sizes, state.rank,
-                                                                state.world_size))):
+        mine = _samples(spec, state, [collective], message_sizes, state.rank, state.world_size)
+        for rank, samples in enumerate(process_group.gather(mine)):
             per_rank[rank] += samples
         if state.rank == 0:
             log.info("%s: %d sizes done", collective, len(message_sizes))
@@ -86,7 +86,7 @@ def _link_rows(spec, state, hosts, collectives, large) -> list[dict]:
         ring = [c for c in collectives if not (c == "send_recv" and n == 1)]
         mine.append(_samples(spec, state, ring, large, group.ranks.index(state.rank), n, handle)
                     if handle is not None else [])
-    everyone = process.gather(mine)
+    everyone = process_group.gather(mine)
     out = []
     for i, (group, _) in enumerate(groups):
         per_rank = [everyone[r][i] for r in group.ranks]
@@ -94,11 +94,11 @@ def _link_rows(spec, state, hosts, collectives, large) -> list[dict]:
     return out
 
 
-def _join(spec: CommSpec) -> process.DistState:
+def _join(spec: CommSpec) -> process_group.DistState:
     return join.join(join.find_rendezvous(spec.iface, spec.dist_timeout_s), spec.dist_timeout_s, spec.connect_timeout_s)
 
 
-def _record(spec: CommSpec, state: process.DistState, rows: list[dict], hosts: list[str],
+def _record(spec: CommSpec, state: process_group.DistState, rows: list[dict], hosts: list[str],
             error: str | None) -> list[str]:
     """Rank 0: print the table, append the record, write the plot; returns the problems."""
     problems = ([error] if error else []) + table.wrong_results(rows) + table.gate(rows, spec.expect_busbw)

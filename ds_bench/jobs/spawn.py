@@ -63,7 +63,7 @@ def rank_threads(environ, launcher: str, cores: int, ranks_per_node: int) -> str
     """``OMP_NUM_THREADS`` for a torchrun job's ranks (pure): cores // ranks, at least 1; None when set already or
     under another launcher. torchrun alone sets 1 for every rank of a multi-rank job, whatever the cores, where the
     deepspeed launcher sets none (ds_bench's CPU ranks then take cores // ranks themselves:
-    ``cluster.process._limit_cpu_threads``): 1 would starve CPU ranks and ZeRO-Offload's OpenMP CPU Adam on a
+    ``cluster.process_group._limit_cpu_threads``): 1 would starve CPU ranks and ZeRO-Offload's OpenMP CPU Adam on a
     many-core node, and make a study's figures depend on its launcher."""
     if launcher != "torchrun" or "OMP_NUM_THREADS" in environ:
         return None

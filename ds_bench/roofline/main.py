@@ -14,7 +14,7 @@ import socket
 import torch
 from tabulate import tabulate
 
-from ds_bench.cluster import join, process
+from ds_bench.cluster import join, process_group
 from ds_bench.config import argcheck
 from ds_bench.config.parsers import parse_list, parse_size
 from ds_bench.config.run_checks import check_timeout
@@ -45,7 +45,7 @@ def main(args: argparse.Namespace) -> int:
     argcheck.output_folder("--results", args.results)
     state = join.join(join.find_rendezvous(args.iface, args.dist_timeout_s), args.dist_timeout_s, args.connect_timeout_s)
     mine = measure(state, dtypes, sizes, copy_bytes, args.min_time_s, args.repeats, gemm_shapes)
-    rows = [row for rank_rows in process.gather(mine) for row in rank_rows]
+    rows = [row for rank_rows in process_group.gather(mine) for row in rank_rows]
     if state.rank == 0:
         print(table(rows), flush=True)
         record = RooflineRecord(kind="roofline", world_size=state.world_size, min_time_s=args.min_time_s,
@@ -71,7 +71,7 @@ def run_gemms(size: str | None, tokens: int | None) -> tuple:
     return tuple(gemms(n_embd, tokens or 4096))
 
 
-def measure(state: process.DistState, dtypes: tuple, sizes: tuple, copy_bytes: int, min_time_s: float,
+def measure(state: process_group.DistState, dtypes: tuple, sizes: tuple, copy_bytes: int, min_time_s: float,
             repeats: int, gemms: tuple = ()) -> list[RooflineRow]:
     """This rank's figures (``measure.ceilings.measure_rank``)."""
     from deepspeed.accelerator import get_accelerator

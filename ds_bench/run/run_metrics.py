@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import socket
 
-from ds_bench.cluster import process
+from ds_bench.cluster import process_group
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_config import RunConfig
 from ds_bench.engines import sequence_parallel
@@ -87,7 +87,7 @@ def _comm_bound(run: Started, workload, built: Built, metrics: dict, hosts: list
 
 
 def _flops_metrics(cfg: RunConfig, flops_per_sample: float | None, samples_per_s: float,
-                   state: process.DistState, ds_cfg: dict) -> dict:
+                   state: process_group.DistState, ds_cfg: dict) -> dict:
     if cfg.peak_tflops:
         peak, note = cfg.peak_tflops, "--peak-tflops"
     else:

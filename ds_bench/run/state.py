@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ds_bench import engines
-from ds_bench.cluster import process
+from ds_bench.cluster import process_group
 from ds_bench.cluster.rendezvous import Rendezvous
 from ds_bench.config.run_config import RunConfig
 from ds_bench.measure import checkpoint
@@ -40,7 +40,7 @@ class Started:
     cfg: RunConfig
     ds_cfg: dict
     engine: engines.EngineChoice
-    state: process.DistState
+    state: process_group.DistState
     size: str | None
     run_id: str
     peers: list[dict]

@@ -16,7 +16,7 @@ import time
 import torch
 
 from ds_bench import engines
-from ds_bench.cluster import faults, process
+from ds_bench.cluster import faults, process_exit, process_group
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.engines import expert_parallel, moe_layer, sequence_parallel, tiling
 from ds_bench.engines.compiled import compile_engine
@@ -106,7 +106,7 @@ def build_pipeline(run: Started, workload) -> Built:
     clip_on_the_whole_model(module)
     layout = {**module.stage_layout(), "build_s": time.perf_counter() - started}
     largest = max((sum(p.numel() for p in m.parameters(recurse=False)) for m in module.modules()), default=0)
-    layouts = process.gather({**layout, "largest_layer_params": largest})
+    layouts = process_group.gather({**layout, "largest_layer_params": largest})
     stages = [next(entry for entry in layouts if entry["stage"] == s) for s in range(pipe.stages)]
     flops, hw_flops = workload.model_flops_per_sample(module), workload.hardware_flops_per_sample(module)
     engine = engines.build(run.engine, module, run.ds_cfg, run.state.device, run.cfg.lr or workload.default_lr)
@@ -121,8 +121,9 @@ def train(run: Started, workload, engine) -> tuple[list, float]:
 
     cfg, ds_cfg, state = run.cfg, run.ds_cfg, run.state
     accel, accumulation = get_accelerator(), ds_cfg["gradient_accumulation_steps"]
-    start = run.ckpt.attach(engine, sync=accel.synchronize, barrier=torch.distributed.barrier, gather=process.gather,
-                            rank=state.rank, world_size=state.world_size)  # resumes: returns the step reached
+    start = run.ckpt.attach(engine, sync=accel.synchronize, barrier=torch.distributed.barrier,
+                            gather=process_group.gather, rank=state.rank,
+                            world_size=state.world_size)  # resumes: returns the step reached
     clock = DeviceClock(state.device)
     blocks = moe_layer.moe_blocks(engine.module)
     timers = (stage_timers.StageTimers(engine, clock) if run.engine.pipeline is not None
@@ -149,7 +150,7 @@ def train(run: Started, workload, engine) -> tuple[list, float]:
         if watch:
             watch.mark("end")
         run.ckpt.load_back()
-        return process.gather(rank_report(run, watch and watch.block())), loop_started_at
+        return process_group.gather(rank_report(run, watch and watch.block())), loop_started_at
 
 
 def _after_step(run: Started, watch):
@@ -196,4 +197,4 @@ def _preload_libraries(names: tuple[str, ...]) -> None:
 def _stalled(run: Started) -> None:
     """The step watchdog fired (in its own thread): record, then end the whole process."""
     record_failure(run, stalled_s=run.cfg.step_timeout_s)
-    process.exit_process(1)
+    process_exit.exit_process(1)

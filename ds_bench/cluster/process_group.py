@@ -1,10 +1,11 @@
-"""Process-level side effects of a run: exported environment, process group, device, exit.
+"""This rank's place in the process group: join it (export the rendezvous through ``ds_bench.machine.environ``,
+check the master is reachable, ``deepspeed.init_distributed``, pick the device), the ``DistState`` every later
+stage reads, and ``gather``, the one all-gather of Python objects the commands use.
 
-This is the one module that writes ``os.environ`` and the one that ends the process. What to
-export is decided by ``ds_bench.cluster.rendezvous`` (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+What to export is decided by ``ds_bench.cluster.rendezvous`` (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 MASTER_PORT and the socket-interface variables); with all five set, ``deepspeed.init_distributed``
 skips its own MPI discovery, whose ``hostname -I`` choice of master address is the bug users
-patch by hand.
+patch by hand. How the process ends once it joined is ``ds_bench.cluster.process_exit``'s.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("ds_bench")
 
 _state = {"initialized": False}
+
+
+def joined() -> bool:
+    """Whether this process joined a process group (``init_distributed`` returned)."""
+    return _state["initialized"]
 
 
 @dataclass(frozen=True)
@@ -111,65 +117,3 @@ def _limit_cpu_threads(device_type: str, local_world_size: int | None) -> None:
         import torch
 
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // max(1, local_world_size or 1)))
-
-
-def _end_daemon_children(timeout_s: float = 5.0) -> None:
-    """What ``os._exit`` skips of ``multiprocessing``'s own exit: its daemon children ended. DeepSpeed's
-    ZenFlow (``overlap_step``) runs the optimizer in one per rank; left alive it outlived the run and held
-    the launcher's stdout open (a caller reading it to the end waited for ever)."""
-    mp = sys.modules.get("multiprocessing")
-    if mp is None:
-        return
-    children = [child for child in mp.active_children() if child.daemon]
-    for child in children:
-        child.terminate()
-    for child in children:
-        child.join(timeout_s)
-        if child.is_alive():  # it ignored SIGTERM
-            child.kill()
-
-
-def exit_process(code: int) -> None:
-    """End the process without the interpreter's teardown.
-
-    - gloo worker threads can free tensors while the interpreter shuts down, killing ~1 in 10
-      two-rank CPU runs with SIGABRT after all work is done (measured with deepspeed 0.19.8 and
-      torch 2.13 on CPU ranks). So after a
-      distributed run: destroy the process group, end daemon children, finalize MPI, flush, and ``os._exit``. The
-      results file was fsync'ed before this point, so nothing is lost.
-    - Under MPI a failing rank must not ``MPI_Finalize``: Open MPI's Finalize waits for every rank,
-      so one bad rank would hold the job until rank 0's timeout. It calls ``Abort`` instead, which
-      ends the whole job at once (measured in the two-host namespace test: ~5 s instead of ~70 s).
-    """
-    mpi = _live_mpi()
-    if not _state["initialized"] and mpi is None:
-        sys.exit(code)
-    if code == 0 and _state["initialized"]:
-        _destroy_process_group()
-    _end_daemon_children()
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if mpi is not None:
-        if code != 0 and mpi.COMM_WORLD.Get_size() > 1:
-            mpi.COMM_WORLD.Abort(code)
-        mpi.Finalize()
-    os._exit(code)
-
-
-def _destroy_process_group() -> None:
-    import torch
-
-    try:
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-    except Exception as e:  # teardown trouble must not turn a good run into a failed one
-        log.warning("destroy_process_group failed: %s", e)
-
-
-def _live_mpi():
-    """mpi4py's MPI module when this process initialised MPI and has not finalised it."""
-    mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
-        return mpi
-    return None
