@@ -116,7 +116,9 @@ class SlurmBed:
 
     def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 30,
             cwd: str | os.PathLike | None = None, host: str = CONTROLLER) -> Result:
-        return self.bed.run_on(host, argv, env=self.env(env), timeout=timeout, cwd=cwd)
+        """``argv`` on ``host``, in ``cwd`` or else the bed's folder: a job submitted there without ``--output``
+        leaves Slurm's default ``slurm-<id>.out`` with the bed, not in the repository the suite runs from."""
+        return self.bed.run_on(host, argv, env=self.env(env), timeout=timeout, cwd=self.workdir if cwd is None else cwd)
 
     def check(self, argv: Sequence[str], timeout: float = 30) -> str:
         res = self.run(argv, timeout=timeout)
