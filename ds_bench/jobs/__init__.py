@@ -1,1 +1,1 @@
-"""What the commands that start jobs share (sweep, scaling, capacity): launch commands, spawning a job and reading back its outcome, sweep points and memory prediction; ``ds-bench launch``."""
+"""What the commands that start jobs share (sweep, scaling, capacity): launch commands, spawning a job and reading back its outcome, sweep points; ``ds-bench launch``. Their memory prediction is ``ds_bench.perf``'s."""
