@@ -260,3 +260,13 @@ def stop_past_checks(monkeypatch) -> None:
     monkeypatch.setattr(process_group, "init_distributed", passed)
     monkeypatch.setattr(launch, "run_child", passed)
     monkeypatch.setattr(spawn, "run_job", passed)
+
+
+def degree(record: dict, field: str) -> dict:
+    """A run record's block of one parallel degree (``degrees``), or {} where it did not run."""
+    return (record.get("degrees") or {}).get(field) or {}
+
+
+def size_of(record: dict, field: str) -> int | None:
+    """The size of one parallel degree a run record says ran; None: it did not."""
+    return degree(record, field).get("size")

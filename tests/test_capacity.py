@@ -138,7 +138,7 @@ def test_a_real_search_under_a_memory_cap_finds_zero3_fits_more_than_zero0(tmp_p
     offloaded (ZeRO-0 with offload refused by name; ZeRO-3 with it must fit more than ZeRO-0 too: 24 layers
     against 16 here; on docs/results/capacity-cpu.md's family of 4 under 1.6 GiB, 76.5M against 62.3M), three
     more probes each. Full tier (``make test-full``): six bf16 probes of up to 62M parameters, ~3.5 min here."""
-    from tests.conftest import ds_bench, explain, records
+    from tests.conftest import ds_bench, explain, records, size_of
 
     results = tmp_path / "c.jsonl"
     proc = ds_bench("capacity", "--ds-config", "zero1.json", "--stages", "0,3", "--pipeline-stages", pipelines,
@@ -169,7 +169,7 @@ def test_a_real_search_under_a_memory_cap_finds_zero3_fits_more_than_zero0(tmp_p
         best_run = by_run[best["run_id"]]
         assert best["status"] == "ok" and best_run["status"] == "ok"
         if pipeline > 1:  # a run without a pipeline records neither
-            assert (best_run["pipeline_stages"], best_run["data_parallel_size"]) == (pipeline, 2 // pipeline)
+            assert (size_of(best_run, "pipeline_stages"), best_run["data_parallel_size"]) == (pipeline, 2 // pipeline)
         # it trained under the cap (the kernel's RLIMIT_DATA on its private memory); its peak is the resident set,
         # which also counts the libraries' file pages the cap does not bound: 16 x 384 x 6 under ZeRO-0 peaked at
         # 1.38 GiB resident under the 1.35 GiB cap (2026-11-26), so the peak is not held to the cap
@@ -181,7 +181,7 @@ def test_a_real_search_under_a_memory_cap_finds_zero3_fits_more_than_zero0(tmp_p
         if nxt["why"] == "oom":
             failed = [r for r in runs if (r.get("failure") or {}).get("kind") == "oom"
                       and r.get("size") == nxt_label(nxt["member"]) and r["zero_stage"] == stage
-                      and (r.get("pipeline_stages") or 1) == pipeline]
+                      and (size_of(r, "pipeline_stages") or 1) == pipeline]
             assert failed, nxt
         else:
             assert nxt["why"] == "predicted" and nxt["predicted_mem_bytes"] > CAP_GIB * 2**30, nxt

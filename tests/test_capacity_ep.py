@@ -14,7 +14,7 @@ from ds_bench.capacity.family import scaled_family, seq_member
 from ds_bench.record.schema import CapacityRecord
 from ds_bench.report.capacity_table import layout_text
 from ds_bench.workloads import moe_shapes
-from tests.conftest import ds_bench, explain
+from tests.conftest import degree, ds_bench, explain, size_of
 
 
 def test_a_scaled_moe_family_counts_with_the_routers_experts():
@@ -105,8 +105,8 @@ def test_a_real_ep2_search_counts_its_members_as_the_runs_do(tmp_path):
     assert [p["member"] for p in probes] == ["1 x 64 x 4", "2 x 64 x 4"]
     for p in probes:
         run, member = by_run[p["run_id"]], members[p["member"]]
-        assert run["status"] == "ok" and run["expert_parallel"]["size"] == 2
-        assert run["expert_parallel"]["local_experts"] == 2
+        assert run["status"] == "ok" and size_of(run, "expert_parallel") == 2
+        assert degree(run, "expert_parallel")["settings"]["local_experts"] == 2
         assert run["params"] == member.params and run["largest_layer_params"] == member.largest_layer_params
         assert run["build"]["rank_params_held"]["experts"] * 2 == member.expert_params
     assert probes[0]["predicted_mem_bytes"] is None and probes[1]["predicted_mem_bytes"] > 0

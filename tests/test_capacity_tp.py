@@ -17,7 +17,7 @@ from ds_bench.capacity.family import named_family, scaled_family
 from ds_bench.record.schema import CapacityRecord
 from ds_bench.report.capacity_table import layout_text
 from ds_bench.workloads import llama_shapes
-from tests.conftest import ds_bench, explain, records
+from tests.conftest import degree, ds_bench, explain, records, size_of
 
 CAP_GIB = 1.5
 
@@ -76,11 +76,11 @@ def test_a_real_search_finds_tensor_parallelism_fits_a_larger_model(tmp_path):
         assert summary["status"] == "ok" and summary["data_parallel_size"] == 2 // tp, summary
         best_run = by_run[largest["run_id"]]
         assert best_run["status"] == "ok" and best_run["metrics"]["peak_mem_bytes"] <= CAP_GIB * 2**30
-        assert (best_run.get("tensor_parallel") or 1) == tp
-        assert (best_run.get("tensor_parallel_comm") is not None) == (tp > 1)
+        assert (size_of(best_run, "tensor_parallel") or 1) == tp
+        assert (degree(best_run, "tensor_parallel").get("comm") is not None) == (tp > 1)
         assert nxt is not None and nxt["why"] in ("oom", "predicted"), summary
         if nxt["why"] == "oom":
-            assert any((r.get("failure") or {}).get("kind") == "oom" and (r.get("tensor_parallel") or 1) == tp
+            assert any((r.get("failure") or {}).get("kind") == "oom" and (size_of(r, "tensor_parallel") or 1) == tp
                        for r in runs), nxt
     dp, tp = (summaries[t]["largest"] for t in (1, 2))
     print(f"largest under {CAP_GIB} GiB per rank: DP {dp['member']} ({dp['params']:,}), TP {tp['member']} "

@@ -1,12 +1,14 @@
 """A parallel degree is a plug-in (issue 44): a phantom fifth degree, registered in this test alone
 (``DEGREES.added``), is seen by run's flags and their checks, the legality table, a run record's layout,
 compare's key, expectations' fields, a sweep's and a capacity search's axes and grid, and plan's candidates,
-with no other edit. Pure: nothing is launched."""
+with no other edit; with its engine plan registered here too, the run path's mesh, a run record's ``degrees``
+block and the run summary. Pure: nothing is launched."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+from typing import ClassVar
 
 import pytest
 
@@ -15,6 +17,8 @@ from ds_bench.config.degrees import DEGREES, Degree
 from ds_bench.config.layout import Layout, parse_key
 from ds_bench.config.legality import Where
 from ds_bench.config.run_flags import Parser, add_run_arguments, run_config
+from ds_bench.engines.mesh import RESOLVERS, DegreePlan, register
+from ds_bench.engines.mesh import resolve as resolve_mesh
 from ds_bench.errors import UserError
 from ds_bench.jobs import flags as study_flags
 from ds_bench.jobs.points import families
@@ -24,6 +28,8 @@ from ds_bench.perf.shapes import custom
 from ds_bench.record.expect_file import ExpectFile, fields_of
 from ds_bench.record.schema import RunRecord
 from ds_bench.report.compare_match import samples
+from ds_bench.report.degree_lines import degree_lines, replicas
+from ds_bench.workloads import build_workload
 from tests.conftest import REPO
 
 PHANTOM = Degree(field="context_parallel", word="cp", flag="--context-parallel", metavar="C",
@@ -109,3 +115,45 @@ def test_without_the_phantom_nothing_knows_it():
     assert "context_parallel" not in DEGREES.fields()
     with pytest.raises(TypeError, match="unexpected keyword argument 'context_parallel'"):
         Layout(1, "none", "fp32", 2, context_parallel=2)
+
+
+@dataclasses.dataclass(frozen=True)
+class PhantomPlan(DegreePlan):
+    """The phantom's engine side: groups of consecutive ranks sharing a replica, its one setting."""
+
+    field: ClassVar[str] = "context_parallel"
+    size: int
+
+    def record_settings(self) -> dict:
+        return {"ring": "phantom"}
+
+
+@pytest.fixture
+def phantom_plan(phantom):
+    register("context_parallel")(lambda cfg, workload, world, local: cfg.context_parallel and PhantomPlan(cfg.context_parallel))
+    try:
+        yield
+    finally:
+        RESOLVERS.pop("context_parallel")
+
+
+def test_the_phantom_joins_the_run_paths_mesh_its_record_block_and_the_summary(phantom_plan):
+    """Resolved from the run's flags by the resolver its engine module registers, the phantom's plan is in the
+    mesh the run path reads (data-parallel size, record blocks, batches of its replica), and a run record with its
+    block is summarised with its word and setting."""
+    p = Parser(prog="ds-bench run")
+    add_run_arguments(p)
+    cfg = run_config(p.parse_args(["--workload", "mnist", "--ds-config", CONFIG, "--context-parallel", "2"]))
+    mesh = resolve_mesh(cfg, build_workload(cfg), 4, 4)
+    assert [plan.field for plan in mesh.plans] == ["context_parallel"] and mesh.data_parallel_size == 2
+    assert mesh.record_blocks() == {"context_parallel": {"size": 2, "settings": {"ring": "phantom"}}}
+
+    class Replicas:
+        def batches(self, rank, world_size, micro_batch):
+            return iter([(rank, world_size)])
+    assert [next(mesh.batches(Replicas(), rank, 2)) for rank in range(4)] == [(0, 2), (0, 2), (1, 2), (1, 2)]
+    record = RunRecord(workload="mnist", status="ok", world_size=4, data_parallel_size=2, config=cfg.to_dict(),
+                       ds_config=DS, degrees=mesh.record_blocks())
+    assert record.degree_size("context_parallel") == 2 and record.layout["context_parallel"] == 2
+    assert degree_lines(record) == ["  cp           cp2, ring phantom"]
+    assert replicas(record) == "2 data-parallel (cp2)"

@@ -22,7 +22,7 @@ from ds_bench.engines.expert_parallel import ExpertParallelPlan, Router
 from ds_bench.measure import expert_load
 from ds_bench.measure.expert_load import DROPPED, ROUTED, TOKENS, load_balance, routes_dropped
 from ds_bench.workloads import moe_shapes
-from tests.conftest import OFFLINE, explain, records, run_cmd
+from tests.conftest import OFFLINE, degree, explain, records, run_cmd, size_of
 
 # ---- the plan against DeepSpeed's groups --------------------------------------------------------------------------
 
@@ -224,15 +224,17 @@ def test_two_expert_parallel_ranks_train_with_tokens_dropped(dropping_runs):
     shape = moe_shapes.SHAPES["tiny"]
     assert r["status"] == "ok" and r["world_size"] == 2
     assert all(math.isfinite(x) for x in r["metrics"]["loss_curve"]) and len(r["metrics"]["loss_curve"]) == 4
-    assert r["expert_parallel"] == {"path": "moe-layer", "size": 2, "experts": 4, "local_experts": 2,
-                                    "data_parallel_size": 2, "expert_data_parallel_size": 1, "top_k": 2,
-                                    "capacity_factor": 1.0, "drop_tokens": True, "aux_loss_weight": 0.02}
-    comm = r["expert_parallel_comm"]
+    block = degree(r, "expert_parallel")
+    assert block["size"] == 2 and block["settings"] == {
+        "path": "moe-layer", "experts": 4, "local_experts": 2, "data_parallel_size": 2, "expert_data_parallel_size": 1,
+        "top_k": 2, "capacity_factor": 1.0, "drop_tokens": True, "aux_loss_weight": 0.02}
+    comm, load = block["comm"], block["measured"]
+    assert comm["collective"] == "all_to_all"
     print(comm)
     assert comm["calls_per_step"] == 4 * shape.n_layer
-    assert 0 < comm["all_to_all_ms"] < r["metrics"]["step_ms_max"] and 0 < comm["share_of_step"] < 1
-    assert 1.0 <= comm["load_max_over_mean"] <= comm["load_max_over_mean_worst"] <= shape.experts / shape.top_k
-    assert 0 < comm["dropped_share"] < 0.5
+    assert 0 < comm["ms_per_step"] < r["metrics"]["step_ms_max"] and 0 < comm["share_of_step"] < 1
+    assert 1.0 <= load["load_max_over_mean"] <= load["load_max_over_mean_worst"] <= shape.experts / shape.top_k
+    assert 0 < load["dropped_share"] < 0.5
     assert r["params"] == moe_shapes.param_count(shape)
     experts = moe_shapes.expert_param_count(shape)
     assert r["build"]["rank_params_held"] == {"experts": experts // 2, "rest": moe_shapes.param_count(shape) - experts}
@@ -248,8 +250,9 @@ def test_one_expert_parallel_rank_gives_the_same_losses(dropping_runs):
     way): the placement, the all-to-alls and ZeRO's reduction of the expert groups add up to one model."""
     one, _ = dropping_runs(1)
     two, _ = dropping_runs(2)
-    assert one["expert_parallel"]["size"] == 1 and one.get("expert_parallel_comm", {}).get("calls_per_step", 0) == 0
+    assert size_of(one, "expert_parallel") == 1 and (degree(one, "expert_parallel").get("comm") or {}).get("calls_per_step", 0) == 0
     print(one["metrics"]["loss_curve"], two["metrics"]["loss_curve"])
     for a, b in zip(one["metrics"]["loss_curve"], two["metrics"]["loss_curve"], strict=True):
         assert b == pytest.approx(a, rel=1e-5)
-    assert one["expert_parallel_comm"]["dropped_share"] == pytest.approx(two["expert_parallel_comm"]["dropped_share"])
+    assert degree(one, "expert_parallel")["measured"]["dropped_share"] == pytest.approx(
+        degree(two, "expert_parallel")["measured"]["dropped_share"])

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from tests.conftest import OFFLINE, REPO, child_env, explain, records, run_cmd
+from tests.conftest import OFFLINE, REPO, child_env, degree, explain, records, run_cmd, size_of
 
 pytestmark = pytest.mark.dist
 
@@ -28,7 +28,7 @@ RUN = ["-m", "ds_bench", "run", "--workload", "gpt2", "--layers", "4", "--hidden
 
 
 def check_pipeline(r: dict) -> None:
-    assert (r["pipeline_stages"], r["data_parallel_size"], r["micro_batches"]) == (2, 1, 2)
+    assert (size_of(r, "pipeline_stages"), r["data_parallel_size"], degree(r, "pipeline_stages")["settings"]["micro_batches"]) == (2, 1, 2)
     assert [s["stage"] for s in r["pipeline_layout"]] == [0, 1] and len(r["metrics"]["loss_curve"]) == 3
 
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from ds_bench.workloads import moe_shapes
-from tests.conftest import explain, records, run_cmd
+from tests.conftest import degree, explain, records, run_cmd, size_of
 
 RUN = ["-m", "ds_bench", "run", "--workload", "moe", "--size", "tiny", "--seq-len", "64", "--micro-batch", "2",
        "--ds-config", "ds_configs/zero1.json", "--set", "bf16.enabled=false", "--set", "gradient_accumulation_steps=2",
@@ -49,8 +49,9 @@ def test_the_record_gives_the_layout_and_what_each_rank_holds(ep_runs):
     (one, _), (two, _) = ep_runs[1], ep_runs[2]
     shape = moe_shapes.SHAPES["tiny"]
     for ep, record in ((1, one), (2, two)):
-        e = record["expert_parallel"]
-        assert (e["path"], e["size"], e["experts"], e["local_experts"]) == ("moe-layer", ep, 4, 4 // ep)
+        e = degree(record, "expert_parallel")["settings"]
+        assert (e["path"], size_of(record, "expert_parallel"), e["experts"], e["local_experts"]) == ("moe-layer", ep, 4,
+                                                                                                       4 // ep)
         assert (e["data_parallel_size"], e["expert_data_parallel_size"]) == (2, 2 // ep)
         assert (e["top_k"], e["drop_tokens"], e["aux_loss_weight"]) == (2, False, shape.aux_loss_weight)
         assert record["params"] == moe_shapes.param_count(shape)  # the whole model, from one rank's share
@@ -66,10 +67,10 @@ def test_the_all_to_alls_are_counted_where_the_moe_layer_makes_them(ep_runs):
     skips them), and the comm-bound verdict counts them only where they run."""
     (one, _), (two, summary) = ep_runs[1], ep_runs[2]
     blocks = moe_shapes.SHAPES["tiny"].n_layer
-    comm2, comm1 = two["expert_parallel_comm"], one["expert_parallel_comm"]
+    comm2, comm1 = degree(two, "expert_parallel")["comm"], degree(one, "expert_parallel")["comm"]
     assert comm2["calls_per_step"] == 4 * blocks * ACCUMULATION
-    assert comm2["all_to_all_ms"] > 0 and 0 < comm2["share_of_step"] < 1
-    assert (comm1["calls_per_step"], comm1["all_to_all_ms"]) == (0, 0.0)
+    assert comm2["ms_per_step"] > 0 and 0 < comm2["share_of_step"] < 1
+    assert (comm1["calls_per_step"], comm1["ms_per_step"]) == (0, 0.0)
     # the verdict's bytes are those the timer saw the layer send, half of them leaving the rank; each call carries
     # the [E, capacity, hidden] fp32 buffer, capacity between an even load (k x tokens / E) and every token
     shape, tokens = moe_shapes.SHAPES["tiny"], 2 * 64
@@ -82,7 +83,7 @@ def test_the_all_to_alls_are_counted_where_the_moe_layer_makes_them(ep_runs):
     held1, held2 = one["build"]["rank_params_held"], two["build"]["rank_params_held"]
     assert one["comm_bound"]["bus_bytes_per_step"]["reduce_scatter"] == 0.5 * 4 * (held1["rest"] + held1["experts"])
     assert two["comm_bound"]["bus_bytes_per_step"]["reduce_scatter"] == 0.5 * 4 * held2["rest"]
-    assert f"{comm2['calls_per_step']} per step" in summary and "experts      ep2: 2 of 4 experts per rank" in summary
+    assert f"{comm2['calls_per_step']} all-to-alls per step" in summary and "ep           ep2: 2 of 4 experts per rank" in summary
 
 
 @pytest.mark.dist
@@ -90,7 +91,7 @@ def test_the_load_balance_is_the_routers(ep_runs):
     """The same routing whatever holds the experts: the job's tokens per expert give the same max/mean at EP 1 and 2,
     at least 1 (1.0 is perfectly even), and nothing dropped without a capacity factor."""
     (one, _), (two, _) = ep_runs[1], ep_runs[2]
-    c1, c2 = one["expert_parallel_comm"], two["expert_parallel_comm"]
+    c1, c2 = degree(one, "expert_parallel")["measured"], degree(two, "expert_parallel")["measured"]
     assert c1["load_max_over_mean"] == pytest.approx(c2["load_max_over_mean"])
     shape = moe_shapes.SHAPES["tiny"]  # an expert gets each token at most once: max / mean <= E / k
     assert 1.0 < c1["load_max_over_mean"] <= c1["load_max_over_mean_worst"] <= shape.experts / shape.top_k
@@ -146,7 +147,8 @@ def test_ddp_trains_hfs_own_blocks_and_records_the_router(tmp_path):
     assert proc.returncode == 0, explain(proc)
     record, shape = records(results)[0], moe_shapes.SHAPES["tiny"]
     assert record["status"] == "ok" and record["engine"] == "ddp"
-    e = record["expert_parallel"]
-    assert (e["path"], e["size"], e["top_k"], e["aux_loss_weight"]) == ("hf", 1, 2, shape.aux_loss_weight)
+    e = degree(record, "expert_parallel")["settings"]
+    assert (e["path"], size_of(record, "expert_parallel"), e["top_k"], e["aux_loss_weight"]) == ("hf", 1, 2,
+                                                                                                 shape.aux_loss_weight)
     assert record["build"]["rank_params_held"]["experts"] == moe_shapes.expert_param_count(shape)
-    assert record["expert_parallel_comm"] is None
+    assert degree(record, "expert_parallel")["comm"] is None

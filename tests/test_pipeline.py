@@ -19,7 +19,7 @@ import torch
 from ds_bench.engines import pipeline
 from ds_bench.errors import UserError
 from ds_bench.measure.loop import LoopTimes, run_loop, timing
-from tests.conftest import OFFLINE, explain, records, run_cmd
+from tests.conftest import OFFLINE, degree, explain, records, run_cmd, size_of
 
 SHAPE = ("--layers", "4", "--hidden", "64", "--heads", "4", "--seq-len", "32")
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_CBWR": "AUTO,STRICT"}
@@ -183,10 +183,11 @@ def test_two_stages_give_the_loss_curve_of_one(runs, name):
 def test_pipeline_records_say_the_layout(runs):
     params = 4 * (12 * 64 * 64 + 13 * 64) + (50257 + 1024) * 64 + 2 * 64  # gpt2_param_count(4, 64)
     p1, p2 = runs["p1"], runs["p2"]
-    assert (p1["pipeline_stages"], p1["data_parallel_size"], p1["micro_batches"]) == (1, 1, 4)
-    assert (p2["pipeline_stages"], p2["data_parallel_size"], p2["micro_batches"], p2["world_size"]) == (2, 1, 4, 2)
+    assert (size_of(p1, "pipeline_stages"), p1["data_parallel_size"], degree(p1, "pipeline_stages")["settings"]["micro_batches"]) == (1, 1, 4)
+    assert (size_of(p2, "pipeline_stages"), p2["data_parallel_size"], degree(p2, "pipeline_stages")["settings"]["micro_batches"],
+            p2["world_size"]) == (2, 1, 4, 2)
     assert p1["params"] == p2["params"] == params and p2["train_batch_size"] == 2 * 4 * 1
-    assert p2["schedule_bubble"] == pytest.approx(1 / 5) and p2["metrics"]["timing_mode"] == "pipeline_step"
+    assert degree(p2, "pipeline_stages")["settings"]["schedule_bubble"] == pytest.approx(1 / 5) and p2["metrics"]["timing_mode"] == "pipeline_step"
     stages = p2["pipeline_layout"]
     assert [s["stage"] for s in stages] == [0, 1] and sum(s["n_blocks"] for s in stages) == 4
     assert sum(s["unique_params"] for s in stages) == params
@@ -205,7 +206,7 @@ def test_two_stages_times_two_replicas_on_four_oversubscribed_ranks(tmp_path_fac
     zero0 = ("--ds-config", "ds_configs/zero0.json")
     p2dp2 = pipeline_run(tmp_path_factory, "p2dp2", 4, 29871 + 43, *zero0, "--pipeline-stages", "2")
     p1dp2 = pipeline_run(tmp_path_factory, "p1dp2", 2, 29871 + 44, *zero0, "--pipeline-stages", "1")
-    assert (p2dp2["world_size"], p2dp2["pipeline_stages"], p2dp2["data_parallel_size"]) == (4, 2, 2)
+    assert (p2dp2["world_size"], size_of(p2dp2, "pipeline_stages"), p2dp2["data_parallel_size"]) == (4, 2, 2)
     assert (p1dp2["world_size"], p1dp2["data_parallel_size"]) == (2, 2)
     assert p2dp2["train_batch_size"] == p1dp2["train_batch_size"] == 2 * 4 * 2
     assert_same_curve(p2dp2["metrics"]["loss_curve"], p1dp2["metrics"]["loss_curve"], CURVE_REL)

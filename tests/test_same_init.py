@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from ds_bench.workloads import gpt2_pipe, hf_init
-from tests.conftest import OFFLINE, explain, records, run_cmd
+from tests.conftest import OFFLINE, explain, records, run_cmd, size_of
 
 SHAPE = ("--layers", "2", "--hidden", "64", "--heads", "4", "--seq-len", "32")
 RUN = (*SHAPE, "--set", "bf16.enabled=false", "--set", "gradient_accumulation_steps=2", "--steps", "1",
@@ -137,7 +137,7 @@ def gpt2(data) -> dict:
 def test_two_pipeline_stages_start_from_the_plain_model(gpt2):
     (plain, _), (pipeline, record) = gpt2["plain"], gpt2["pipeline"]
     print(f"first-step loss: plain {plain}, 2 pipeline stages {pipeline}")
-    assert (record["pipeline_stages"], record["world_size"]) == (2, 2)
+    assert (size_of(record, "pipeline_stages"), record["world_size"]) == (2, 2)
     assert pipeline == pytest.approx(plain, rel=REL)
 
 
@@ -158,5 +158,5 @@ def test_tensor_parallel_llama_starts_from_the_plain_model(data):
     plain, _ = first_loss(data, "llama", 1, 0, *run)
     sharded, record = first_loss(data, "llama_tp2", 2, 29973, *run, "--tensor-parallel", "2")
     print(f"first-step loss: plain {plain}, tensor parallel 2 {sharded}")
-    assert (record["tensor_parallel"], record["world_size"]) == (2, 2)
+    assert (size_of(record, "tensor_parallel"), record["world_size"]) == (2, 2)
     assert sharded == pytest.approx(plain, rel=REL)

@@ -13,6 +13,7 @@ from ds_bench.measure.metrics import RankReport
 from ds_bench.measure.stage_timers import TIMERS, StageTimers, per_stage, stage_times
 from ds_bench.record.schema import RunRecord
 from ds_bench.report import summary
+from ds_bench.report.degree_lines import degree_lines
 
 
 class FakeClock:
@@ -129,8 +130,10 @@ def test_summary_prints_a_timers_line_per_stage():
              "peak_mem_bytes": int(1.2 * 2**30)}
     old = {key: stage[key] for key in ("stage", "layers", "blocks", "n_blocks", "params", "unique_params", "build_s")}
     record = RunRecord(workload="gpt2", pipeline_stages=2, data_parallel_size=1, micro_batches=4,
-                       partition="parameters", schedule_bubble=0.2, pipeline_layout=[stage, old])
-    new_line, old_line = summary.pipeline_lines(record)[1:]
+                       partition="parameters", schedule_bubble=0.2, pipeline_layout=[stage, old])  # an old record's keys
+    assert degree_lines(record) == ["  pp           pp2, 4 micro-batches per step, partition parameters, schedule "
+                                    "bubble (P-1)/(m+P-1) = 20%"]
+    new_line, old_line = (summary.stage_line(s, record.setting("schedule_bubble")) for s in record.pipeline_layout)
     assert new_line == ("    stage 1 (rank 1, blocks 6-11, 81.10M params): forward-compute 120.3 | forward-recv 1.0 | "
                         "forward-send 1.0 | backward-compute 240.1 | backward-recv 1.0 | backward-send 1.0 | "
                         "backward-embedding-all-reduce 1.0 | backward-params-all-reduce 1.0 | optimizer 1.0 | "

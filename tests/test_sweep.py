@@ -31,7 +31,7 @@ from ds_bench.jobs import ledger, outcome
 from ds_bench.jobs.points import grid, next_auto_micro_batch, skip_reason
 from ds_bench.record.schema import RunRecord
 from ds_bench.sweep import driver, spec
-from tests.conftest import REPO, child_env, default_sigint, ds_bench, explain, full_tier, records, run_cmd
+from tests.conftest import REPO, child_env, default_sigint, ds_bench, explain, full_tier, records, run_cmd, size_of
 
 BASE = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
         "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}, "bf16": {"enabled": True},
@@ -339,7 +339,7 @@ def test_a_sweep_with_a_pipeline_axis_runs_pp2_under_the_deepspeed_launcher(tmp_
     rows = [line for line in proc.stdout.splitlines() if line[:1] in "=0123456789"]  # the ranked table
     (pp2_row,) = [line for line in rows if " pp2 z1 " in line]
     assert "bubble % (schedule)" in proc.stdout and f" {pipe['bubble'] * 100:.0f} (33) " in pp2_row + " ", pp2_row
-    (pp2,) = [r for r in records(results.with_suffix(".runs.jsonl")) if r.get("pipeline_stages") == 2]
+    (pp2,) = [r for r in records(results.with_suffix(".runs.jsonl")) if size_of(r, "pipeline_stages") == 2]
     assert (pp2["launcher"], pp2["world_size"], pp2["data_parallel_size"]) == ("deepspeed", 2, 1)
     assert pp2_row.split()[1:3] == ["pp2", "z1"]
 

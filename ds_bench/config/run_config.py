@@ -165,7 +165,7 @@ class RunConfig:
                                 "this); auto "
                                 "(default): AutoEP where the installed DeepSpeed and transformers work together, "
                                 "else moe-layer. The record says which ran")
-    """How expert parallelism runs (``ds_bench.engines.expert_parallel.PATHS``)."""
+    """How expert parallelism runs (``PATHS`` of the expert-parallel engine module, ``ds_bench.engines``)."""
     tiled_mlp: bool = option(False, "--tiled-mlp",
                              help="compute each block's MLP in sequence tiles with DeepSpeed's TiledMLP (ALST), "
                                   "recomputing it in backward: the MLP's activations of one tile, not the sequence")
@@ -208,7 +208,7 @@ class RunConfig:
     parallel: tuple[tuple[str, int], ...] = ()
     """The parallel degrees given (``ds_bench.config.degrees``: ``--pipeline-stages``, ``--tensor-parallel``,
     ``--sequence-parallel``, ``--expert-parallel``), ``(field, value)`` in registry order; read each as an
-    attribute (``cfg.tensor_parallel``, None where not given). Their flags come from the registry
+    attribute by its field (``getattr(cfg, field)``, None where not given). Their flags come from the registry
     (``ds_bench.config.run_flags``)."""
 
     def __post_init__(self) -> None:

@@ -6,12 +6,12 @@ joined; under DeepSpeed ZeRO-3 ``partitioned_build`` is the context the model is
 (``deepspeed.zero.Init``, ``ds_bench.engines.zero_init``). Every engine returns an object with
 DeepSpeed's engine surface (``ds_bench.measure.loop`` calls ``engine(...)``, ``backward``, ``step``,
 ``device``; ``save_checkpoint`` / ``load_checkpoint``), so the loop, timing and records are the same
-for all three. ``--tensor-parallel`` hands DeepSpeed an AutoTP config (``ds_bench.engines.tensor_parallel``);
-``--sequence-parallel`` a ``sequence_parallel_size`` and the Ulysses ``mpu`` (``ds_bench.engines.sequence_parallel``);
-``--workload moe`` DeepSpeed's MoE layers or AutoEP (``ds_bench.engines.expert_parallel``).
-With ``--pipeline-stages`` (``ds_bench.engines.pipeline``) the model is a
-``PipelineModule`` and DeepSpeed's ``PipelineEngine`` trains a whole step per ``train_batch`` call;
-the loop drives it per step.
+for all three. The parallel degrees are one ``Mesh`` of plans (``ds_bench.engines.mesh``), one module each:
+``--tensor-parallel`` hands DeepSpeed an AutoTP config (``tensor_parallel``); ``--sequence-parallel`` a
+``sequence_parallel_size`` and the Ulysses ``mpu`` (``sequence_parallel``); ``--workload moe`` DeepSpeed's MoE
+layers or AutoEP (``expert_parallel``); with ``--pipeline-stages`` (``pipeline``) the model is a
+``PipelineModule`` and DeepSpeed's ``PipelineEngine`` trains a whole step per ``train_batch`` call; the loop
+drives it per step.
 """
 
 from __future__ import annotations
@@ -24,11 +24,9 @@ from ds_bench.config.deepspeed import optim
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.layout import ENGINES
 from ds_bench.config.run_checks import check_engine
-from ds_bench.engines.expert_parallel import ExpertParallelPlan
-from ds_bench.engines.pipeline import PipelinePlan
-from ds_bench.engines.pipeline import with_micro_batches
-from ds_bench.engines.sequence_parallel import SequenceParallelPlan
-from ds_bench.engines.tensor_parallel import TensorParallelPlan
+# Each degree's module registers its plan's resolver with the mesh, in this order.
+from ds_bench.engines import pipeline, tensor_parallel, sequence_parallel, expert_parallel  # noqa: F401,I001
+from ds_bench.engines.mesh import Mesh
 from ds_bench.engines.torch_engine import DTYPES, TorchEngine, wrap_ddp, wrap_fsdp
 from ds_bench.engines.torch_settings import TorchSettings, torch_settings
 from ds_bench.engines.zero_init import full_numel, is_partitioned, partitioned_build
@@ -48,14 +46,8 @@ class EngineChoice:
     master weights in its optimizer); DDP and FSDP keep fp32 weights and cast per op/unit."""
     input_dtype: torch.dtype
     torch_settings: TorchSettings | None = None
-    pipeline: PipelinePlan | None = None
-    """The pipeline layout (``--pipeline-stages``); None: data parallelism only."""
-    tensor_parallel: TensorParallelPlan | None = None
-    """The AutoTP layout (``--tensor-parallel``); None: no tensor parallelism."""
-    sequence_parallel: SequenceParallelPlan | None = None
-    """The Ulysses layout (``--sequence-parallel``); None: no sequence parallelism."""
-    expert_parallel: ExpertParallelPlan | None = None
-    """The experts' layout (``--workload moe`` under DeepSpeed); None: no MoE layer."""
+    mesh: Mesh = Mesh(1)
+    """The run's parallel degrees (``ds_bench.engines.mesh``); no plan: data parallelism only."""
 
     def describe(self) -> dict:
         """The record's ``engine_plan``: how the config was mapped (None for DeepSpeed: it reads it itself)."""
@@ -69,27 +61,22 @@ class EngineChoice:
         return {"source": source, "type": f"torch.optim.{self.torch_settings.optimizer}"}
 
 
-def choose(name: str, ds_cfg: dict, default_lr: float, where: str, pipeline: PipelinePlan | None = None,
-           tensor_parallel: TensorParallelPlan | None = None,
-           sequence_parallel: SequenceParallelPlan | None = None,
-           expert_parallel: ExpertParallelPlan | None = None) -> EngineChoice:
+def choose(name: str, ds_cfg: dict, default_lr: float, where: str, mesh: Mesh | None = None) -> EngineChoice:
+    """``--engine name`` against the resolved config, with the run's degrees (``mesh``) as that config sets them
+    (the legality table already refused the degrees an engine does not run)."""
     check_engine(name)
     compute = DTYPES[ds_config.precision_of(ds_cfg)]
-    if pipeline is not None:  # the legality table already refused other engines and stages (config.legality)
-        pipeline = with_micro_batches(pipeline, ds_cfg)
+    mesh = (mesh or Mesh(1)).with_config(ds_cfg)
     if name == "deepspeed":
-        return EngineChoice(name, ds_config.zero_stage(ds_cfg), compute, compute, pipeline=pipeline,
-                            tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
-                            expert_parallel=expert_parallel)
+        return EngineChoice(name, ds_config.zero_stage(ds_cfg), compute, compute, mesh=mesh)
     settings = torch_settings(name, ds_cfg, default_lr, where)
-    return EngineChoice(name, settings.zero_stage, torch.float32, torch.float32, settings,
-                        expert_parallel=expert_parallel)  # HF's own blocks: the record's router
+    return EngineChoice(name, settings.zero_stage, torch.float32, torch.float32, settings, mesh=mesh)
 
 
 def build(choice: EngineChoice, model: torch.nn.Module, ds_cfg: dict, device: torch.device, lr: float, mpu=None):
     """The engine for ``model`` (already cast to ``choice.model_dtype``), after the process group is joined.
-    A ``PipelineModule`` (``choice.pipeline``) gets DeepSpeed's ``PipelineEngine`` from the same call; ``mpu``:
-    the Ulysses groups (``sequence_parallel.register``)."""
+    A ``PipelineModule`` (a staged mesh) gets DeepSpeed's ``PipelineEngine`` from the same call; ``mpu``: the
+    model-parallel groups a degree gives (``Mesh.mpu``: Ulysses')."""
     if choice.name == "deepspeed":
         from ds_bench.engines.deepspeed_engine import config_for, initialize
 

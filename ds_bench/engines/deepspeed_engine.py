@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from ds_bench.config.deepspeed import optim
-from ds_bench.engines import expert_parallel, moe_layer, sequence_parallel, tensor_parallel
+from ds_bench.engines import moe_layer
 
 
 def initialize(model: torch.nn.Module, ds_cfg: dict, lr: float, mpu=None):
@@ -24,7 +24,5 @@ def initialize(model: torch.nn.Module, ds_cfg: dict, lr: float, mpu=None):
 
 def config_for(choice, ds_cfg: dict) -> dict:
     """The config ``deepspeed.initialize`` and ``zero.Init`` get for ``choice`` (an ``EngineChoice``): the run's,
-    with its parallel degrees' keys (``tensor_parallel``, ``sequence_parallel``, ``expert_parallel.deepspeed_config``)."""
-    tp = tensor_parallel.deepspeed_config(choice.tensor_parallel, ds_cfg)
-    return expert_parallel.deepspeed_config(choice.expert_parallel,
-                                            sequence_parallel.deepspeed_config(choice.sequence_parallel, tp))
+    with each of its parallel degrees' keys (``Mesh.deepspeed_config``)."""
+    return choice.mesh.deepspeed_config(ds_cfg)

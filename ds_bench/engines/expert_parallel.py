@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
+from ds_bench.engines.mesh import DegreePlan, register
 from ds_bench.errors import UserError
 
 MOE_LAYER, AUTOEP, HF_BLOCKS = "moe-layer", "autoep", "hf"
@@ -63,7 +65,11 @@ class Router:
 
 
 @dataclass(frozen=True)
-class ExpertParallelPlan:
+class ExpertParallelPlan(DegreePlan):
+    field: ClassVar[str] = "expert_parallel"
+    splits_replica: ClassVar[bool] = False
+    routes_tokens: ClassVar[bool] = True
+
     size: int
     """EP: ranks the experts of a block are sharded over."""
     world_size: int
@@ -99,6 +105,40 @@ class ExpertParallelPlan:
                 "expert_data_parallel_size": self.expert_data_parallel_size, "top_k": r.top_k,
                 "capacity_factor": r.capacity_factor or None, "drop_tokens": r.drop_tokens,
                 "aux_loss_weight": r.aux_loss_weight}
+
+    def record_settings(self) -> dict:
+        return {k: v for k, v in self.describe().items() if k != "size"}
+
+    def deepspeed_config(self, ds_cfg: dict) -> dict:
+        return deepspeed_config(self, ds_cfg)
+
+    def prepare(self, workload, rank: int) -> None:
+        """DeepSpeed's MoE layers hold this rank's experts only: the workload builds them so."""
+        if self.path == MOE_LAYER:
+            workload.place_experts(self, rank)
+
+    def whole_params(self, model, numel) -> int:
+        return whole_model_params(model, self, numel)
+
+    def rank_params_held(self, model, numel) -> dict:
+        return params_held(model, numel)
+
+    def verdict_terms(self, workload, micro_batch: int, comm: dict | None, build: dict) -> dict:
+        """The dispatch and combine all-to-alls, as measured where the MoE layer calls them; the gradients of the
+        experts this rank holds (``build``'s ``rank_params_held``)."""
+        held = build.get("rank_params_held")
+        return {"expert_parallel": self.size, "ep_all_to_all_bytes": (comm or {}).get("bytes_per_step") or 0.0,
+                "expert_params": held["experts"] if held else 0}
+
+
+@register("expert_parallel")
+def _from_run(cfg, workload, world_size: int, local_world_size: int | None) -> ExpertParallelPlan | None:
+    """A moe run: its experts' layout (EP = 1 without ``--expert-parallel``; DDP and FSDP: HF's own blocks)."""
+    if workload.router is None:
+        return None
+    path = cfg.moe_path if cfg.engine == "deepspeed" else HF_BLOCKS
+    return resolve(cfg.expert_parallel or 1, world_size, workload.experts, workload.router, path,
+                   workload.shape.arch)
 
 
 def check_split(size: int, experts: int, hint: str = "") -> None:
@@ -172,3 +212,23 @@ def deepspeed_config(plan: ExpertParallelPlan | None, ds_cfg: dict) -> dict:
     if plan is None or plan.path != AUTOEP:
         return ds_cfg
     return {**ds_cfg, "expert_parallel": {"enabled": True, "autoep_size": plan.size, "preset_model": plan.arch}}
+
+
+def is_expert(param: torch.Tensor) -> bool:
+    """DeepSpeed's mark on an expert's parameter (``deepspeed.moe.experts.Experts``)."""
+    return getattr(param, "allreduce", True) is False
+
+
+def params_held(model: torch.nn.Module, numel) -> dict[str, int]:
+    """Parameters this rank holds: ``experts`` (its local experts: DeepSpeed's, or all of HF's stacked ones) and
+    ``rest``; ``numel`` counts a parameter whole (``ds_bench.engines.full_numel``)."""
+    held = {"experts": 0, "rest": 0}
+    for name, p in model.named_parameters():
+        held["experts" if is_expert(p) or ".experts." in f".{name}" else "rest"] += numel(p)
+    return held
+
+
+def whole_model_params(model: torch.nn.Module, plan: ExpertParallelPlan | None, numel) -> int:
+    """The whole model's parameters from one rank's: its experts x EP (each holds 1 / EP of them) + the rest."""
+    held = params_held(model, numel)
+    return held["experts"] * (plan.size if plan else 1) + held["rest"]

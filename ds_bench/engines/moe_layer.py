@@ -16,7 +16,7 @@ import contextlib
 import torch
 from torch import nn
 
-from ds_bench.engines.expert_parallel import ExpertParallelPlan
+from ds_bench.engines.expert_parallel import ExpertParallelPlan, is_expert, params_held, whole_model_params  # noqa: F401
 
 class SwiGLUExpert(nn.Module):
     """One Mixtral / Qwen3-MoE expert: down(silu(gate x) * up x), HF's fused gate_up layout."""
@@ -133,23 +133,3 @@ def param_groups(model: nn.Module) -> list[dict]:
     from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer
 
     return split_params_into_different_moe_groups_for_optimizer({"params": list(model.parameters()), "name": "dense"})
-
-
-def is_expert(param: torch.Tensor) -> bool:
-    """DeepSpeed's mark on an expert's parameter (``deepspeed.moe.experts.Experts``)."""
-    return getattr(param, "allreduce", True) is False
-
-
-def params_held(model: nn.Module, numel) -> dict[str, int]:
-    """Parameters this rank holds: ``experts`` (its local experts: DeepSpeed's, or all of HF's stacked ones) and
-    ``rest``; ``numel`` counts a parameter whole (``ds_bench.engines.full_numel``)."""
-    held = {"experts": 0, "rest": 0}
-    for name, p in model.named_parameters():
-        held["experts" if is_expert(p) or ".experts." in f".{name}" else "rest"] += numel(p)
-    return held
-
-
-def whole_model_params(model: nn.Module, plan: ExpertParallelPlan | None, numel) -> int:
-    """The whole model's parameters from one rank's: its experts x EP (each holds 1 / EP of them) + the rest."""
-    held = params_held(model, numel)
-    return held["experts"] * (plan.size if plan else 1) + held["rest"]

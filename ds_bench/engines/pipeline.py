@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import ClassVar
 
+from ds_bench.engines.mesh import DegreePlan, register
 from ds_bench.errors import UserError
 
 log = logging.getLogger("ds_bench")
@@ -29,8 +31,11 @@ DEFAULT_PARTITION = "parameters"
 
 
 @dataclass(frozen=True)
-class PipelinePlan:
+class PipelinePlan(DegreePlan):
     """The layout of a pipeline run."""
+
+    field: ClassVar[str] = "pipeline_stages"
+    builds_stages: ClassVar[bool] = True
 
     stages: int
     data_parallel_size: int
@@ -38,6 +43,10 @@ class PipelinePlan:
     """``PipelineModule``'s ``partition_method``: parameters, uniform or type:REGEX."""
     micro_batches: int = 0
     """Micro-batches per step (``gradient_accumulation_steps``); set by ``with_micro_batches``."""
+
+    @property
+    def size(self) -> int:
+        return self.stages
 
     def bubble(self) -> float:
         """The schedule's idle share of a step: (P - 1) / (m + P - 1)."""
@@ -49,6 +58,18 @@ class PipelinePlan:
                 "micro_batches": self.micro_batches, "partition": self.partition,
                 "schedule_bubble": self.bubble()}
 
+    def record_settings(self) -> dict:
+        return {"micro_batches": self.micro_batches, "partition": self.partition, "schedule_bubble": self.bubble()}
+
+    def with_config(self, ds_cfg: dict) -> PipelinePlan:
+        return with_micro_batches(self, ds_cfg)
+
+    def staged_batches(self, workload, engine, micro_batch: int):
+        """A stage's batches: its replica's, by DeepSpeed's grid (global rank = stage x D + data-parallel rank)."""
+        grid = engine.grid
+        return workload.pipeline_batches(grid.get_data_parallel_rank(), grid.get_data_parallel_world_size(),
+                                         micro_batch)
+
 
 def resolve(stages: int | None, partition: str | None, world_size: int, n_blocks: int | None) -> PipelinePlan | None:
     """The layout of ``--pipeline-stages`` on ``world_size`` ranks; None without it."""
@@ -59,6 +80,11 @@ def resolve(stages: int | None, partition: str | None, world_size: int, n_blocks
     if stages > n_blocks:
         raise UserError(f"--pipeline-stages {stages} is more than the model's {n_blocks} transformer blocks")
     return PipelinePlan(stages, world_size // stages, partition or DEFAULT_PARTITION)
+
+
+@register("pipeline_stages")
+def _from_run(cfg, workload, world_size: int, local_world_size: int | None) -> PipelinePlan | None:
+    return resolve(cfg.pipeline_stages, cfg.partition, world_size, workload.pipeline_blocks)
 
 
 def with_micro_batches(pipe: PipelinePlan, ds_cfg: dict) -> PipelinePlan:

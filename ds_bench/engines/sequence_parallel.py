@@ -32,9 +32,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
+from ds_bench.config.deepspeed import prepare as ds_config
+from ds_bench.engines.mesh import DegreePlan, register
 from ds_bench.errors import UserError
 
 IGNORE = -100
@@ -42,7 +45,11 @@ IGNORE = -100
 
 
 @dataclass(frozen=True)
-class SequenceParallelPlan:
+class SequenceParallelPlan(DegreePlan):
+    field: ClassVar[str] = "sequence_parallel"
+    comm_timed: ClassVar[bool] = True
+    shards_batches: ClassVar[bool] = True
+
     size: int
     """S: ranks that share each sequence (``sequence_parallel_size``)."""
     data_parallel_size: int
@@ -64,6 +71,31 @@ class SequenceParallelPlan:
     def describe(self) -> dict:
         """The record's sequence-parallel keys."""
         return {"sequence_parallel": self.size, "data_parallel_size": self.data_parallel_size}
+
+    def with_config(self, ds_cfg: dict) -> SequenceParallelPlan:
+        return with_stage(self, ds_config.zero_stage(ds_cfg))
+
+    def deepspeed_config(self, ds_cfg: dict) -> dict:
+        return deepspeed_config(self, ds_cfg)
+
+    def mpu(self, model, micro_batch: int, workload):
+        return register_attention(self, model, micro_batch, workload.seq_len)
+
+    def shard(self, batches: Iterator[dict], rank: int) -> Iterator[dict]:
+        return shard_batches(batches, self.group_rank(rank), self.size, self.gradient_scale)
+
+    def verdict_terms(self, workload, micro_batch: int, comm: dict | None, build: dict) -> dict:
+        """Ulysses' all-to-alls of q, k, v and the attention output."""
+        return {"sequence_parallel": self.size,
+                "sp_all_to_all_elements": workload.sequence_parallel_all_to_all_elements(micro_batch, self.size)}
+
+
+@register("sequence_parallel")
+def _from_run(cfg, workload, world_size: int, local_world_size: int | None) -> SequenceParallelPlan | None:
+    if cfg.sequence_parallel is None:
+        return None
+    heads, kv_heads = workload.attention_heads
+    return resolve(cfg.sequence_parallel, world_size, heads, kv_heads, workload.seq_len)
 
 
 def resolve(size: int | None, world_size: int, heads: int, kv_heads: int, seq_len: int) -> SequenceParallelPlan | None:
@@ -101,7 +133,7 @@ def deepspeed_config(sp: SequenceParallelPlan | None, ds_cfg: dict) -> dict:
     return {**ds_cfg, "sequence_parallel_size": sp.size}
 
 
-def register(sp: SequenceParallelPlan | None, model: torch.nn.Module, micro_batch: int, seq_len: int):
+def register_attention(sp: SequenceParallelPlan | None, model: torch.nn.Module, micro_batch: int, seq_len: int):
     """Wrap ``model``'s attention in Ulysses (after joining, before ``deepspeed.initialize``); the ``mpu`` it
     returns, or None without sequence parallelism."""
     if not ulysses(sp):

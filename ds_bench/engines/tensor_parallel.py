@@ -23,13 +23,22 @@ unsupported list), T not dividing the world or the model's widths.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from typing import ClassVar
 
+from ds_bench.engines.mesh import DegreePlan, register
 from ds_bench.errors import UserError
+
+log = logging.getLogger("ds_bench")
 
 
 @dataclass(frozen=True)
-class TensorParallelPlan:
+class TensorParallelPlan(DegreePlan):
+    field: ClassVar[str] = "tensor_parallel"
+    shards_layers: ClassVar[bool] = True
+    comm_timed: ClassVar[bool] = True
+
     size: int
     """T: ranks that share each layer (``tensor_parallel.autotp_size``)."""
     data_parallel_size: int
@@ -42,6 +51,23 @@ class TensorParallelPlan:
     def describe(self) -> dict:
         """The record's tensor-parallel keys."""
         return {"tensor_parallel": self.size, "data_parallel_size": self.data_parallel_size}
+
+    def deepspeed_config(self, ds_cfg: dict) -> dict:
+        return deepspeed_config(self, ds_cfg)
+
+    def verdict_terms(self, workload, micro_batch: int, comm: dict | None, build: dict) -> dict:
+        """AutoTP's activation all-reduces, micro-batch x sequence x hidden elements each."""
+        return {"tensor_parallel": self.size,
+                "tp_all_reduce_elements": workload.tensor_parallel_all_reduce_elements(micro_batch)}
+
+
+@register("tensor_parallel")
+def _from_run(cfg, workload, world_size: int, local_world_size: int | None) -> TensorParallelPlan | None:
+    plan = resolve(cfg.tensor_parallel, world_size, workload.tensor_parallel_divisors)
+    warning = across_nodes_warning(plan, local_world_size)
+    if warning:
+        log.warning(warning)
+    return plan
 
 
 def resolve(size: int | None, world_size: int, divisors: dict[str, int]) -> TensorParallelPlan | None:

@@ -154,3 +154,11 @@ def loss_tiles(tokens: int, vocab: int) -> int:
 def _cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1),
                                              ignore_index=-100, reduction="sum")
+
+
+def whole_sequences(batches):
+    """``--tiled-loss`` without Ulysses: each batch whole, in the sliced form the token loss takes (one slice of the
+    whole sequence: ``sequence_parallel.shard`` with S = 1)."""
+    from ds_bench.engines.sequence_parallel import shard_batches
+
+    return shard_batches(batches, 0, 1)

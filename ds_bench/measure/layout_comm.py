@@ -42,7 +42,7 @@ class Timed:
     timer: str
     """The timer's name in ``LoopTimes.stage_s``."""
     what: str
-    """The record block's ``{what}_ms`` field."""
+    """The collective, as the record's ``comm`` block names it."""
 
     @property
     def calls(self) -> str:
@@ -72,16 +72,18 @@ def _payload_bytes(op: str, args: tuple, kwargs: dict) -> int:
 
 
 def per_step(degree: str, times_s: dict[str, list[float]], step_s: list[float]) -> dict | None:
-    """The record's ``tensor_parallel_comm``, ``sequence_parallel_comm`` or ``expert_parallel_comm`` from one rank's
-    timers: ``{what}_ms``, ``calls_per_step``, ``share_of_step`` and ``bytes_per_step``, medians over the measured
-    steps."""
-    t = TIMED[degree]
-    if t.timer not in times_s or not step_s:
+    """A degree's ``comm`` block (``ds_bench.record.run_blocks.DegreeComm``, one shape for every degree) from one
+    rank's timers: the ``collective``, ``ms_per_step``, ``calls_per_step``, ``share_of_step`` and ``bytes_per_step``,
+    medians over the measured steps; None where the degree's collective was not timed."""
+    t = TIMED.get(degree)
+    if t is None or t.timer not in times_s or not step_s:
         return None
     comm, steps = np.asarray(times_s[t.timer], dtype=float), np.asarray(step_s, dtype=float)
     sent = times_s.get(f"{t.timer}_bytes")
-    return {f"{t.what}_ms": float(np.median(comm)) * 1e3, "calls_per_step": int(np.median(times_s[t.calls])),
-            "share_of_step": float(np.median(comm / steps)), "bytes_per_step": float(np.median(sent)) if sent else None}
+    return {"collective": t.what, "ms_per_step": float(np.median(comm)) * 1e3,
+            "calls_per_step": int(np.median(times_s[t.calls])), "share_of_step": float(np.median(comm / steps)),
+            "bytes_per_step": float(np.median(sent)) if sent else None}
+
 
 class CommTimer:
     """This rank's timer of ``op`` in ``module.dist``: ``begin`` before a step, ``read`` once it is synchronized."""

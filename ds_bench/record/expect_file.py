@@ -44,7 +44,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
 }
 """Kind -> the fields ``where`` may name beside the parallel degrees (``fields_of``)."""
 WITH_DEGREES = ("run", "capacity")
-"""The kinds whose records name a layout: ``where`` may name each registered degree too (``tensor_parallel: 2``)."""
+"""The kinds whose records name a layout: ``where`` may name each registered degree too, by its field."""
 
 
 def fields_of(kind: str) -> tuple[str, ...]:

@@ -4,6 +4,8 @@ stage timers and layout, the model build, where the start-up time went.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ds_bench.record.base_schema import Block
 
 
@@ -138,73 +140,35 @@ class Compiled(Block):
     """Frames compiled while the measured window was open, every rank's most: more than 0 fails the run."""
 
 
-class TensorParallelComm(Block):
-    """Tensor-parallel runs: AutoTP's all-reduces on rank 0 (``ds_bench.measure.layout_comm``), medians over the
-    measured steps; each all-reduce timed as the layer makes it (on a GPU from device events read after the
-    step's one synchronize)."""
+class DegreeComm(Block):
+    """A parallel degree's own collectives on rank 0 (``ds_bench.measure.layout_comm``), one shape for every degree:
+    AutoTP's all-reduces, Ulysses' all-to-alls, the MoE layer's dispatch and combine all-to-alls. Medians over the
+    measured steps; each call timed as the layer makes it (on a GPU from device events read after the step's one
+    synchronize), the wait for the slower rank of the group included."""
 
-    all_reduce_ms: float
-    """Milliseconds per step in AutoTP's all-reduces, the wait for the slower rank of the group included."""
-    calls_per_step: int
-    """All-reduces per step (a Llama block: 2 in forward, 5 in backward, per micro-step)."""
-    share_of_step: float
-    """``all_reduce_ms`` over the rank's own step time."""
-    bytes_per_step: float | None = None
-    """Bytes rank 0 gave the all-reduces in a step (median)."""
-
-
-class SequenceParallelComm(Block):
-    """Sequence-parallel runs: Ulysses' all-to-alls on rank 0 (``ds_bench.measure.layout_comm``), medians over the
-    measured steps, each timed as the attention makes it (on a GPU from device events read after the step's one
-    synchronize)."""
-
-    all_to_all_ms: float
-    """Milliseconds per step in Ulysses' all-to-alls, the wait for the slower rank of the group included."""
-    calls_per_step: int
-    """All-to-alls per step (per layer and micro-step 4 in forward, 4 in backward, 4 more with checkpointing)."""
-    share_of_step: float
-    """``all_to_all_ms`` over the rank's own step time."""
-    bytes_per_step: float | None = None
-    """Bytes rank 0 gave the all-to-alls in a step (median)."""
-
-
-class ExpertParallel(Block):
-    """Mixture-of-experts runs under DeepSpeed: the experts' layout and the router (``ds_bench.engines.expert_parallel``)."""
-
-    path: str
-    """What ran the experts: ``moe-layer`` (``deepspeed.moe.layer.MoE``) or ``autoep`` (DeepSpeed's AutoEP)."""
-    size: int
-    """EP: ranks each block's experts are sharded over."""
-    experts: int
-    local_experts: int
-    """Experts each rank holds (E / EP)."""
-    data_parallel_size: int
-    """Replicas of the non-expert parameters (every rank)."""
-    expert_data_parallel_size: int
-    """Ranks holding (and averaging the gradient of) each expert: world / EP."""
-    top_k: int
-    capacity_factor: float | None = None
-    """None: no token dropping."""
-    drop_tokens: bool
-    aux_loss_weight: float
-
-
-class ExpertParallelComm(Block):
-    """MoE runs: DeepSpeed's MoE all-to-alls on rank 0 (``ds_bench.measure.layout_comm``) and the job's load
-    balance (``ds_bench.measure.expert_load``), over the measured steps."""
-
-    all_to_all_ms: float | None = None
-    """Milliseconds per step in the dispatch and combine all-to-alls, the wait for the slower rank included (median)."""
+    collective: str
+    """``all_reduce`` or ``all_to_all``."""
+    ms_per_step: float | None = None
+    """Milliseconds per step in the degree's collectives."""
     calls_per_step: int | None = None
-    """All-to-alls per step: per MoE block and micro-step 2 in forward, 2 in backward; 0 at EP = 1."""
+    """Calls per step (a Llama block under AutoTP: 2 in forward, 5 in backward per micro-step; Ulysses: 4 and 4 per
+    layer, 4 more with checkpointing; experts: 2 and 2 per MoE block, none at EP = 1)."""
     share_of_step: float | None = None
+    """``ms_per_step`` over the rank's own step time."""
     bytes_per_step: float | None = None
-    """Bytes rank 0 gave the all-to-alls in a step (median): per call the [E, capacity, hidden] dispatch buffer, capacity
-    the busiest expert's tokens over the EP group (no dropping) or the capacity limit. The comm-bound verdict's."""
-    load_max_over_mean: float | None = None
-    """Tokens of the busiest expert over the mean, the whole job's per block, the worst block; median over steps
-    (1.0: even)."""
-    load_max_over_mean_worst: float | None = None
-    """The same, the worst measured step."""
-    dropped_share: float | None = None
-    """Routes dropped past an expert's capacity over all routes (0 without ``--capacity-factor``)."""
+    """Bytes rank 0 gave the collectives in a step (median)."""
+
+
+class DegreeBlock(Block):
+    """One parallel degree of a run (``ds_bench.engines.mesh``): its size, what its plan says of it, its own
+    collectives and what else it measured."""
+
+    size: int
+    settings: dict[str, Any] | None = None
+    """The plan's own settings: a pipeline's micro-batches, partition and schedule bubble (P - 1) / (m + P - 1);
+    the experts' path, counts, expert-data-parallel size and router (top-k, capacity factor or None: no dropping,
+    aux-loss weight)."""
+    comm: DegreeComm | None = None
+    measured: dict[str, Any] | None = None
+    """Experts: the job's load balance (``ds_bench.measure.expert_load``): the busiest expert's tokens over the
+    mean (``load_max_over_mean``, median over steps, and ``_worst``) and the share of routes dropped."""

@@ -12,18 +12,15 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from ds_bench.config.deepspeed.derive import layout_of_run
-
+from ds_bench.config.degrees import legacy
 from ds_bench.record.base_schema import Block, Stamped
 from ds_bench.record.run_blocks import (
     Compiled,
-    ExpertParallel,
-    ExpertParallelComm,
+    DegreeBlock,
     ModelBuild,
     PipelineStage,
-    SequenceParallelComm,
     SlowRank,
     StartUp,
-    TensorParallelComm,
 )
 
 
@@ -197,41 +194,41 @@ class RunRecord(Stamped):
     resumed_from_step: int | None = None
     resume: dict[str, Any] | None = None
     """``--resume``: the checkpoint loaded (``dir``, ``tag``), its load time (s), bytes and GB/s."""
-    pipeline_stages: int | None = None
-    """``--pipeline-stages`` (``ds_bench.engines.pipeline``); None: no pipeline."""
     data_parallel_size: int | None = None
-    """Pipeline, tensor- and sequence-parallel runs: data-parallel replicas, world size / the degree."""
-    tensor_parallel: int | None = None
-    """``--tensor-parallel`` (``ds_bench.engines.tensor_parallel``): ranks sharing each layer; None: none."""
-    tensor_parallel_comm: TensorParallelComm | None = None
-    """Tensor-parallel runs: time and count of AutoTP's all-reduces per step (``ds_bench.measure.layout_comm``)."""
-    sequence_parallel: int | None = None
-    """``--sequence-parallel`` (``ds_bench.engines.sequence_parallel``): ranks sharing each sequence; None: none."""
-    sequence_parallel_comm: SequenceParallelComm | None = None
-    """Sequence-parallel runs: time and count of Ulysses' all-to-alls per step (``ds_bench.measure.layout_comm``)."""
-    expert_parallel: ExpertParallel | None = None
-    """``--workload moe`` under DeepSpeed: the experts' layout and router (``ds_bench.engines.expert_parallel``)."""
-    expert_parallel_comm: ExpertParallelComm | None = None
-    """MoE runs: the all-to-alls per step and the router's load balance (``ds_bench.measure.expert_load``)."""
+    """Runs with a parallel degree: the data-parallel replicas, world size / the degrees whose groups share one."""
+    degrees: dict[str, DegreeBlock] | None = None
+    """Each parallel degree that ran (``ds_bench.config.degrees``: ``pipeline_stages``, ``tensor_parallel``,
+    ``sequence_parallel``, ``expert_parallel``, ...) by its field: size, settings, its own collectives
+    (``ds_bench.measure.degree_blocks``); None: data parallelism only. Records from before the map are read with
+    one (``ds_bench.config.degrees.legacy``)."""
     memory_options: list[str] | None = None
     """The long-context memory options that ran (``activation_checkpointing``, ``checkpoint_offload``,
     ``tiled_mlp``, ``tiled_loss``: ``ds_bench.engines.tiling``); None: none."""
-    micro_batches: int | None = None
-    """Pipeline runs: micro-batches per step (gradient_accumulation_steps)."""
-    partition: str | None = None
-    """Pipeline runs: ``partition_method`` (parameters, uniform, type:REGEX)."""
-    schedule_bubble: float | None = None
-    """Pipeline runs: the schedule's idle share of a step, (P - 1) / (m + P - 1)."""
     pipeline_layout: list[PipelineStage] | None = None
     """Pipeline runs: each stage's blocks and parameters, its timers, measured bubble and peak memory."""
+
+    def degree_size(self, field: str) -> int | None:
+        """The size of one degree that ran; None: it did not."""
+        block = (self.degrees or {}).get(field)
+        return block.size if block else None
+
+    def setting(self, key: str):
+        """A degree's setting (``DegreeBlock.settings``: e.g. a pipeline's ``schedule_bubble``); None: no degree
+        that ran has it."""
+        return next((b.settings[key] for b in (self.degrees or {}).values() if b.settings and key in b.settings),
+                    None)
 
 
     @model_validator(mode="before")
     @classmethod
     def _with_layout(cls, data: Any) -> Any:
-        """Every run record carries its layout: computed once from its own flags and DeepSpeed config where it
-        has none (a new record as it is built; an old one as it is read)."""
-        if not isinstance(data, dict) or data.get("layout") is not None:
+        """Every run record carries its degrees in one map and its layout: the map read from an old record's keys,
+        the layout computed once from the record's own flags and DeepSpeed config where it has none (a new record
+        as it is built; an old one as it is read)."""
+        if not isinstance(data, dict):
+            return data
+        data = legacy.migrate(data)
+        if data.get("layout") is not None:
             return data
         config, ds_cfg = data.get("config") or {}, data.get("ds_config")
         if not isinstance(config, dict) or not isinstance(ds_cfg, (dict, type(None))):

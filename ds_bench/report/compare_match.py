@@ -67,13 +67,13 @@ def _run(r: RunRecord) -> list[Sample]:
     if r.status != "ok" or m is None or not m.samples_per_s:
         return []
     config = r.config or {}
-    moe = r.expert_parallel  # the moe path that ran and its router's weight: the workload's own options
+    settings = _degree_settings(r)  # e.g. the moe path that ran and its router's weight: the degrees' own options
     options = (config.get("seq_len"), r.attn_implementation, bool(config.get("checkpoint_offload")),
-               config.get("experts"), config.get("top_k"), config.get("capacity_factor") or 0.0,
-               moe and moe.path, moe and moe.aux_loss_weight)
+               config.get("experts"), config.get("top_k"), config.get("capacity_factor") or 0.0, settings)
     key = ("run", r.workload, r.size, r.world_size, r.layout_key or "", options)
+    words = [value for _field, items in settings for _key, value in items if isinstance(value, str)]
     label = " ".join(str(part) for part in (
-        "run", r.workload, r.size, r.engine, f"x{r.world_size}", r.layout_key, moe and moe.path,
+        "run", r.workload, r.size, r.engine, f"x{r.world_size}", r.layout_key, *words,
         "checkpoint-offload" if options[2] else None) if part)
     if m.tokens_per_s:
         return [Sample(key, label, "throughput", "tokens/s", values=[m.tokens_per_s])]
@@ -85,3 +85,11 @@ def _size(n: int) -> str:
         if n >= scale:
             return f"{n / scale:g} {unit}"
     return f"{n} B"
+
+
+def _degree_settings(r: RunRecord) -> tuple:
+    """Each degree's settings as the record gives them (``DegreeBlock.settings``), hashable: runs of one layout
+    whose degrees ran otherwise (another moe path, another router weight) are not one measurement."""
+    return tuple((field, tuple(sorted((k, v) for k, v in (block.settings or {}).items()
+                                      if isinstance(v, (str, int, float, bool, type(None))))))
+                 for field, block in sorted((r.degrees or {}).items()))

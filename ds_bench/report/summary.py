@@ -12,6 +12,7 @@ from tabulate import tabulate
 from ds_bench.config.run_config import RunConfig
 from ds_bench.record.schema import RunRecord
 from ds_bench.report import comm_bound as verdict
+from ds_bench.report.degree_lines import degree_lines, replicas
 
 MIB = 2**20
 
@@ -74,7 +75,7 @@ def one_run(record: RunRecord, results_path: str) -> str:
     lines = [
         f"ds_bench {record.workload}: {_engine(record)} {record.precision}, "
         f"{record.world_size} x {record.hardware['device_type']} rank(s) via {record.launcher}, "
-        f"batch {record.micro_batch} x {record.grad_accum} accum x {_replicas(record)} = {record.train_batch_size}",
+        f"batch {record.micro_batch} x {record.grad_accum} accum x {replicas(record)} = {record.train_batch_size}",
         f"  throughput   {m.samples_per_s:.1f} {unit}/s ({m.samples_per_s_per_device:.1f} per device)"
         + (f", {m.tokens_per_s:.0f} tokens/s" if m.tokens_per_s else ""),
         f"  step time    median {m.step_ms_median:.1f} ms, p90 {m.step_ms_p90:.1f} ms over "
@@ -87,16 +88,8 @@ def one_run(record: RunRecord, results_path: str) -> str:
         lines.append(f"  build        model {b.model_s:.2f} s{' (partitioned: zero.Init)' if b.partitioned else ''}, "
                      f"engine {b.engine_s:.2f} s; rank 0 held {b.model_mem_bytes / MIB:.0f} MiB over its baseline "
                      f"after the model, {b.engine_mem_bytes / MIB:.0f} MiB after the engine")
-    lines += pipeline_lines(record)
-    if record.tensor_parallel_comm is not None:
-        t = record.tensor_parallel_comm
-        lines.append(f"  tp comm      {t.all_reduce_ms:.1f} ms per step in AutoTP's all-reduces ({t.share_of_step:.1%} of "
-                     f"rank 0's step), {t.calls_per_step} all-reduces per step")
-    if record.sequence_parallel_comm is not None:
-        t = record.sequence_parallel_comm
-        lines.append(f"  sp comm      {t.all_to_all_ms:.1f} ms per step in Ulysses' all-to-alls ({t.share_of_step:.1%} of "
-                     f"rank 0's step), {t.calls_per_step} all-to-alls per step")
-    lines += expert_lines(record)
+    lines += degree_lines(record)
+    lines += [stage_line(stage, record.setting("schedule_bubble")) for stage in record.pipeline_layout or []]
     if record.memory_options:
         lines.append(f"  memory       {', '.join(o.replace('_', ' ') for o in record.memory_options)}")
     if record.startup is not None and record.startup.total_s is not None:
@@ -126,31 +119,6 @@ def one_run(record: RunRecord, results_path: str) -> str:
         lines.append(f"  comm         {verdict.describe(record.comm_bound)}")
     lines.append(f"  results      {results_path} (run {record.run_id})")
     return "\n".join(lines)
-
-
-def _replicas(record: RunRecord) -> str:
-    """What the batch multiplies by: the world size, or under a pipeline, tensor or sequence parallelism the
-    data-parallel replicas."""
-    if record.tensor_parallel is not None:
-        return (f"{record.data_parallel_size} data-parallel (tensor parallel {record.tensor_parallel}: "
-                f"DeepSpeed checks {record.train_batch_size * record.tensor_parallel} over every rank)")
-    if record.sequence_parallel is not None:
-        return f"{record.data_parallel_size} data-parallel (each sequence over {record.sequence_parallel} ranks)"
-    if record.pipeline_stages is None:
-        return str(record.world_size)
-    return f"{record.data_parallel_size} data-parallel (pipeline {record.pipeline_stages} stages)"
-
-
-def pipeline_lines(record: RunRecord) -> list[str]:
-    """A pipeline run (``ds_bench.engines.pipeline``): its layout, the schedule's bubble, each stage's share."""
-    if record.pipeline_stages is None:
-        return []
-    lines = [f"  pipeline     pp{record.pipeline_stages} dp{record.data_parallel_size}, {record.micro_batches} "
-             f"micro-batches per step, partition {record.partition}, schedule bubble (P-1)/(m+P-1) = "
-             f"{record.schedule_bubble:.0%}"]
-    for stage in record.pipeline_layout or []:
-        lines.append(stage_line(stage, record.schedule_bubble))
-    return lines
 
 
 STAGE_TIMERS = (("forward_compute", "forward-compute"), ("forward_recv", "forward-recv"),
@@ -199,20 +167,3 @@ def startup_line(s) -> str:
               ("other", s.other_s)]
     return f"{s.total_s:.1f} s to the first measured step: " + ", ".join(
         f"{name} {value:.2f}" for name, value in phases if value is not None)
-
-
-def expert_lines(record: RunRecord) -> list[str]:
-    """A moe run's experts: layout, router, all-to-alls and load balance (``ds_bench.measure.expert_load``)."""
-    e, c = record.expert_parallel, record.expert_parallel_comm
-    if e is None:
-        return []
-    router = f"top-{e.top_k}, " + (f"capacity factor {e.capacity_factor:g}" if e.drop_tokens else "no dropping")
-    line = (f"  experts      ep{e.size}: {e.local_experts} of {e.experts} experts per rank ({e.path}), {router}, "
-            f"aux loss x{e.aux_loss_weight:g}")
-    if c is None:
-        return [line]
-    comm = (f"{c.all_to_all_ms:.1f} ms per step in the all-to-alls ({c.share_of_step:.1%} of rank 0's step), "
-            f"{c.calls_per_step} per step" if c.calls_per_step else "no all-to-all (EP = 1)")
-    load = (f"; load max/mean {c.load_max_over_mean:.2f} (worst step {c.load_max_over_mean_worst:.2f}), "
-            f"{c.dropped_share:.1%} of routes dropped" if c.load_max_over_mean is not None else "")
-    return [line, f"  moe comm     {comm}{load}"]

@@ -14,7 +14,7 @@ from ds_bench.cluster import join
 from ds_bench.config import legality, preflight
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_config import RunConfig
-from ds_bench.engines import expert_parallel, pipeline, sequence_parallel, tensor_parallel
+from ds_bench.engines import mesh as degree_mesh
 from ds_bench.machine import cpu_features, environ, jit_ops
 from ds_bench.measure import checkpoint
 from ds_bench.run.state import Resolved
@@ -29,25 +29,16 @@ def resolve(cfg: RunConfig) -> Resolved:
     legality.refuse_run(cfg, rdzv.info.world_size, environ.device_type())
     workload = build_workload(cfg)
     lr = cfg.lr or workload.default_lr
-    pipe = pipeline.resolve(cfg.pipeline_stages, cfg.partition, rdzv.info.world_size, workload.pipeline_blocks)
-    tp = tensor_parallel.resolve(cfg.tensor_parallel, rdzv.info.world_size, workload.tensor_parallel_divisors)
-    warning = tensor_parallel.across_nodes_warning(tp, rdzv.info.local_world_size)
-    if warning:
-        log.warning(warning)
-    sp = _sequence_parallel(cfg, workload, rdzv.info.world_size)
-    layout = pipe or tp or sp
-    data_world = layout.data_parallel_size if layout else rdzv.info.world_size  # what the batch arithmetic counts
+    mesh = degree_mesh.resolve(cfg, workload, rdzv.info.world_size, rdzv.info.local_world_size)
+    data_world = mesh.data_parallel_size  # what the batch arithmetic counts
     ctx = ds_config.RunContext(world_size=data_world, device_type=environ.device_type(), lr=lr,
                                steps=cfg.steps, warmup=cfg.warmup, micro_batch=cfg.micro_batch,
                                hidden_size=workload.hidden_size)
     ds_cfg = ds_config.prepare(cfg.ds_config, cfg.overrides, ctx)
     _warn_if_emulated(ds_config.precision_of(ds_cfg), environ.device_type(), rdzv.info.rank)
-    if sp is not None:
-        sp = sequence_parallel.with_stage(sp, ds_config.zero_stage(ds_cfg))
     micro_batch, accumulation = ds_cfg["train_micro_batch_size_per_gpu"], ds_cfg["gradient_accumulation_steps"]
     preflight.check(cfg, workload, data_world, micro_batch)  # results, data (sharded over data-parallel ranks)
-    choice = engines.choose(cfg.engine, ds_cfg, lr, cfg.ds_config, pipeline=pipe, tensor_parallel=tp,
-                            sequence_parallel=sp, expert_parallel=_expert_parallel(cfg, workload, rdzv.info.world_size))
+    choice = engines.choose(cfg.engine, ds_cfg, lr, cfg.ds_config, mesh)
     ckpt = checkpoint.resolve(cfg, rdzv.info.world_size, micro_batch, accumulation)  # --checkpoint, --resume
     optimizer_op = jit_ops.optimizer_op(ds_cfg) if choice.name == "deepspeed" else None
     spawned_ops = jit_ops.spawned_process_ops(ds_cfg) if choice.name == "deepspeed" else ()
@@ -61,19 +52,3 @@ def _warn_if_emulated(precision: str, device_type: str, rank: int | None) -> Non
     note = cpu_features.emulated_precision_note(precision, device_type, cpu_features.this_cpu_flags())
     if note:
         log.warning(note)
-
-
-def _expert_parallel(cfg: RunConfig, workload, world_size: int):
-    """A moe run: its experts' layout (EP = 1 without ``--expert-parallel``; DDP and FSDP: HF's own blocks)."""
-    if workload.router is None:
-        return None
-    path = cfg.moe_path if cfg.engine == "deepspeed" else expert_parallel.HF_BLOCKS
-    return expert_parallel.resolve(cfg.expert_parallel or 1, world_size, workload.experts, workload.router, path,
-                                   workload.shape.arch)
-
-
-def _sequence_parallel(cfg: RunConfig, workload, world_size: int):
-    if cfg.sequence_parallel is None:
-        return None
-    heads, kv_heads = workload.attention_heads
-    return sequence_parallel.resolve(cfg.sequence_parallel, world_size, heads, kv_heads, workload.seq_len)

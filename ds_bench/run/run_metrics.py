@@ -11,8 +11,7 @@ import socket
 from ds_bench.cluster import process_group
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.run_config import RunConfig
-from ds_bench.engines import sequence_parallel
-from ds_bench.measure import ceilings, compile_stats, expert_load, layout_comm, peaks, slow_ranks, stage_timers
+from ds_bench.measure import ceilings, compile_stats, degree_blocks, peaks, slow_ranks, stage_timers
 from ds_bench.measure.loop import timing
 from ds_bench.measure.metrics import summarize
 from ds_bench.perf import comm_bound as verdict
@@ -27,7 +26,7 @@ def run_metrics(run: Started, workload, built: Built, reports: list, loop_starte
     cfg, ds_cfg, state = run.cfg, run.ds_cfg, run.state
     metrics = summarize(reports, ds_cfg["train_batch_size"])
     metrics["sample_unit"] = workload.sample_unit
-    metrics.update(timing(cfg.breakdown, ds_cfg["gradient_accumulation_steps"], run.engine.pipeline is not None))
+    metrics.update(timing(cfg.breakdown, ds_cfg["gradient_accumulation_steps"], run.engine.mesh.staged is not None))
     metrics.update(_flops_metrics(cfg, built.flops_per_sample, metrics["samples_per_s"], state, ds_cfg))
     if built.hardware_flops_per_sample != built.flops_per_sample:  # recomputation: hardware FLOPs utilisation too
         hw = _flops_metrics(cfg, built.hardware_flops_per_sample, metrics["samples_per_s"], state, ds_cfg)
@@ -42,48 +41,28 @@ def run_metrics(run: Started, workload, built: Built, reports: list, loop_starte
              "compile": compile_stats.combine([r.compiled for r in reports], built.compile_backend)
              if built.compile_backend else None,
              "slow_ranks": slow_ranks.from_metrics(metrics, cfg.slow_rank_threshold),
-             "expert_parallel_comm": _expert_parallel_comm(run, reports)}
-    extra["comm_bound"] = _comm_bound(run, workload, built, metrics, hosts, extra["expert_parallel_comm"])
+             "degrees": degree_blocks.blocks(run.engine.mesh, reports)}
+    extra["comm_bound"] = _comm_bound(run, workload, built, metrics, hosts, extra["degrees"] or {})
     if built.stages is not None:
         extra["pipeline_layout"] = stage_timers.per_stage(reports, built.stages)
-    if run.engine.tensor_parallel:
-        extra["tensor_parallel_comm"] = layout_comm.per_step("tensor_parallel", reports[0].stage_s, reports[0].step_s)
-    if sequence_parallel.ulysses(run.engine.sequence_parallel):
-        extra["sequence_parallel_comm"] = layout_comm.per_step("sequence_parallel", reports[0].stage_s,
-                                                                 reports[0].step_s)
     return metrics, extra
 
 
-def _expert_parallel_comm(run: Started, reports: list) -> dict | None:
-    """A run with DeepSpeed MoE layers: rank 0's all-to-alls (``layout_comm``) and the job's load balance
-    (``expert_load``)."""
-    if run.engine.expert_parallel is None or not reports[0].stage_s:
-        return None
-    comm = layout_comm.per_step("expert_parallel", reports[0].stage_s, reports[0].step_s) or {}
-    return {**comm, **(expert_load.load_balance([r.stage_s for r in reports]) or {})} or None
-
-
-def _comm_bound(run: Started, workload, built: Built, metrics: dict, hosts: list[str], ep_comm: dict | None) -> dict:
-    """The comm-bound verdict (``ds_bench.perf.comm_bound``): data-parallel collectives, AutoTP's activation
-    all-reduces, Ulysses' and the experts' all-to-alls; not a pipeline's stage-to-stage sends."""
+def _comm_bound(run: Started, workload, built: Built, metrics: dict, hosts: list[str], degrees: dict) -> dict:
+    """The comm-bound verdict (``ds_bench.perf.comm_bound``): data-parallel collectives and each degree's own
+    (``Mesh.verdict_terms``: AutoTP's activation all-reduces, Ulysses' and the experts' all-to-alls); not a
+    pipeline's stage-to-stage sends."""
     cfg, ds_cfg, state = run.cfg, run.ds_cfg, run.state
-    if run.engine.pipeline is not None:
+    if run.engine.mesh.staged is not None:
         return {"note": "pipeline: the verdict models data-parallel collectives only, not stage-to-stage sends"}
-    tp, sp = run.engine.tensor_parallel, run.engine.sequence_parallel
-    micro_batch = ds_cfg["train_micro_batch_size_per_gpu"]
-    tp_elements = workload.tensor_parallel_all_reduce_elements(micro_batch) if tp else 0
-    sp_elements = workload.sequence_parallel_all_to_all_elements(micro_batch, sp.size) if sp else 0
-    ep = run.engine.expert_parallel
-    ep_bytes = (ep_comm or {}).get("bytes_per_step") or 0.0  # measured where the MoE layer calls the all-to-all
-    held = built.build.get("rank_params_held") if ep else None  # gradients of what this rank holds
+    terms = run.engine.mesh.verdict_terms(workload, ds_cfg["train_micro_batch_size_per_gpu"],
+                                          {field: block.get("comm") for field, block in degrees.items()}, built.build)
+    held = built.build.get("rank_params_held")  # the gradients are of what this rank holds
     return verdict.for_run(stage=run.engine.zero_stage, precision=ds_config.precision_of(ds_cfg), ds_cfg=ds_cfg,
                            params=held["experts"] + held["rest"] if held else built.params, world_size=state.world_size,
                            micro_steps=ds_cfg["gradient_accumulation_steps"], step_ms=metrics["step_ms_median"],
                            hosts=hosts, backend=state.backend, busbw=cfg.busbw, comm_results=cfg.comm_results_path(),
-                           tensor_parallel=tp.size if tp else 1, tp_all_reduce_elements=tp_elements,
-                           sequence_parallel=sp.size if sp else 1, sp_all_to_all_elements=sp_elements,
-                           expert_parallel=ep.size if ep else 1, ep_all_to_all_bytes=ep_bytes,
-                           expert_params=held["experts"] if held else 0)
+                           **terms)
 
 
 def _flops_metrics(cfg: RunConfig, flops_per_sample: float | None, samples_per_s: float,

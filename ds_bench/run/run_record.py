@@ -86,7 +86,7 @@ def run_record(run: Started, status: str, metrics: dict | None = None, error: st
         micro_batch=ds_cfg["train_micro_batch_size_per_gpu"],
         grad_accum=ds_cfg["gradient_accumulation_steps"], train_batch_size=ds_cfg["train_batch_size"],
         hardware=results.hardware(state.device), metrics=RunMetrics(**(metrics or {})), **run.ckpt.record_keys(),
-        **_layout_keys(run), **extra)
+        **{**_layout_keys(run), **extra})
 
 
 def emulation_keys(precision: str, device_type: str) -> dict:
@@ -98,12 +98,10 @@ def emulation_keys(precision: str, device_type: str) -> dict:
 
 
 def _layout_keys(run: Started) -> dict:
-    """A pipeline run's layout (pipeline_stages, data_parallel_size, micro_batches, partition, schedule_bubble),
-    a tensor- or sequence-parallel run's (tensor_parallel or sequence_parallel, data_parallel_size); the memory
-    options that ran."""
-    layout = run.engine.pipeline or run.engine.tensor_parallel or run.engine.sequence_parallel
-    experts = run.engine.expert_parallel
+    """The run's data-parallel replicas, its degrees' blocks as resolved (``Mesh.record_blocks``; rank 0's
+    measurements complete them in an ok record: ``ds_bench.run.run_metrics``) and the memory options that ran."""
     options = [name for name in ("activation_checkpointing", "checkpoint_offload", "tiled_mlp", "tiled_loss")
                if getattr(run.cfg, name)]
-    return {**(layout.describe() if layout is not None else {}), "memory_options": options or None,
-            "expert_parallel": experts.describe() if experts is not None else None}
+    mesh = run.engine.mesh
+    return {"data_parallel_size": mesh.data_parallel_size if mesh.plans else None,
+            "degrees": mesh.record_blocks(), "memory_options": options or None}

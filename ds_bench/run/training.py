@@ -18,11 +18,11 @@ import torch
 from ds_bench import engines
 from ds_bench.cluster import faults, process_exit, process_group
 from ds_bench.config.deepspeed import prepare as ds_config
-from ds_bench.engines import expert_parallel, moe_layer, sequence_parallel, tiling
+from ds_bench.engines import tiling
 from ds_bench.engines.compiled import compile_engine
 from ds_bench.engines.pipeline import clip_on_the_whole_model
 from ds_bench.machine import memory
-from ds_bench.measure import checkpoint, compile_stats, expert_load, layout_comm, stage_timers
+from ds_bench.measure import checkpoint, compile_stats, degree_blocks
 from ds_bench.measure.loop import DeviceClock, run_loop
 from ds_bench.run.run_metrics import run_metrics
 from ds_bench.run.run_record import rank_report, record_failure
@@ -64,43 +64,40 @@ def measure(run: Started, workload) -> tuple[dict, dict]:
 
 
 def build(run: Started, workload) -> Built:
-    if run.engine.pipeline is not None:
+    mesh = run.engine.mesh
+    if mesh.staged is not None:
         return build_pipeline(run, workload)
     started = time.perf_counter()
-    ep = run.engine.expert_parallel
-    if ep is not None and ep.path == expert_parallel.MOE_LAYER:
-        workload.place_experts(ep, run.state.rank)  # DeepSpeed MoE layers, this rank's experts only
+    mesh.prepare(workload, run.state.rank)  # e.g. DeepSpeed MoE layers holding this rank's experts only
     with engines.partitioned_build(run.engine, run.ds_cfg, workload.partitioned_build):  # ZeRO-3: zero.Init
         # DeepSpeed: cast before initialize (BatchNorm et al. must already be in the compute dtype); DDP/FSDP: fp32
         model = workload.build_model().to(run.engine.model_dtype)
     model_built = time.perf_counter(), memory.held_bytes(run.state.device) - run.baseline_bytes
     partitioned = engines.is_partitioned(model)  # before the engine: DeepSpeed ZeRO-3 partitions any model
-    params = moe_layer.whole_model_params(model, ep, engines.full_numel)
+    params = mesh.whole_params(model, engines.full_numel)
+    held = mesh.rank_params_held(model, engines.full_numel)
     largest = max((sum(engines.full_numel(p) for p in m.parameters(recurse=False)) for m in model.modules()),
                   default=0)
     flops, hw_flops = workload.model_flops_per_sample(model), workload.hardware_flops_per_sample(model)
     engine_started = time.perf_counter()
-    sp = run.engine.sequence_parallel
-    mpu = sequence_parallel.register(sp, model, run.ds_cfg["train_micro_batch_size_per_gpu"],
-                                     workload.seq_len if sp else 0)  # Ulysses' groups
+    mpu = mesh.mpu(model, run.ds_cfg["train_micro_batch_size_per_gpu"], workload)  # e.g. Ulysses' groups
     trained = tiling.with_tiled_loss(model) if run.cfg.tiled_loss else model  # the tiled loss is its forward
     engine = engines.build(run.engine, trained, run.ds_cfg, run.state.device, run.cfg.lr or workload.default_lr, mpu)
     backend = compile_engine(engine, run.engine.name) if run.cfg.compile else None  # lazy: compiles in step 1
-    sharded = run.engine.tensor_parallel is not None  # AutoTP replaced the layers inside initialize
     return Built(engine, params, largest, flops, hw_flops, compile_backend=backend, build={
         "partitioned": partitioned, "model_s": model_built[0] - started,
         "engine_s": time.perf_counter() - engine_started, "model_mem_bytes": model_built[1],
         "engine_mem_bytes": memory.held_bytes(run.state.device) - run.baseline_bytes,
-        "rank_params": sum(engines.full_numel(p) for p in engine.module.parameters()) if sharded else None,
-        "rank_params_held": moe_layer.params_held(model, engines.full_numel) if ep else None},
-        settings=workload.model_settings(model))  # after the engine: what it left the model running with
+        "rank_params": sum(engines.full_numel(p) for p in engine.module.parameters())
+        if mesh.shards_layers else None,  # the layers were sharded inside initialize
+        "rank_params_held": held}, settings=workload.model_settings(model))  # after the engine: what it left
 
 
 def build_pipeline(run: Started, workload) -> Built:
     """This rank's stage as a ``PipelineModule`` (no rank builds the whole model) in DeepSpeed's ``PipelineEngine``.
 
     ``params`` is the whole model's: the stages' unique parameters summed (the tied copy counted once)."""
-    pipe = run.engine.pipeline
+    pipe = run.engine.mesh.staged
     started = time.perf_counter()
     module = workload.build_pipeline(pipe.stages, pipe.partition).to(run.engine.model_dtype)
     clip_on_the_whole_model(module)
@@ -125,12 +122,7 @@ def train(run: Started, workload, engine) -> tuple[list, float]:
                             gather=process_group.gather, rank=state.rank,
                             world_size=state.world_size)  # resumes: returns the step reached
     clock = DeviceClock(state.device)
-    blocks = moe_layer.moe_blocks(engine.module)
-    timers = (stage_timers.StageTimers(engine, clock) if run.engine.pipeline is not None
-              else expert_load.ExpertTimer(clock, blocks, workload.router, workload.experts) if blocks
-              else layout_comm.timer("tensor_parallel", clock) if run.engine.tensor_parallel
-              else layout_comm.timer("sequence_parallel", clock)
-              if sequence_parallel.ulysses(run.engine.sequence_parallel) else None)
+    timers = degree_blocks.timers(run.engine.mesh, engine, clock, workload)
     watch = compile_stats.CompileWatch() if cfg.compile else None
     with faults.StepWatchdog(cfg.step_timeout_s, lambda done: _stalled(run)) as watchdog:
         batches = _batches(run, workload, engine)
@@ -144,7 +136,7 @@ def train(run: Started, workload, engine) -> tuple[list, float]:
         run_loop(engine, workload, batches, steps=cfg.steps, warmup=cfg.warmup, grad_accum=accumulation,
                  float_dtype=run.engine.input_dtype, sync=accel.synchronize, barrier=torch.distributed.barrier,
                  times=run.times, beat=watchdog.beat, clock=clock, breakdown=cfg.breakdown,
-                 after_step=_after_step(run, watch), pipeline=run.engine.pipeline is not None, stage_timers=timers,
+                 after_step=_after_step(run, watch), pipeline=run.engine.mesh.staged is not None, stage_timers=timers,
                  on_window_open=lambda: _window_open(run, watch),
                  micro_step_context=tiling.checkpoint_offload if cfg.checkpoint_offload else None)
         if watch:
@@ -168,22 +160,16 @@ def _window_open(run: Started, watch) -> None:
 
 
 def _batches(run: Started, workload, engine):
-    """This rank's batches: its own shard, or under a pipeline or tensor parallelism its data-parallel
-    replica's (every stage or tensor-parallel rank of a replica reads the same stream); under sequence
-    parallelism its slice of its replica's (``sequence_parallel.shard``, as ``--tiled-loss`` alone takes them)."""
-    micro_batch, rank = run.ds_cfg["train_micro_batch_size_per_gpu"], run.state.rank
-    tp, sp = run.engine.tensor_parallel, run.engine.sequence_parallel
-    if tp is not None:
-        return workload.batches(tp.data_rank(rank), tp.data_parallel_size, micro_batch)
-    if sp is not None:
-        replica = workload.batches(sp.data_rank(rank), sp.data_parallel_size, micro_batch)
-        return sequence_parallel.shard_batches(replica, sp.group_rank(rank), sp.size, sp.gradient_scale)
-    if run.cfg.tiled_loss:
-        return sequence_parallel.shard_batches(workload.batches(rank, run.state.world_size, micro_batch), 0, 1)
-    if run.engine.pipeline is None:
-        return workload.batches(run.state.rank, run.state.world_size, micro_batch)
-    grid = engine.grid
-    return workload.pipeline_batches(grid.get_data_parallel_rank(), grid.get_data_parallel_world_size(), micro_batch)
+    """This rank's batches (``Mesh.batches``: its data replica's, each degree's part of them; a staged model's
+    by the engine's grid); with ``--tiled-loss`` and no degree slicing them, whole sequences in the sliced form
+    the tiled loss takes (``tiling.whole_sequences``)."""
+    micro_batch, mesh = run.ds_cfg["train_micro_batch_size_per_gpu"], run.engine.mesh
+    if mesh.staged is not None:
+        return mesh.staged.staged_batches(workload, engine, micro_batch)
+    batches = mesh.batches(workload, run.state.rank, micro_batch)
+    if run.cfg.tiled_loss and not mesh.shards_batches:
+        return tiling.whole_sequences(batches)
+    return batches
 
 
 def _preload_libraries(names: tuple[str, ...]) -> None:

@@ -32,7 +32,7 @@ def point_record(*, sweep_id: str, spec, point, repeat: int, status: str, reason
         loop_started_at=run and run.loop_started_at, time_split=_time_split(run, job) if status == "ok" else None,
         busy=Busy(**busy) if busy is not None else None, **slurm_block(slurm), time=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         bubble=measured_bubble(run) if status == "ok" else None,
-        schedule_bubble=run and run.schedule_bubble,
+        schedule_bubble=run and run.setting("schedule_bubble"),
     )
 
 

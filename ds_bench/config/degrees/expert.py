@@ -57,12 +57,19 @@ def _moe_run(flags) -> bool:
     return getattr(flags, "workload", None) == MOE_WORKLOAD and getattr(flags, "moe_path", "auto") != "hf"
 
 
+def _summary(size: int, e: dict) -> str:
+    router = f"top-{e['top_k']}, " + (f"capacity factor {e['capacity_factor']:g}" if e["drop_tokens"] else "no dropping")
+    return (f"ep{size}: {e['local_experts']} of {e['experts']} experts per rank ({e['path']}), {router}, "
+            f"aux loss x{e['aux_loss_weight']:g}")
+
+
 EXPERT = Degree(
     field="expert_parallel", word="ep", flag="--expert-parallel", metavar="EP",
     help="moe: shard every block's experts over EP ranks with DeepSpeed (each holds experts / EP; tokens reach them "
          "by all-to-all); the rest of the model stays replicated on every rank. Default 1 (every rank holds every "
          "expert)",
     what="DeepSpeed expert-parallel degree (moe): ranks each block's experts are sharded over", called="the MoE layer", splits_replica=False,
+    summary=_summary,
     named="--workload moe (--expert-parallel {expert_parallel})",
     deepspeed_only="expert parallelism is DeepSpeed's here (--engine deepspeed); DDP and FSDP train HF's own MoE "
                    "blocks, every expert on every rank",

@@ -36,12 +36,18 @@ def _partition_flag(cfg) -> None:
     check_partition(cfg.partition)
 
 
+def _summary(stages: int, settings: dict) -> str:
+    return (f"pp{stages}, {settings['micro_batches']} micro-batches per step, partition {settings['partition']}, "
+            f"schedule bubble (P-1)/(m+P-1) = {settings['schedule_bubble']:.0%}")
+
+
 PIPELINE = Degree(
     field="pipeline_stages", word="pp", flag="--pipeline-stages", metavar="P",
     help="train through DeepSpeed's pipeline engine with P stages (gpt2: a PipelineModule, engine.train_batch); "
          "data-parallel degree = world size / P, micro-batches per step = gradient_accumulation_steps; ZeRO stage 0 "
          "or 1, no offload. Default: no pipeline",
     what="DeepSpeed pipeline stages (gpt2)", called="a pipeline", splits_replica=True, named="--pipeline-stages {pipeline_stages}",
+    summary=_summary,
     deepspeed_only="the pipeline is DeepSpeed's own engine (--engine deepspeed)",
     deepspeed_only_source="ds_bench: DDP and FSDP are run without a pipeline schedule",
     divides_world="every data-parallel replica needs all the stages",

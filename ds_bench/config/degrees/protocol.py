@@ -91,6 +91,9 @@ class Degree:
     record's ``parallel`` map (``ds_bench.measure.layout_comm``); empty: it has none of its own."""
     candidates: str = "world"
     """``plan``'s values at N ranks (``CANDIDATES``)."""
+    summary: Callable[[int, dict], str] | None = None
+    """The run summary's words for its record block: ``(size, settings) -> str`` (``ep2: 2 of 4 experts per rank
+    ...``); None: its key word and size, then its settings as ``key value``."""
     own_flags: Callable[[object], None] | None = None
     """Checks the flags that belong to it beyond its size (a ``RunConfig``, or a study's run flags; ``UserError``)."""
     engaged_by: Callable[[object], bool] | None = None
