@@ -106,21 +106,18 @@ RUN_OPTIONS = ("breakdown", "checkpoint", "resume", "model_path", "checkpoint_of
 """``RunConfig`` fields beyond the layout that a rule may refuse."""
 
 
-def refuse_run(cfg, world_size: int, device_type: str) -> None:
+def refuse_run(cfg, world_size: int, device_type: str, read_cfg: dict | None = None) -> None:
     """``ds-bench run``'s check (before joining): ``cfg`` a ``RunConfig`` (or its parsed flags); its layout is
-    its flags and its DeepSpeed config's own stage, offload and precision (``--set`` applied)."""
+    its flags and its DeepSpeed config's own stage, offload and precision as read (``prepare.read``: ``--set``
+    applied; ``read_cfg``, else read here)."""
     from ds_bench.config.deepspeed import prepare as ds_config
-    from ds_bench.config.deepspeed import sections
     from ds_bench.config.deepspeed.derive import axes_of
     from ds_bench.config.layout import from_run
 
-    path = cfg.ds_config
-    try:  # DeepSpeed's own reading of the sections: legacy spellings (cpu_offload, bfloat16) count
-        ds_cfg = sections.normalize_sections(sections.rename_aliases(
-            ds_config.apply_overrides(ds_config.load_json(path), tuple(cfg.overrides)), path), path)
-        axes = axes_of(ds_cfg)
+    try:
+        axes = axes_of(ds_config.read(cfg.ds_config, tuple(cfg.overrides)) if read_cfg is None else read_cfg)
     except (UserError, AttributeError, TypeError, ValueError):
-        return  # a malformed config: ds_config.prepare names what is wrong with it
+        return  # a malformed config: ds_config.resolve names what is wrong with it
     layout = dataclasses.replace(from_run(cfg, axes), seq_len=cfg.seq_len)  # the sequence a group slices
     refuse(layout, Where(world_size, device_type, run_options(cfg), engaged(cfg)))
 

@@ -39,7 +39,7 @@ def run_benchmark(cfg: RunConfig) -> RunRecord | None:
     quiet_deepspeed()
     whoami = {"rank": state.rank, "host": socket.gethostname(), "pid": os.getpid(), "addrs": faults.own_addresses()}
     run = Started(cfg, ready.ds_cfg, ready.engine, state, ready.workload.size, _shared_run_id(),
-                  process_group.gather(whoami), ckpt=ready.ckpt, startup=marks)
+                  process_group.gather(whoami), ckpt=ready.ckpt, startup=marks, layout=ready.layout)
     run.links = peer_links.links(peer_links.remote_addresses(run.peers, whoami["host"]))
     try:
         metrics, extra = measure(run, ready.workload)

@@ -2,7 +2,10 @@
 
 Order matters for honest errors: everything that can be wrong with the user's input (workload,
 config file, ``--set``, batch arithmetic, data and results paths, checkpoint folders) is checked
-here, so bad input exits 2 at once, never joins and never leaves a record.
+here, so bad input exits 2 at once, never joins and never leaves a record. The run's configuration is
+resolved once, into one ``Resolved`` value every later stage reads: the config file read and ``--set``
+applied once (``prepare.read``; the legality table reads its layout from it), resolved once
+(``prepare.resolve``: sections normalised once), its degrees' plans (``engines.mesh``) and its ``Layout``.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from ds_bench import engines
 from ds_bench.cluster import join
 from ds_bench.config import legality, preflight
 from ds_bench.config.deepspeed import prepare as ds_config
+from ds_bench.config.deepspeed.derive import layout_of_run
 from ds_bench.config.run_config import RunConfig
 from ds_bench.engines import mesh as degree_mesh
 from ds_bench.machine import cpu_features, environ, jit_ops
@@ -26,7 +30,8 @@ log = logging.getLogger("ds_bench")
 def resolve(cfg: RunConfig) -> Resolved:
     """Every check of ``cfg`` against this machine and these ranks, before joining."""
     rdzv = join.find_rendezvous(cfg.iface, cfg.dist_timeout_s)
-    legality.refuse_run(cfg, rdzv.info.world_size, environ.device_type())
+    read_cfg = ds_config.read(cfg.ds_config, cfg.overrides)  # the file, --set: once
+    legality.refuse_run(cfg, rdzv.info.world_size, environ.device_type(), read_cfg)
     workload = build_workload(cfg)
     lr = cfg.lr or workload.default_lr
     mesh = degree_mesh.resolve(cfg, workload, rdzv.info.world_size, rdzv.info.local_world_size)
@@ -34,7 +39,7 @@ def resolve(cfg: RunConfig) -> Resolved:
     ctx = ds_config.RunContext(world_size=data_world, device_type=environ.device_type(), lr=lr,
                                steps=cfg.steps, warmup=cfg.warmup, micro_batch=cfg.micro_batch,
                                hidden_size=workload.hidden_size)
-    ds_cfg = ds_config.prepare(cfg.ds_config, cfg.overrides, ctx)
+    ds_cfg = ds_config.resolve(read_cfg, ctx, cfg.ds_config)
     _warn_if_emulated(ds_config.precision_of(ds_cfg), environ.device_type(), rdzv.info.rank)
     micro_batch, accumulation = ds_cfg["train_micro_batch_size_per_gpu"], ds_cfg["gradient_accumulation_steps"]
     preflight.check(cfg, workload, data_world, micro_batch)  # results, data (sharded over data-parallel ranks)
@@ -42,7 +47,8 @@ def resolve(cfg: RunConfig) -> Resolved:
     ckpt = checkpoint.resolve(cfg, rdzv.info.world_size, micro_batch, accumulation)  # --checkpoint, --resume
     optimizer_op = jit_ops.optimizer_op(ds_cfg) if choice.name == "deepspeed" else None
     spawned_ops = jit_ops.spawned_process_ops(ds_cfg) if choice.name == "deepspeed" else ()
-    return Resolved(workload, ds_cfg, choice, rdzv, ckpt, optimizer_op, spawned_ops)
+    layout = layout_of_run(cfg.to_dict(), ds_cfg, {"engine": cfg.engine})  # what the record says ran
+    return Resolved(workload, ds_cfg, choice, rdzv, ckpt, layout, optimizer_op, spawned_ops)
 
 
 def _warn_if_emulated(precision: str, device_type: str, rank: int | None) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from ds_bench import engines
 from ds_bench.cluster import process_group
 from ds_bench.cluster.rendezvous import Rendezvous
+from ds_bench.config.layout import Layout
 from ds_bench.config.run_config import RunConfig
 from ds_bench.measure import checkpoint
 from ds_bench.measure.loop import LoopTimes
@@ -27,6 +28,8 @@ class Resolved:
     engine: engines.EngineChoice
     rdzv: Rendezvous
     ckpt: checkpoint.Checkpointer
+    layout: Layout
+    """The layout that runs (``ds_bench.config.deepspeed.derive.layout_of_run`` of the resolved config): the record's."""
     optimizer_op: str | None
     """The JIT optimizer op DeepSpeed will load (DDP/FSDP: none, they use torch.optim)."""
     spawned_ops: tuple[str, ...] = ()
@@ -54,6 +57,8 @@ class Started:
     """--checkpoint / --resume (``ds_bench.measure.checkpoint``); does nothing without them."""
     startup: dict = field(default_factory=dict)
     """Wall-clock marks and durations of this rank's start (``ds_bench.run.startup``)."""
+    layout: Layout | None = None
+    """The layout that runs (``Resolved.layout``): the record's ``layout``."""
 
 
 @dataclass(frozen=True)

@@ -52,17 +52,28 @@ def write_derived(path: str, base: dict, point: Layout) -> str:
 
 def axes_of(base: dict) -> dict:
     """The base config's own stage, offload, precision, micro-batch and accumulation: each axis's
-    default when the command line leaves it out (``auto`` / missing micro-batch: None)."""
+    default when the command line leaves it out (``auto`` / missing micro-batch: None). A config as read (not yet
+    normalised) reads the same: DeepSpeed's legacy ``cpu_offload`` / ``cpu_offload_param`` and ``"enabled": "true"``
+    count, and ``bf16.enabled: "auto"`` is bf16 (``prepare.resolve_auto``'s rule)."""
     zero = base.get("zero_optimization") or {}
     device = lambda s: ((zero.get(s) or {}).get("device") or "none")  # noqa: E731
-    offload = "all" if device("offload_param") != "none" else "optimizer" if device("offload_optimizer") != "none" else "none"
-    bf16 = (base.get("bf16") or base.get("bfloat16") or {}).get("enabled") is True
-    fp16 = (base.get("fp16") or {}).get("enabled") is True
+    param = device("offload_param") != "none" or _on(zero.get("cpu_offload_param"))
+    offload = "all" if param else "optimizer" if device("offload_optimizer") != "none" or _on(zero.get("cpu_offload")) \
+        else "none"
+    bf16 = _on((base.get("bf16") or base.get("bfloat16") or {}).get("enabled"), auto=True)
+    fp16 = _on((base.get("fp16") or {}).get("enabled"))
     mbs = base.get("train_micro_batch_size_per_gpu")
     ga = base.get("gradient_accumulation_steps")
     return {"stage": int(zero.get("stage") or 0), "offload": offload,
             "precision": "bf16" if bf16 else "fp16" if fp16 else "fp32",
             "micro_batch": mbs if isinstance(mbs, int) else None, "grad_accum": ga if isinstance(ga, int) else 1}
+
+
+def _on(value, auto: bool = False) -> bool:
+    """A DeepSpeed boolean as its pydantic models read it (``true``, ``"true"``, ``"1"``...); ``"auto"``: ``auto``."""
+    if isinstance(value, str):
+        return auto if value == "auto" else value.strip().lower() in ("true", "1", "yes", "on", "t", "y")
+    return value is True or value == 1 and not isinstance(value, float)
 
 
 def layout_of_run(config: dict, ds_cfg: dict | None, recorded: dict) -> Layout:

@@ -42,8 +42,21 @@ class RunContext:
     hidden_size: int | None = None
 
 
+def read(path: str, overrides: tuple[str, ...]) -> dict:
+    """The config as the user gave it (pure but for reading ``path``): the JSON (errors name the line and
+    column), ``--set`` applied, legacy top-level spellings renamed. What the legality table reads a run's stage,
+    offload and precision from (``derive.axes_of``) before ``resolve`` finishes it, so a run reads its file once."""
+    return ds_sections.rename_aliases(apply_overrides(load_json(path), tuple(overrides)), path)
+
+
 def prepare(path: str, overrides: tuple[str, ...], ctx: RunContext) -> dict:
-    cfg = ds_sections.rename_aliases(apply_overrides(load_json(path), overrides), path)
+    """``read`` then ``resolve``: a config file as ``deepspeed.initialize`` gets it."""
+    return resolve(read(path, overrides), ctx, path)
+
+
+def resolve(cfg: dict, ctx: RunContext, path: str) -> dict:
+    """A ``read`` config resolved for one run (module docstring: keys, degrees, ``"auto"``, batch, sections
+    normalised once with DeepSpeed's models, precision, optimizer)."""
     check_unknown_keys(cfg, path)
     ds_sections.check_flag_keys(cfg, path)
     cfg = ds_sections.normalize_sections(resolve_auto(cfg, ctx, path), path)
