@@ -7,14 +7,16 @@ from __future__ import annotations
 import torch
 
 from ds_bench.config.deepspeed import optim
-from ds_bench.engines import moe_layer
+from ds_bench.engines import moe_layer, moe_sequence_parallel
 
 
 def initialize(model: torch.nn.Module, ds_cfg: dict, lr: float, mpu=None):
     """``mpu``: model-parallel groups (Ulysses' ``parallel_state_sp``), or None. A model with DeepSpeed MoE layers
-    gets its experts' parameters in groups of their own (``moe_layer.param_groups``)."""
+    gets its experts' parameters in groups of their own (``moe_layer.param_groups``), and under Ulysses' mpu a
+    tensor-parallel size of 1 (``moe_sequence_parallel.compose``)."""
     import deepspeed
 
+    moe_sequence_parallel.compose(mpu, model)
     params = moe_layer.param_groups(model) if moe_layer.moe_blocks(model) else list(model.parameters())
     client_optimizer = optim.default_optimizer(ds_cfg, params, lr)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=ds_cfg,

@@ -4,8 +4,9 @@ that runs it, and the model's MoE blocks as DeepSpeed's ``deepspeed.moe.layer.Mo
 Layout: the E experts of every MoE block are sharded over EP consecutive ranks (DeepSpeed's
 ``groups._create_expert_and_data_parallel``: expert-parallel groups of EP consecutive ranks), each holding
 E / EP of them; everything else (attention, norms, router, embedding, head) is replicated over all W ranks.
-Every rank reads its own batch (W data-parallel replicas for the non-expert parameters); an expert's
-gradient is averaged over the W / EP ranks that hold it (its expert-data-parallel group). Tokens travel to
+Every rank reads its own batch (W data-parallel replicas for the non-expert parameters; under Ulysses, W / S, each
+rank its slice of a sequence: ``ds_bench.engines.moe_sequence_parallel``); an expert's gradient is averaged over the
+W / EP ranks that hold it (its expert-data-parallel group). Tokens travel to
 their experts and back by two all-to-alls per MoE block in forward (dispatch, combine) and two in backward;
 deepspeed 0.19.8 skips them at EP = 1 (``MOELayer.forward``: ``if self.ep_size > 1``; DeepSpeed PR #7997).
 
@@ -29,6 +30,7 @@ HF's.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from dataclasses import dataclass
 from typing import ClassVar
@@ -78,6 +80,8 @@ class ExpertParallelPlan(DegreePlan):
     path: str = MOE_LAYER
     arch: str = "mixtral"
     """The model's architecture (``moe_shapes.MoEShape.arch``): AutoEP's ``preset_model``."""
+    sequence_parallel: int = 1
+    """S of an Ulysses run (``ds_bench.engines.moe_sequence_parallel.resolve``): S ranks share each replica."""
 
     @property
     def local_experts(self) -> int:
@@ -85,8 +89,8 @@ class ExpertParallelPlan(DegreePlan):
 
     @property
     def data_parallel_size(self) -> int:
-        """Replicas of the non-expert parameters: every rank."""
-        return self.world_size
+        """Replicas of the non-expert parameters: every rank, or every sequence-parallel group under Ulysses."""
+        return self.world_size // self.sequence_parallel
 
     @property
     def expert_data_parallel_size(self) -> int:
@@ -137,8 +141,20 @@ def _from_run(cfg, workload, world_size: int, local_world_size: int | None) -> E
     if workload.router is None:
         return None
     path = cfg.moe_path if cfg.engine == "deepspeed" else HF_BLOCKS
-    return resolve(cfg.expert_parallel or 1, world_size, workload.experts, workload.router, path,
-                   workload.shape.arch)
+    plan = resolve(cfg.expert_parallel or 1, world_size, workload.experts, workload.router, path, workload.shape.arch)
+    return with_sequence_parallel(plan, cfg.sequence_parallel or 1)
+
+
+def with_sequence_parallel(plan: ExpertParallelPlan, size: int) -> ExpertParallelPlan:
+    """The experts' plan under Ulysses (``--sequence-parallel S``, pure; before joining): its non-expert replicas
+    are world / S, and only DeepSpeed's MoE layer path is measured with it (``UserError``, exit 2; the layer's
+    override: ``ds_bench.engines.moe_sequence_parallel``)."""
+    if size == 1:
+        return plan
+    if plan.path != MOE_LAYER:
+        raise UserError(f"--moe-path {plan.path} with --sequence-parallel {size}: not measured yet (DeepSpeed's MoE "
+                        f"layer composes with Ulysses: --moe-path {MOE_LAYER})")
+    return dataclasses.replace(plan, sequence_parallel=size)
 
 
 def check_split(size: int, experts: int, hint: str = "") -> None:

@@ -183,3 +183,20 @@ def group_loss(weighted_sum: torch.Tensor, batch: dict) -> torch.Tensor:
 
         dist.all_reduce(total, group=parallel_state_sp.get_sequence_parallel_group())
     return weighted_sum + (total - weighted_sum).detach()
+
+
+def group_mean(term: torch.Tensor, batch: dict) -> torch.Tensor:
+    """A per-rank loss term (the MoE layers' aux loss, of this rank's slice) as the mean over the group: its
+    gradient is ``term`` x ``gradient_scale`` / S (DeepSpeed sums the group's gradients, ``group_loss``), its value
+    the group's mean (all-reduced outside autograd), the same on every rank of the group. A batch not sharded over
+    a group (``--tiled-loss`` alone, S = 1): ``term``."""
+    size = batch.get("group_size", 1)
+    if size == 1:
+        return term
+    import deepspeed.comm as dist
+    from deepspeed.runtime.sequence_parallel import parallel_state_sp
+
+    weighted = term * (batch["gradient_scale"] / size)
+    mean = term.detach() / size
+    dist.all_reduce(mean, group=parallel_state_sp.get_sequence_parallel_group())
+    return weighted + (mean - weighted).detach()

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ds_bench.data import text
-from ds_bench.engines import expert_parallel, moe_layer
+from ds_bench.engines import expert_parallel, moe_layer, sequence_parallel
 from ds_bench.errors import UserError
 from ds_bench.workloads import hf_init, moe_shapes
 from ds_bench.workloads.causal_lm import DEFAULT_ATTENTION, LlamaFamilyWorkload, enable_checkpointing
@@ -34,6 +34,9 @@ class MoEWorkload(LlamaFamilyWorkload):
     default_lr = 3e-4
     preload = ("transformers.models.mixtral.modeling_mixtral", "deepspeed.moe.layer")
     long_context = False
+    ulysses = True
+    """Ulysses shards its attention as llama's; DeepSpeed's MoE layer needs ``ds_bench.engines.moe_sequence_parallel``
+    beside it (``--moe-path moe-layer``)."""
     custom_shapes = True
     mixture_of_experts = True
 
@@ -140,10 +143,14 @@ class MoEWorkload(LlamaFamilyWorkload):
 
     def loss(self, model: nn.Module, batch) -> torch.Tensor:
         """The causal-LM loss, + the aux-loss weight x the MoE layers' mean load-balancing loss (DeepSpeed's MoE
-        layer; HF's own blocks add HF's router loss themselves)."""
+        layer; HF's own blocks add HF's router loss themselves). A rank's aux loss is of its own tokens; under Ulysses
+        (its slice of a sequence) the group's mean (``sequence_parallel.group_mean``), as data-parallel ranks' is
+        averaged by DeepSpeed's gradient averaging."""
         loss = super().loss(model, batch)
         aux = moe_layer.aux_loss(self.moe_blocks, self.aux_loss_weight, self.shape.top_k)
-        return loss if aux is None else loss + aux
+        if aux is None:
+            return loss
+        return loss + (sequence_parallel.group_mean(aux, batch) if "group_size" in batch else aux)
 
     def model_flops_per_sample(self, model: nn.Module) -> float:
         """seq_len x ``moe_shapes.flops_per_token``: 6 N_active + 12 L H Q T (model FLOPs, no recomputation)."""

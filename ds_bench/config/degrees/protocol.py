@@ -25,6 +25,17 @@ from ds_bench.errors import UserError
 DEEPSPEED = "deepspeed 0.19.8"
 """The DeepSpeed version the refusals' sources were verified with."""
 
+
+def installed_deepspeed() -> str:
+    """The installed DeepSpeed in ``DEEPSPEED``'s words (its package metadata: nothing imported), for a rule that
+    holds off the verified version."""
+    from importlib import metadata
+
+    try:
+        return f"deepspeed {metadata.version('deepspeed')}"
+    except metadata.PackageNotFoundError:
+        return "no deepspeed"
+
 CANDIDATES = ("node", "world", "layers", "experts")
 """How ``plan`` enumerates a degree's values at N ranks: divisors of the ranks per node (a group inside one
 node's fast links), of the world, of the world no deeper than the model's layers, or of the world that divide

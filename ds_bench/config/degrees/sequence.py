@@ -9,10 +9,10 @@ from ds_bench.config.degrees.protocol import DEEPSPEED, Degree, DegreeRule, acti
 
 SEQUENCE = Degree(
     field="sequence_parallel", word="sp", flag="--sequence-parallel", metavar="S",
-    help="shard every sequence over S ranks with DeepSpeed-Ulysses (ALST; llama; sdpa or flash_attention_2): "
+    help="shard every sequence over S ranks with DeepSpeed-Ulysses (ALST; llama, moe; sdpa or flash_attention_2): "
          "attention heads exchanged by all-to-all, data-parallel degree = world size / S, the S ranks of a group read "
          "the same batch. Default: none",
-    what="DeepSpeed Ulysses sequence-parallel degree (llama)", called="Ulysses", splits_replica=True,
+    what="DeepSpeed Ulysses sequence-parallel degree (llama, moe)", called="Ulysses", splits_replica=True,
     named="--sequence-parallel {sequence_parallel}",
     deepspeed_only="sequence parallelism is DeepSpeed-Ulysses here (--engine deepspeed)",
     deepspeed_only_source="ds_bench: DDP and FSDP are run without a sequence-parallel attention",
