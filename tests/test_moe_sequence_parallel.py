@@ -2,7 +2,8 @@
 real: the same tiny Mixtral, seed and Shakespeare batches in fp32, ZeRO-1, capacity factor 0 (no dropping) and aux
 weight 0, on one rank and with each sequence split over two ranks that also shard the experts (SP=2 with EP=2 on
 the same 2 ranks); in the full tier SP=2 x EP=2 on 4 ranks (two replicas). The losses agree to 1e-5 relative: without
-the override the first step fails ('ProcessGroupGloo::allgather: invalid tensor size'). Also: the legality table
+the override the first step fails ('ProcessGroupGloo::allgather: invalid tensor size'). The aux loss's group mean
+(``sequence_parallel.group_mean``) on 2 real Ulysses ranks: value and gradient. Also: the legality table
 lets the pair through on the DeepSpeed it was measured with and refuses it on another, and the paths not measured
 are refused before joining.
 """
@@ -157,3 +158,43 @@ def test_the_override_answers_one_under_ulysses_only_and_is_put_back():
     assert not moe_sequence_parallel.installed()
     for module in (sharded_moe, mappings):
         assert getattr(module, moe_sequence_parallel.NAME) is bwc.bwc_tensor_model_parallel_world_size
+
+
+GROUP_MEAN = """
+import os
+
+import deepspeed
+import deepspeed.comm as dist
+import torch
+from deepspeed.runtime.sequence_parallel import parallel_state_sp
+
+from ds_bench.engines.sequence_parallel import group_mean
+
+deepspeed.init_distributed(dist_backend="gloo")
+parallel_state_sp.initialize_sequence_parallel(2)
+rank = dist.get_rank()
+x = torch.tensor(1.0, requires_grad=True)
+out = group_mean(x * (rank + 1.0), {"group_size": 2, "gradient_scale": 1})  # this rank's aux: 1, 2
+out.backward()
+print(f"RANK {rank} value {out.item():.6f} grad {x.grad.item():.6f}", flush=True)
+torch.distributed.destroy_process_group()
+os._exit(0)  # gloo's exit crash (docs: ENVIRONMENT): nothing left to run
+"""
+
+
+@pytest.mark.dist
+def test_the_aux_loss_of_a_group_is_its_ranks_mean(tmp_path):
+    """``sequence_parallel.group_mean``, on 2 real Ulysses ranks: the value is the group's mean on both, the
+    gradient each rank's term / S (DeepSpeed then sums the group's gradients: the mean's gradient)."""
+    import os
+
+    from ds_bench.machine import toolchain
+    from tests.conftest import REPO
+
+    script = tmp_path / "group_mean.py"
+    script.write_text(GROUP_MEAN)
+    env = {**toolchain.this_environment_toolchain(os.environ), "PYTHONPATH": str(REPO), "DS_ACCELERATOR": "cpu"}
+    proc = run_cmd([*_torchrun(2, 29963), str(script)], timeout=120, **env)  # ds_bench's op folder: no JIT build
+    assert proc.returncode == 0, explain(proc)
+    lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("RANK "))
+    assert lines == ["RANK 0 value 1.500000 grad 0.500000", "RANK 1 value 1.500000 grad 1.000000"], proc.stdout
