@@ -81,7 +81,7 @@ class ExpertParallelPlan(DegreePlan):
     arch: str = "mixtral"
     """The model's architecture (``moe_shapes.MoEShape.arch``): AutoEP's ``preset_model``."""
     sequence_parallel: int = 1
-    """S of an Ulysses run (``ds_bench.engines.moe_sequence_parallel.resolve``): S ranks share each replica."""
+    """S of an Ulysses run (``with_sequence_parallel``): S ranks share each non-expert replica."""
 
     @property
     def local_experts(self) -> int:
