@@ -20,7 +20,7 @@ import traceback
 from ds_bench.cluster.faults import Terminated
 from ds_bench.config.run_flags import Parser, add_local_rank
 from ds_bench.errors import UserError
-from ds_bench.jobs import expect_gate
+from ds_bench.record import expect_gate
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("ds_bench.commands.run", "one benchmark run (what every rank executes)"),

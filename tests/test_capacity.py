@@ -10,7 +10,7 @@ from ds_bench.capacity import search
 from ds_bench.capacity.family import scaled_family
 from ds_bench.config.layout import Layout
 from ds_bench.config.legality import Where
-from ds_bench.jobs.points import skip_reason
+from ds_bench.perf.grid import skip_reason
 from ds_bench.record.schema import CapacityRecord
 from ds_bench.report import capacity_table
 from ds_bench.workloads.gpt2_shapes import gpt2_param_count

@@ -24,8 +24,8 @@ from ds_bench.capacity.family import seq_member
 from ds_bench.capacity.seq_search import Lengths, answer, next_length
 from ds_bench.config.layout import Layout
 from ds_bench.engines.tiling import LOSS_TILE_BYTES
-from ds_bench.jobs.flags import add_switch_arguments, switches_of
-from ds_bench.jobs.points import families
+from ds_bench.config.study_flags import add_switch_arguments, switches_of
+from ds_bench.perf.grid import families
 from ds_bench.perf import seq_memory
 from ds_bench.record.schema import CapacityRecord
 from ds_bench.report import capacity_table

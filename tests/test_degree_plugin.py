@@ -20,8 +20,8 @@ from ds_bench.config.run_flags import Parser, add_run_arguments, run_config
 from ds_bench.engines.mesh import RESOLVERS, DegreePlan, register
 from ds_bench.engines.mesh import resolve as resolve_mesh
 from ds_bench.errors import UserError
-from ds_bench.jobs import flags as study_flags
-from ds_bench.jobs.points import families
+from ds_bench.config import study_flags as study_flags
+from ds_bench.perf.grid import families
 from ds_bench.perf import space
 from ds_bench.perf.datasheet import cluster_of
 from ds_bench.perf.shapes import custom

@@ -15,7 +15,7 @@ from ds_bench.engines import choose
 from ds_bench.engines.torch_engine import shard_units
 from ds_bench.engines.torch_settings import torch_optimizer, torch_settings
 from ds_bench.errors import UserError
-from ds_bench.jobs.points import families, skip_reason
+from ds_bench.perf.grid import families, skip_reason
 
 WHERE = "ds_configs/x.json"
 

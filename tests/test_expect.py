@@ -164,7 +164,7 @@ def test_a_required_expectation_without_a_measurement_fails():
 def test_the_gate_judges_only_what_the_command_appended(tmp_path):
     """Records already in the file (one that would pass, and a line cut mid-write at the offset) are not the
     command's: the gate starts at the file's size when the command started, at a line's start."""
-    from ds_bench.jobs.expect_gate import Gate
+    from ds_bench.record.expect_gate import Gate
 
     results = tmp_path / "r.jsonl"
     results.write_text(json.dumps(run_record(500).to_json_dict()) + "\n" + '{"kind": "run", "workl')

@@ -1,12 +1,12 @@
 """Where a study job's wall time goes (``ds_bench.jobs.point_time``), the sweep summary's table of it
-(``ds_bench.report.point_cost``) and a study's default launcher (``ds_bench.jobs.flags.default_launcher``), on
+(``ds_bench.report.point_cost``) and a study's default launcher (``ds_bench.config.study_flags.default_launcher``), on
 inline records. The real sweeps that print the table: tests/test_distributed.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from ds_bench.jobs.flags import default_launcher
+from ds_bench.config.study_flags import default_launcher
 from ds_bench.jobs.spawn import rank_threads
 from ds_bench.run.startup import process_start
 from ds_bench.jobs.point_time import PHASES, split

@@ -7,8 +7,9 @@ import argparse
 
 import pytest
 
+from ds_bench.config import study_flags as flags
 from ds_bench.errors import UserError
-from ds_bench.jobs import flags, runner
+from ds_bench.jobs import runner
 from ds_bench.jobs.slurm_batch import (
     Allocation,
     SlurmEnd,

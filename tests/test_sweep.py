@@ -28,7 +28,7 @@ from ds_bench.config.layout import Layout, parse_key
 from ds_bench.config.legality import Where
 from ds_bench.errors import UserError
 from ds_bench.jobs import ledger, outcome
-from ds_bench.jobs.points import grid, next_auto_micro_batch, skip_reason
+from ds_bench.perf.grid import grid, next_auto_micro_batch, skip_reason
 from ds_bench.record.schema import RunRecord
 from ds_bench.sweep import driver, spec
 from tests.conftest import REPO, child_env, default_sigint, ds_bench, explain, full_tier, records, run_cmd, size_of

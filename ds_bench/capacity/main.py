@@ -29,7 +29,7 @@ from ds_bench.capacity.spec import CapacitySpec, from_args
 from ds_bench.config.layout import Layout
 from ds_bench.config.legality import Where
 from ds_bench.jobs import ledger, spawn
-from ds_bench.jobs.points import skip_reason, study_where
+from ds_bench.perf.grid import skip_reason, study_where
 from ds_bench.jobs.runner import (
     INTERRUPTED,
     check_cluster,

@@ -27,9 +27,9 @@ from ds_bench.config.layout import OFFLOADS, PRECISIONS, Layout
 from ds_bench.config.parsers import config_path, memory_cap, parse_list
 from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
-from ds_bench.jobs.flags import StudySpec, add_degree_arguments, axis_flags, add_job_arguments, add_switch_arguments, degrees_of
-from ds_bench.jobs.flags import job_options, run_flags_of, slurm_gpus, switches_of
-from ds_bench.jobs.points import families
+from ds_bench.config.study_flags import StudySpec, add_degree_arguments, axis_flags, add_job_arguments, add_switch_arguments, degrees_of
+from ds_bench.config.study_flags import job_options, run_flags_of, slurm_gpus, switches_of
+from ds_bench.perf.grid import families
 
 OWNED = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
          "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit", "size": "--size", "seq_len": "--seq-len",

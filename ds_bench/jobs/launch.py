@@ -24,11 +24,9 @@ from dataclasses import dataclass
 from ds_bench.cluster.hostfile import filter_slots, load_hostfile, world_info
 from ds_bench.config import argcheck
 from ds_bench.config.run_flags import add_iface_argument
+from ds_bench.config.study_flags import LAUNCHERS
 from ds_bench.errors import UserError
 
-LAUNCHERS = ("deepspeed", "torchrun", "mpirun", "srun")
-"""Every launcher ds_bench builds a command for; ``ds-bench launch``'s choices and the studies' ``--launcher``
-(``ds_bench.jobs.flags``), the first their default."""
 DEFAULT_COMMAND = ("run", "--workload", "mnist", "--ds-config", "ds_configs/zero2.json")
 """What ``ds-bench launch`` starts when nothing follows ``--``."""
 

@@ -19,7 +19,7 @@ study's launcher; a study decides what to run next and never imports the run pat
   it between records, says what is kept, and the command exits 130.
 
 A study's spec gives ``workload``, ``runs_path``, ``run_args``, ``timeout_s``, ``master_port`` and the job
-(``launcher``, ``nproc``, ``hostfile``, ``iface``: ``ds_bench.jobs.flags``); ``steps``, ``warmup`` and
+(``launcher``, ``nproc``, ``hostfile``, ``iface``: ``ds_bench.config.study_flags``); ``steps``, ``warmup`` and
 ``cpu_mem_limit`` where it sets them.
 """
 

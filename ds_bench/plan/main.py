@@ -43,7 +43,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"--global-batch {spec.global_batch_tokens} tokens is less than one --seq-len {spec.seq_len} "
                         "sequence")
     from ds_bench.config.legality import run_options
-    from ds_bench.jobs.flags import run_flags_of
+    from ds_bench.config.study_flags import run_flags_of
 
     options = run_options(run_flags_of(spec.workload, spec.run_args))
     ranked, dropped = search(shape, cluster, space, spec.seq_len, spec.sequences, REGISTRY[spec.workload], options)

@@ -12,7 +12,7 @@ from ds_bench.config import argcheck
 from ds_bench.config.layout import ENGINES, OFFLOADS, PRECISIONS
 from ds_bench.config.parsers import parse_list, parse_size
 from ds_bench.errors import UserError
-from ds_bench.jobs.flags import StudySpec, add_degree_arguments, add_job_arguments, degrees_of, job_options
+from ds_bench.config.study_flags import StudySpec, add_degree_arguments, add_job_arguments, degrees_of, job_options
 
 WORKLOADS = ("llama", "gpt2", "moe")
 DEFAULT_SEQ = {"gpt2": 1024, "llama": 2048, "moe": 2048}

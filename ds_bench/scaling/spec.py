@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from ds_bench.config import argcheck
 from ds_bench.config.layout import Layout
 from ds_bench.errors import UserError
-from ds_bench.jobs.flags import StudySpec, add_job_arguments, job_options
+from ds_bench.config.study_flags import StudySpec, add_job_arguments, job_options
 from ds_bench.scaling.points import Placement, node_points, rank_points
 
 

@@ -14,7 +14,7 @@ import argparse
 from ds_bench.config.parsers import parse_list
 from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
-from ds_bench.jobs.flags import axis_flags
+from ds_bench.config.study_flags import axis_flags
 
 OWNED = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
          "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit", "engine": "--engine", "attn": "--attn",

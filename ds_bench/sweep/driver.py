@@ -22,8 +22,8 @@ from ds_bench.config.layout import Layout
 from ds_bench.config.run_config import RunConfig
 from ds_bench.errors import UserError
 from ds_bench.jobs import ledger, spawn
-from ds_bench.jobs.flags import run_flags_of
-from ds_bench.jobs.points import next_auto_micro_batch, skip_reason, study_where
+from ds_bench.config.study_flags import run_flags_of
+from ds_bench.perf.grid import next_auto_micro_batch, skip_reason, study_where
 from ds_bench.jobs.runner import new_tag, run_argv, run_attempt, run_concurrently, slug, workers
 from ds_bench.machine.device_memory import device_capacity_bytes
 from ds_bench.perf.peak_memory import MemoryModel

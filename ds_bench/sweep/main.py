@@ -56,7 +56,7 @@ def _check_baseline(spec) -> None:
 
 
 def dry_run_text(sweep) -> str:
-    from ds_bench.jobs.points import skip_reason
+    from ds_bench.perf.grid import skip_reason
 
     s = sweep.spec
     lines = [f"families (micro-batch {'auto' if s.micro_batches is None else ','.join(map(str, s.micro_batches))}, "

@@ -20,9 +20,9 @@ from ds_bench.config import argcheck
 from ds_bench.config.layout import ATTENTION, ENGINES, OFFLOADS, PRECISIONS, SWITCHES, Layout, parse_key
 from ds_bench.config.parsers import CONFIG_DIR, config_path, memory_cap, parse_list
 from ds_bench.errors import UserError
-from ds_bench.jobs.flags import StudySpec, add_degree_arguments, add_job_arguments, add_switch_arguments, degrees_of
-from ds_bench.jobs.flags import job_options, run_flags_of, slurm_gpus, switches_of
-from ds_bench.jobs.points import families
+from ds_bench.config.study_flags import StudySpec, add_degree_arguments, add_job_arguments, add_switch_arguments, degrees_of
+from ds_bench.config.study_flags import job_options, run_flags_of, slurm_gpus, switches_of
+from ds_bench.perf.grid import families
 from ds_bench.sweep.common_args import common_run_args, seq_axis
 
 

@@ -59,7 +59,7 @@ def grid(stages, offloads, precisions, micro_batches, grad_accums, engines=("dee
 def study_where(spec, world_size: int) -> Where:
     """Where a study's points run: its ranks, its device, and the run options its ``--`` tail sets for every
     job (a ``--breakdown`` there, say, refuses every pipeline point: ``config.legality``)."""
-    from ds_bench.jobs.flags import run_flags_of
+    from ds_bench.config.study_flags import run_flags_of
 
     flags = run_flags_of(spec.workload, spec.run_args)
     return Where(world_size, spec.device_type, legality.run_options(flags), legality.engaged(flags))

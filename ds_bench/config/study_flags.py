@@ -20,7 +20,10 @@ from ds_bench.config.layout import DEGREES, SWITCHES
 from ds_bench.config.parsers import parse_duration, parse_list
 from ds_bench.config.run_flags import add_iface_argument, parse_run_tail
 from ds_bench.errors import UserError
-from ds_bench.jobs.launch import LAUNCHERS
+
+LAUNCHERS = ("deepspeed", "torchrun", "mpirun", "srun")
+"""Every launcher ds_bench builds a command for; ``ds-bench launch``'s choices and the studies' ``--launcher``,
+the first their default."""
 
 
 EXECUTORS = ("local", "slurm")
