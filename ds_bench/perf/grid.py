@@ -1,5 +1,6 @@
-"""The studies' points: the grid of ``Layout``s a sweep or capacity search covers (pure), which of them
-it skips and why (``skip_reason``), and ``--micro-batch auto``'s search.
+"""The grids of ``Layout``s: the one generator of the studies' points (a sweep's or a capacity search's families)
+and of ``plan``'s candidates (``ds_bench.perf.space``) (pure), which points a study skips and why
+(``skip_reason``), and ``--micro-batch auto``'s search.
 
 Engines (``ds_bench.engines``): DeepSpeed points span every stage and offload; DDP is one family
 per precision and accumulation (stage 0, no offload: it replicates); FSDP takes the sweep's stages
@@ -18,15 +19,19 @@ from ds_bench.config.legality import Where
 
 
 def families(stages, offloads, precisions, grad_accums, engines=("deepspeed",), degrees: dict | None = None,
-             attns=("",), compiles=(False,), switches: dict | None = None, seq_lens=(0,)) -> list[Layout]:
+             attns=("",), compiles=(False,), switches: dict | None = None, seq_lens=(0,),
+             every_engine_alike: bool = False) -> list[Layout]:
     """One layout per family (micro-batch 0, a placeholder), engine by engine, in axis order; ``degrees``
     maps a ``DEGREES`` field to its values (``{"pipeline_stages": (1, 2)}``) and ``switches`` a ``SWITCHES`` field
     to its (``{"tiled_mlp": (False, True)}``), both used beyond 1 / off only by DeepSpeed (its pipeline engine,
-    AutoTP, Ulysses, ALST's tiling); ``seq_lens``: each family's ``Layout.seq_len`` (0: the run's own)."""
+    AutoTP, Ulysses, ALST's tiling); ``seq_lens``: each family's ``Layout.seq_len`` (0: the run's own).
+    ``every_engine_alike``: every engine takes every stage, offload, degree and switch, for ``plan``, which says
+    why the legality table refuses what an engine does not run (``perf.space``); the studies skip them."""
     out: list[Layout] = []
     for engine in engines:
-        e_stages, e_offloads = engine_axes(engine, stages, offloads)
-        own = engine == "deepspeed"
+        e_stages, e_offloads = (tuple(stages), tuple(offloads)) if every_engine_alike else engine_axes(
+            engine, stages, offloads)
+        own = every_engine_alike or engine == "deepspeed"
         values = [(degrees or {}).get(d.field, (1,)) if own else (1,) for d in DEGREES]
         toggles = [(switches or {}).get(w.field, (False,)) if own else (False,) for w in SWITCHES]
         n = len(DEGREES)

@@ -24,6 +24,7 @@ from ds_bench.config.degrees import DEGREES
 from ds_bench.config.layout import OFFLOADS, Layout
 from ds_bench.config.legality_rules import Where
 from ds_bench.errors import UserError
+from ds_bench.perf import grid
 from ds_bench.perf import memory as mem
 from ds_bench.perf import step as timing
 from ds_bench.perf.candidate import Candidate
@@ -88,24 +89,22 @@ def degree_values(shape: Transformer, cluster: Cluster, space: Space) -> dict[st
 
 
 def candidates(shape: Transformer, cluster: Cluster, space: Space, sequences: int) -> list[Candidate]:
-    """Every combination the space names whose parallel degrees fit the world (no legality yet)."""
+    """Every combination the space names whose parallel degrees fit the world (no legality yet): the studies' grid
+    (``perf.grid.families``, every engine alike) with each family's micro-batches, the accumulation that makes
+    ``sequences`` per step, and activation checkpointing off and on."""
     world = cluster.world
-    values = degree_values(shape, cluster, space)
     out = []
-    for combo in itertools.product(*values.values()):
-        sizes = dict(zip(values, combo))
-        split = math.prod(sizes[d.field] for d in DEGREES if d.splits_replica)
-        if world % split or any(world % sizes[d.field] for d in DEGREES):
+    for family in grid.families(space.stages, space.offloads, (space.precision,), (1,), space.engines,
+                                degree_values(shape, cluster, space), attns=(space.attn,), every_engine_alike=True):
+        split = math.prod(d.size(family) for d in DEGREES if d.splits_replica)
+        if world % split or any(world % d.size(family) for d in DEGREES):
             continue
         replicas = world // split
         per_replica = sequences // replicas if sequences % replicas == 0 else 0
         micro = space.micro_batches or [2 ** i for i in range(0, 16) if 2 ** i <= max(1, per_replica)]
-        for engine, stage, offload, mbs, ckpt in itertools.product(space.engines, space.stages, space.offloads, micro,
-                                                                   space.checkpointing):
+        for mbs, ckpt in itertools.product(micro, space.checkpointing):
             ga = per_replica // mbs if per_replica and per_replica % mbs == 0 else 1
-            layout = Layout(stage=stage, offload=offload, precision=space.precision, micro_batch=mbs, grad_accum=ga,
-                            engine=engine, attn=space.attn, **sizes)
-            out.append(Candidate(layout, ckpt))
+            out.append(Candidate(dataclasses.replace(family.with_micro_batch(mbs), grad_accum=ga), ckpt))
     return out
 
 
