@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ds_bench.config.degrees import DEGREES
+
 
 @dataclass(frozen=True)
 class Timed:
@@ -50,9 +52,12 @@ class Timed:
 
 
 TIMED = {
-    "tensor_parallel": Timed("deepspeed.module_inject.layers", "all_reduce", "tp_all_reduce", "all_reduce"),
-    "sequence_parallel": Timed("deepspeed.sequence.layer", "all_to_all_single", "sp_all_to_all", "all_to_all"),
-    "expert_parallel": Timed("deepspeed.moe.sharded_moe", "all_to_all_single", "ep_all_to_all", "all_to_all"),
+    "tensor_parallel": Timed("deepspeed.module_inject.layers", "all_reduce", DEGREES["tensor_parallel"].comm,
+                             "all_reduce"),
+    "sequence_parallel": Timed("deepspeed.sequence.layer", "all_to_all_single", DEGREES["sequence_parallel"].comm,
+                               "all_to_all"),
+    "expert_parallel": Timed("deepspeed.moe.sharded_moe", "all_to_all_single", DEGREES["expert_parallel"].comm,
+                             "all_to_all"),
 }
 """By ``Layout`` degree field: the collectives each layout makes of its own (module docstring)."""
 

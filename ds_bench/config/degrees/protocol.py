@@ -98,8 +98,10 @@ class Degree:
     rules: tuple[DegreeRule, ...] = ()
     """Its own refusals beyond the shared shapes (checked before them)."""
     comm: str = ""
-    """The record's name of its own collectives (``tp_all_reduce``): a ``comm`` block under its entry of the
-    record's ``parallel`` map (``ds_bench.measure.layout_comm``); empty: it has none of its own."""
+    """The name of its own collectives (``tp_all_reduce``): their timer in a rank's report
+    (``ds_bench.measure.layout_comm``) and their key in the comm-bound verdict's bus bytes (``ds_bench.perf.bus_bytes``);
+    the record's block of the degree holds their ``comm`` (``ds_bench.record.run_blocks.DegreeComm``). Empty: it has
+    none of its own."""
     candidates: str = "world"
     """``plan``'s values at N ranks (``CANDIDATES``)."""
     summary: Callable[[int, dict], str] | None = None
