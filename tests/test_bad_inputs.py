@@ -926,7 +926,7 @@ def test_autoep_names_the_versions_that_fail_together(tmp_path, capsys, no_side_
     (deepspeed 0.19.8 with transformers 5.x): refused before joining, naming both installed versions."""
     from importlib.metadata import version
 
-    from ds_bench.engines import expert_parallel
+    from ds_bench.engines.degrees import expert_parallel
 
     if expert_parallel.autoep_mismatch() is None:
         pytest.skip("AutoEP works with the installed DeepSpeed and transformers: a real autoep run should test it")

@@ -17,8 +17,8 @@ from ds_bench.config.degrees import DEGREES, Degree
 from ds_bench.config.layout import Layout, parse_key
 from ds_bench.config.legality import Where
 from ds_bench.config.run_flags import Parser, add_run_arguments, run_config
-from ds_bench.engines.mesh import RESOLVERS, DegreePlan, register
-from ds_bench.engines.mesh import resolve as resolve_mesh
+from ds_bench.engines.degrees.mesh import RESOLVERS, DegreePlan, register
+from ds_bench.engines.degrees.mesh import resolve as resolve_mesh
 from ds_bench.errors import UserError
 from ds_bench.config import study_flags as study_flags
 from ds_bench.perf.grid import families

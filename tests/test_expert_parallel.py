@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from ds_bench.engines.expert_parallel import ExpertParallelPlan, Router
+from ds_bench.engines.degrees.expert_parallel import ExpertParallelPlan, Router
 from ds_bench.measure import expert_load
 from ds_bench.measure.expert_load import DROPPED, ROUTED, TOKENS, load_balance, routes_dropped
 from ds_bench.workloads import moe_shapes

@@ -8,7 +8,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from ds_bench.config.run_config import RunConfig
-from ds_bench.engines import tensor_parallel
+from ds_bench.engines.degrees import tensor_parallel
 from ds_bench.errors import UserError
 from ds_bench.workloads import build_workload, llama_shapes
 from tests.conftest import REPO, degree, explain, records, run_cmd, size_of

@@ -108,7 +108,7 @@ def test_a_moe_flag_on_a_dense_workload_is_one_line():
 def test_autoep_is_asked_for_only_where_it_runs(monkeypatch):
     """auto takes AutoEP where DeepSpeed and transformers agree and hands DeepSpeed its section; the MoE layer
     otherwise; AutoEP asked for where they disagree is one line naming both versions."""
-    from ds_bench.engines import expert_parallel as ep
+    from ds_bench.engines.degrees import expert_parallel as ep
     from ds_bench.errors import UserError
 
     router = ep.Router(2)
@@ -130,7 +130,7 @@ def test_this_deepspeed_and_transformers_do_not_run_autoep():
     import deepspeed
     import transformers
 
-    from ds_bench.engines import expert_parallel as ep
+    from ds_bench.engines.degrees import expert_parallel as ep
 
     said = ep.autoep_mismatch()
     if (deepspeed.__version__, transformers.__version__) == ("0.19.8", "5.24.0"):

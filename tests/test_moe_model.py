@@ -25,7 +25,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from ds_bench.config.run_config import RunConfig
-from ds_bench.engines import expert_parallel, moe_layer
+from ds_bench.engines import moe_layer
+from ds_bench.engines.degrees import expert_parallel
 from ds_bench.workloads import build_workload, moe_shapes
 from ds_bench.workloads.moe import moe_config
 from tests.conftest import REPO

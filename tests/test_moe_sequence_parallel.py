@@ -1,4 +1,4 @@
-"""Ulysses sequence parallelism with DeepSpeed's MoE layer (``ds_bench.engines.moe_sequence_parallel``), run for
+"""Ulysses sequence parallelism with DeepSpeed's MoE layer (``ds_bench.engines.degrees.moe_sequence_parallel``), run for
 real: the same tiny Mixtral, seed and Shakespeare batches in fp32, ZeRO-1, capacity factor 0 (no dropping) and aux
 weight 0, on one rank and with each sequence split over two ranks that also shard the experts (SP=2 with EP=2 on
 the same 2 ranks); in the full tier SP=2 x EP=2 on 4 ranks (two replicas). The losses agree to 1e-5 relative: without
@@ -20,8 +20,8 @@ from ds_bench import cli
 from ds_bench.config.degrees import protocol
 from ds_bench.config.layout import Layout
 from ds_bench.config.legality import Where, violation
-from ds_bench.engines import moe_sequence_parallel
-from ds_bench.engines.expert_parallel import AUTOEP, HF_BLOCKS, ExpertParallelPlan, Router, with_sequence_parallel
+from ds_bench.engines.degrees import moe_sequence_parallel
+from ds_bench.engines.degrees.expert_parallel import AUTOEP, HF_BLOCKS, ExpertParallelPlan, Router, with_sequence_parallel
 from ds_bench.errors import UserError
 from tests.conftest import OFFLINE, PASSED, degree, explain, records, run_cmd, size_of, stop_past_checks
 
@@ -169,7 +169,7 @@ import deepspeed.comm as dist
 import torch
 from deepspeed.runtime.sequence_parallel import parallel_state_sp
 
-from ds_bench.engines.sequence_parallel import group_mean
+from ds_bench.engines.degrees.sequence_parallel import group_mean
 
 deepspeed.init_distributed(dist_backend="gloo")
 parallel_state_sp.initialize_sequence_parallel(2)

@@ -16,7 +16,7 @@ import math
 import pytest
 import torch
 
-from ds_bench.engines import pipeline
+from ds_bench.engines.degrees import pipeline
 from ds_bench.errors import UserError
 from ds_bench.measure.loop import LoopTimes, run_loop, timing
 from tests.conftest import OFFLINE, degree, explain, records, run_cmd, size_of

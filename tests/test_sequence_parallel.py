@@ -13,7 +13,8 @@ import sys
 import pytest
 import torch
 
-from ds_bench.engines import sequence_parallel, tiling
+from ds_bench.engines import tiling
+from ds_bench.engines.degrees import sequence_parallel
 from ds_bench.workloads import llama_shapes
 from tests.conftest import degree, explain, records, run_cmd, size_of
 

@@ -1,5 +1,5 @@
 """DeepSpeed-Ulysses sequence parallelism and ALST's tiling, the pure parts: the layout ``--sequence-parallel``
-resolves to (``ds_bench.engines.sequence_parallel``), how a batch is sliced over a group, the config and
+resolves to (``ds_bench.engines.degrees.sequence_parallel``), how a batch is sliced over a group, the config and
 gradient scale DeepSpeed gets, the loss tiles (``ds_bench.engines.tiling``), the layout keys, the all-to-all
 elements a workload sends and the comm-bound verdict's bytes for them. No process group: the 2-rank runs
 that train with it are the engine's tests.
@@ -14,7 +14,7 @@ import torch
 
 from ds_bench.config.layout import Layout, parse_key
 from ds_bench.config.run_config import RunConfig
-from ds_bench.engines import sequence_parallel as sp
+from ds_bench.engines.degrees import sequence_parallel as sp
 from ds_bench.engines import tiling
 from ds_bench.errors import UserError
 from ds_bench.perf import bus_bytes, comm_bound

@@ -6,7 +6,7 @@ joined; under DeepSpeed ZeRO-3 ``partitioned_build`` is the context the model is
 (``deepspeed.zero.Init``, ``ds_bench.engines.zero_init``). Every engine returns an object with
 DeepSpeed's engine surface (``ds_bench.measure.loop`` calls ``engine(...)``, ``backward``, ``step``,
 ``device``; ``save_checkpoint`` / ``load_checkpoint``), so the loop, timing and records are the same
-for all three. The parallel degrees are one ``Mesh`` of plans (``ds_bench.engines.mesh``), one module each:
+for all three. The parallel degrees are one ``Mesh`` of plans (``ds_bench.engines.degrees``), one module each:
 ``--tensor-parallel`` hands DeepSpeed an AutoTP config (``tensor_parallel``); ``--sequence-parallel`` a
 ``sequence_parallel_size`` and the Ulysses ``mpu`` (``sequence_parallel``); ``--workload moe`` DeepSpeed's MoE
 layers or AutoEP (``expert_parallel``); with ``--pipeline-stages`` (``pipeline``) the model is a
@@ -24,9 +24,8 @@ from ds_bench.config.deepspeed import optim
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.layout import ENGINES
 from ds_bench.config.run_checks import check_engine
-# Each degree's module registers its plan's resolver with the mesh, in this order.
-from ds_bench.engines import pipeline, tensor_parallel, sequence_parallel, expert_parallel  # noqa: F401,I001
-from ds_bench.engines.mesh import Mesh
+from ds_bench.engines import degrees  # noqa: F401  (each degree's module registers its resolver with the mesh)
+from ds_bench.engines.degrees.mesh import Mesh
 from ds_bench.engines.torch_engine import DTYPES, TorchEngine, wrap_ddp, wrap_fsdp
 from ds_bench.engines.torch_settings import TorchSettings, torch_settings
 from ds_bench.engines.zero_init import full_numel, is_partitioned, partitioned_build
@@ -47,7 +46,7 @@ class EngineChoice:
     input_dtype: torch.dtype
     torch_settings: TorchSettings | None = None
     mesh: Mesh = Mesh(1)
-    """The run's parallel degrees (``ds_bench.engines.mesh``); no plan: data parallelism only."""
+    """The run's parallel degrees (``ds_bench.engines.degrees.mesh``); no plan: data parallelism only."""
 
     def describe(self) -> dict:
         """The record's ``engine_plan``: how the config was mapped (None for DeepSpeed: it reads it itself)."""

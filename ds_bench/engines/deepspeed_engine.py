@@ -7,7 +7,8 @@ from __future__ import annotations
 import torch
 
 from ds_bench.config.deepspeed import optim
-from ds_bench.engines import moe_layer, moe_sequence_parallel
+from ds_bench.engines import moe_layer
+from ds_bench.engines.degrees import moe_sequence_parallel
 
 
 def initialize(model: torch.nn.Module, ds_cfg: dict, lr: float, mpu=None):

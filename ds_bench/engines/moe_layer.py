@@ -1,5 +1,5 @@
 """DeepSpeed's MoE layer in an HF mixture of experts (``--moe-path moe-layer``; the layout, router and paths are
-``ds_bench.engines.expert_parallel``'s): each HF sparse block (Mixtral's, Qwen3-MoE's) replaced by ``MoEBlock``, a
+``ds_bench.engines.degrees.expert_parallel``'s): each HF sparse block (Mixtral's, Qwen3-MoE's) replaced by ``MoEBlock``, a
 ``deepspeed.moe.layer.MoE`` with the same router weight and this rank's experts; the HF model built with its
 stacked experts on the meta device (``experts_on_meta``); the loss's aux term, the optimizer's parameter groups
 and what a rank holds.
@@ -16,7 +16,7 @@ import contextlib
 import torch
 from torch import nn
 
-from ds_bench.engines.expert_parallel import ExpertParallelPlan, is_expert, params_held, whole_model_params  # noqa: F401
+from ds_bench.engines.degrees.expert_parallel import ExpertParallelPlan, is_expert, params_held, whole_model_params  # noqa: F401
 
 class SwiGLUExpert(nn.Module):
     """One Mixtral / Qwen3-MoE expert: down(silu(gate x) * up x), HF's fused gate_up layout."""

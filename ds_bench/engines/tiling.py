@@ -159,6 +159,6 @@ def _cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tens
 def whole_sequences(batches):
     """``--tiled-loss`` without Ulysses: each batch whole, in the sliced form the token loss takes (one slice of the
     whole sequence: ``sequence_parallel.shard`` with S = 1)."""
-    from ds_bench.engines.sequence_parallel import shard_batches
+    from ds_bench.engines.degrees.sequence_parallel import shard_batches
 
     return shard_batches(batches, 0, 1)

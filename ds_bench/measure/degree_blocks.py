@@ -2,7 +2,7 @@
 degree (``timers``) and, from the ranks' reports, each degree's record block (``blocks``): its size and settings
 (the plan's), its own collectives in one shape (``ds_bench.measure.layout_comm.per_step``) and, for a degree that
 routes tokens, the experts' load balance (``ds_bench.measure.expert_load``). The degrees are the run's mesh
-(``ds_bench.engines.mesh``); nothing here names one.
+(``ds_bench.engines.degrees.mesh``); nothing here names one.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 
 - **tokens(T)** = micro-batch x T / S: the tokens one rank computes; with S-way Ulysses each rank holds
   a slice of every sequence outside attention, and inside it all T tokens of H/S heads, which is as many
-  activations (``ds_bench.engines.sequence_parallel``).
+  activations (``ds_bench.engines.degrees.sequence_parallel``).
 - **states(T)**: the model states, ``perf.states.model_states_bytes`` (the caller's): they do not change
   with the sequence, except GPT-2's learned positions past 1,024 (its member at T counts them).
 - **loss(T)**: the cross entropy's [tokens x vocabulary] tensors, the one term that is not per token in

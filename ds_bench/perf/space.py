@@ -127,7 +127,7 @@ def model_reason(shape: Transformer, layout: Layout, seq_len: int, workload_cls)
             return f"--sequence-parallel {sp} does not divide the {what} ({width})"
     if sp > 1 and shape.kv_heads % sp and sp % shape.kv_heads:
         return (f"--sequence-parallel {sp}: the {shape.kv_heads} KV heads neither divide by it nor divide it "
-                "(ds_bench.engines.sequence_parallel)")
+                "(ds_bench.engines.degrees.sequence_parallel)")
     if ep > 1 and shape.experts % ep:
         return f"--expert-parallel {ep} does not divide the {shape.experts} experts"
     return None

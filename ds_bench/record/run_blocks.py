@@ -160,7 +160,7 @@ class DegreeComm(Block):
 
 
 class DegreeBlock(Block):
-    """One parallel degree of a run (``ds_bench.engines.mesh``): its size, what its plan says of it, its own
+    """One parallel degree of a run (``ds_bench.engines.degrees.mesh``): its size, what its plan says of it, its own
     collectives and what else it measured."""
 
     size: int

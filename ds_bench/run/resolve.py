@@ -5,7 +5,7 @@ config file, ``--set``, batch arithmetic, data and results paths, checkpoint fol
 here, so bad input exits 2 at once, never joins and never leaves a record. The run's configuration is
 resolved once, into one ``Resolved`` value every later stage reads: the config file read and ``--set``
 applied once (``prepare.read``; the legality table reads its layout from it), resolved once
-(``prepare.resolve``: sections normalised once), its degrees' plans (``engines.mesh``) and its ``Layout``.
+(``prepare.resolve``: sections normalised once), its degrees' plans (``engines.degrees.mesh``) and its ``Layout``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ds_bench.config import legality, preflight
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.deepspeed.derive import layout_of_run
 from ds_bench.config.run_config import RunConfig
-from ds_bench.engines import mesh as degree_mesh
+from ds_bench.engines.degrees import mesh as degree_mesh
 from ds_bench.machine import cpu_features, environ, jit_ops
 from ds_bench.measure import checkpoint
 from ds_bench.run.state import Resolved

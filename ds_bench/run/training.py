@@ -20,7 +20,7 @@ from ds_bench.cluster import faults, process_exit, process_group
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.engines import tiling
 from ds_bench.engines.compiled import compile_engine
-from ds_bench.engines.pipeline import clip_on_the_whole_model
+from ds_bench.engines.degrees.pipeline import clip_on_the_whole_model
 from ds_bench.machine import memory
 from ds_bench.measure import checkpoint, compile_stats, degree_blocks
 from ds_bench.measure.loop import DeviceClock, run_loop

@@ -41,7 +41,7 @@ class Workload(ABC):
     ulysses: bool = False
     """Whether DeepSpeed-Ulysses' HF wrapper can shard the model's sequence (``--sequence-parallel``): llama."""
     router = None
-    """A mixture of experts' router settings (``ds_bench.engines.expert_parallel.Router``); None: a dense model."""
+    """A mixture of experts' router settings (``ds_bench.engines.degrees.expert_parallel.Router``); None: a dense model."""
     experts: int | None = None
     """Experts per MoE block; None: a dense model."""
     mixture_of_experts: bool = False

@@ -6,7 +6,7 @@ tokenized once with the real GPT-2 BPE of ``ds_bench.data.tokenizer``, or a ``--
 tokenizer, cached, packed into full ``--seq-len`` sequences, sharded across ranks; read and counted
 by ``load_data`` before the process group is joined). The loss is HF's causal-LM loss on the
 batch's own tokens (labels = inputs, shifted inside the model); a sequence-parallel or ``--tiled-loss`` run's
-is the same mean taken over its ranks' slices (``ds_bench.engines.sequence_parallel``, ``ds_bench.engines.tiling``).
+is the same mean taken over its ranks' slices (``ds_bench.engines.degrees.sequence_parallel``, ``ds_bench.engines.tiling``).
 A subclass sets ``self.config`` (the HF config), ``self.seq_len`` and ``self.files`` in its constructor.
 """
 
@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from ds_bench.data import text
-from ds_bench.engines import sequence_parallel, tiling
+from ds_bench.engines import tiling
+from ds_bench.engines.degrees import sequence_parallel
 from ds_bench.errors import UserError
 from ds_bench.workloads import hf_init
 from ds_bench.workloads.base import Batch, Workload, check_enough, cycle_pool, shard_epochs
@@ -95,7 +96,7 @@ class CausalLMWorkload(Workload):
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """HF's causal-LM loss; a batch sharded for sequence parallelism or ``--tiled-loss`` (its ``shift_labels``,
-        ``ds_bench.engines.sequence_parallel.shard``) takes the token sum of its slice and the group's mean."""
+        ``ds_bench.engines.degrees.sequence_parallel.shard``) takes the token sum of its slice and the group's mean."""
         if "shift_labels" in batch:
             weighted = tiling.token_sum(model, batch, sequence_parallel.token_weight(batch), self.cfg.tiled_loss)
             return sequence_parallel.group_loss(weighted, batch)

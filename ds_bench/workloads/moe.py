@@ -5,7 +5,7 @@ qwen3-30b-a3b; the table, its sources and the total / active parameter and FLOPs
 from scratch (HF's init per parameter from (seed, name): ``ds_bench.workloads.hf_init``).
 
 Under ``--engine deepspeed`` the sparse blocks run as DeepSpeed's MoE layer with the same weights, sharded over
-``--expert-parallel`` ranks (``ds_bench.engines.expert_parallel``: the paths, the router, what EP = 1 costs);
+``--expert-parallel`` ranks (``ds_bench.engines.degrees.expert_parallel``: the paths, the router, what EP = 1 costs);
 DDP and FSDP train HF's own blocks, HF adding its router loss. ``--seq-len``, ``--attn``,
 ``--activation-checkpointing`` and ``--data`` as llama (``ds_bench.workloads.causal_lm``).
 Model FLOPs: ``moe_shapes.flops_per_token`` (6 N_active + 12 L H Q T).
@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from ds_bench.data import text
-from ds_bench.engines import expert_parallel, moe_layer, sequence_parallel
+from ds_bench.engines import moe_layer
+from ds_bench.engines.degrees import expert_parallel, sequence_parallel
 from ds_bench.errors import UserError
 from ds_bench.workloads import hf_init, moe_shapes
 from ds_bench.workloads.causal_lm import DEFAULT_ATTENTION, LlamaFamilyWorkload, enable_checkpointing
@@ -35,7 +36,7 @@ class MoEWorkload(LlamaFamilyWorkload):
     preload = ("transformers.models.mixtral.modeling_mixtral", "deepspeed.moe.layer")
     long_context = False
     ulysses = True
-    """Ulysses shards its attention as llama's; DeepSpeed's MoE layer needs ``ds_bench.engines.moe_sequence_parallel``
+    """Ulysses shards its attention as llama's; DeepSpeed's MoE layer needs ``ds_bench.engines.degrees.moe_sequence_parallel``
     beside it (``--moe-path moe-layer``)."""
     custom_shapes = True
     mixture_of_experts = True

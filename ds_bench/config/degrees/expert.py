@@ -1,5 +1,5 @@
 """Expert parallelism (``--expert-parallel EP``, the moe workload): DeepSpeed's MoE layer or AutoEP shards each
-block's experts over EP ranks, tokens reaching them by all-to-all (``ds_bench.engines.expert_parallel``), timed as
+block's experts over EP ranks, tokens reaching them by all-to-all (``ds_bench.engines.degrees.expert_parallel``), timed as
 ``ep_all_to_all``. It does not split a data-parallel replica: the rest of the model is replicated on every rank.
 A moe run under DeepSpeed engages its engine even at EP = 1 (``Where.engaged``)."""
 
@@ -18,7 +18,7 @@ def _ep(l, w) -> bool:
 
 MOE_WORKLOAD = "moe"
 MOE_PATHS = ("auto", "autoep", "moe-layer", "hf")
-"""``--moe-path`` (``ds_bench.engines.expert_parallel.PATHS``)."""
+"""``--moe-path`` (``ds_bench.engines.degrees.expert_parallel.PATHS``)."""
 
 
 def _require(ok: bool, message: str) -> None:
@@ -27,7 +27,7 @@ def _require(ok: bool, message: str) -> None:
 
 
 def check_moe_flags(cfg) -> None:
-    """The moe flags' own values (against the model's experts: ``ds_bench.engines.expert_parallel.resolve``)."""
+    """The moe flags' own values (against the model's experts: ``ds_bench.engines.degrees.expert_parallel.resolve``)."""
     for flag, value in (("--experts", cfg.experts), ("--top-k", cfg.top_k)):
         _require(value is None or value >= 1, f"{flag} must be a positive integer, got {value}")
     _require(math.isfinite(cfg.capacity_factor) and cfg.capacity_factor >= 0,

@@ -1,6 +1,6 @@
 """Which two parallel degrees compose, as refusals of the pairs that do not: each with the failure and the
 DeepSpeed source or version it was seen with. A pair not here composes: experts and Ulysses on the DeepSpeed
-they were verified with (``ds_bench.engines.moe_sequence_parallel``, ``tests/test_moe_sequence_parallel.py``);
+they were verified with (``ds_bench.engines.degrees.moe_sequence_parallel``, ``tests/test_moe_sequence_parallel.py``);
 allowing another is removing its row, with a parity test of the pair against each degree alone (fp32, 1e-5)."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ PAIR_RULES: tuple[DegreeRule, ...] = (
                "(whose model-parallel group is the sequence-parallel one), measured with " + DEEPSPEED + " only; the "
                "installed DeepSpeed is another version",
                f"{DEEPSPEED}, moe/sharded_moe.py and moe/mappings.py read utils/bwc.py; "
-               "ds_bench.engines.moe_sequence_parallel (issue 44: tiny Mixtral, fp32, ZeRO-1, SP=2 x EP=2)",
+               "ds_bench.engines.degrees.moe_sequence_parallel (issue 44: tiny Mixtral, fp32, ZeRO-1, SP=2 x EP=2)",
                {"expert_parallel": 2, "sequence_parallel": 2}),
 )
 """The pairs refused, in the legality table's order."""

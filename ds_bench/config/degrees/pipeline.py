@@ -1,5 +1,5 @@
 """Pipeline stages (``--pipeline-stages P``): DeepSpeed's pipeline engine over gpt2's ``PipelineModule``
-(``ds_bench.engines.pipeline``). What it refuses of its own: ZeRO above 1, offload, eager attention, and the run
+(``ds_bench.engines.degrees.pipeline``). What it refuses of its own: ZeRO above 1, offload, eager attention, and the run
 options its ``train_batch`` does not take."""
 
 from __future__ import annotations

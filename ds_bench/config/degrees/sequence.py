@@ -1,5 +1,5 @@
 """Sequence parallelism (``--sequence-parallel S``): DeepSpeed-Ulysses (ALST) shards every sequence over S ranks
-and exchanges attention heads by all-to-all (llama; ``ds_bench.engines.sequence_parallel``), timed as
+and exchanges attention heads by all-to-all (llama; ``ds_bench.engines.degrees.sequence_parallel``), timed as
 ``sp_all_to_all``. Its own refusal: eager attention, whose 4-D mask Ulysses drops."""
 
 from __future__ import annotations

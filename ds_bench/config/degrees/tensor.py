@@ -1,5 +1,5 @@
 """Tensor parallelism (``--tensor-parallel T``): DeepSpeed AutoTP shards every layer over T ranks (llama;
-``ds_bench.engines.tensor_parallel``). Its all-reduces are timed as ``tp_all_reduce``; ``plan`` keeps a group
+``ds_bench.engines.degrees.tensor_parallel``). Its all-reduces are timed as ``tp_all_reduce``; ``plan`` keeps a group
 inside one node."""
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ import logging
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ds_bench.engines.mesh import DegreePlan, register
+from ds_bench.engines.degrees.mesh import DegreePlan, register
 from ds_bench.errors import UserError
 
 log = logging.getLogger("ds_bench")

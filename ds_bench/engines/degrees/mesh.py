@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ds_bench.engines.degrees.data_parallel import DataParallel
+
 Resolver = Callable[..., object]
 """``(cfg, workload, world_size, local_world_size) -> plan | None``: a degree's plan for the run, before joining."""
 
@@ -109,9 +111,14 @@ class Mesh:
         return next((p for p in self.plans if p.builds_stages), None)
 
     @property
+    def data_parallel(self) -> DataParallel:
+        """The replicas the degrees leave: the world over the product of those whose groups share one."""
+        group = math.prod(p.size for p in self.plans if p.splits_replica)
+        return DataParallel(self.world_size // group, group)
+
+    @property
     def data_parallel_size(self) -> int:
-        """Data replicas: the world over the product of the degrees whose groups share one."""
-        return self.world_size // math.prod(p.size for p in self.plans if p.splits_replica)
+        return self.data_parallel.size
 
     @property
     def shards_layers(self) -> bool:
@@ -150,8 +157,7 @@ class Mesh:
     def batches(self, workload, rank: int, micro_batch: int) -> Iterator:
         """This rank's batches: its data replica's (groups of consecutive ranks share one), each degree's part of
         them. A staged model's batches are its plan's (``staged_batches``)."""
-        shared = math.prod(p.size for p in self.plans if p.splits_replica)
-        stream = workload.batches(rank // shared, self.world_size // shared, micro_batch)
+        stream = self.data_parallel.batches(workload, rank, micro_batch)
         for plan in self.plans:
             stream = plan.shard(stream, rank)
         return stream

@@ -5,7 +5,7 @@ Layout: the E experts of every MoE block are sharded over EP consecutive ranks (
 ``groups._create_expert_and_data_parallel``: expert-parallel groups of EP consecutive ranks), each holding
 E / EP of them; everything else (attention, norms, router, embedding, head) is replicated over all W ranks.
 Every rank reads its own batch (W data-parallel replicas for the non-expert parameters; under Ulysses, W / S, each
-rank its slice of a sequence: ``ds_bench.engines.moe_sequence_parallel``); an expert's gradient is averaged over the
+rank its slice of a sequence: ``ds_bench.engines.degrees.moe_sequence_parallel``); an expert's gradient is averaged over the
 W / EP ranks that hold it (its expert-data-parallel group). Tokens travel to
 their experts and back by two all-to-alls per MoE block in forward (dispatch, combine) and two in backward;
 deepspeed 0.19.8 skips them at EP = 1 (``MOELayer.forward``: ``if self.ep_size > 1``; DeepSpeed PR #7997).
@@ -37,7 +37,7 @@ from typing import ClassVar
 
 import torch
 
-from ds_bench.engines.mesh import DegreePlan, register
+from ds_bench.engines.degrees.mesh import DegreePlan, register
 from ds_bench.errors import UserError
 
 MOE_LAYER, AUTOEP, HF_BLOCKS = "moe-layer", "autoep", "hf"
@@ -148,7 +148,7 @@ def _from_run(cfg, workload, world_size: int, local_world_size: int | None) -> E
 def with_sequence_parallel(plan: ExpertParallelPlan, size: int) -> ExpertParallelPlan:
     """The experts' plan under Ulysses (``--sequence-parallel S``, pure; before joining): its non-expert replicas
     are world / S, and only DeepSpeed's MoE layer path is measured with it (``UserError``, exit 2; the layer's
-    override: ``ds_bench.engines.moe_sequence_parallel``)."""
+    override: ``ds_bench.engines.degrees.moe_sequence_parallel``)."""
     if size == 1:
         return plan
     if plan.path != MOE_LAYER:

@@ -66,7 +66,7 @@ def install() -> None:
             continue
         if current is None or list(inspect.signature(current).parameters) != ["mpu"]:
             raise RuntimeError(f"{name}.{NAME} is not DeepSpeed 0.19.8's (mpu=None): the MoE layer under Ulysses "
-                               "cannot be given a tensor-parallel size of 1 (ds_bench.engines.moe_sequence_parallel)")
+                               "cannot be given a tensor-parallel size of 1 (ds_bench.engines.degrees.moe_sequence_parallel)")
         _originals[name] = current
         setattr(module, NAME, _one_under_ulysses(current))
 

@@ -37,7 +37,7 @@ from typing import ClassVar
 import torch
 
 from ds_bench.config.deepspeed import prepare as ds_config
-from ds_bench.engines.mesh import DegreePlan, register
+from ds_bench.engines.degrees.mesh import DegreePlan, register
 from ds_bench.errors import UserError
 
 IGNORE = -100
