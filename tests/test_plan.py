@@ -106,3 +106,23 @@ def test_the_run_options_every_confirm_run_gets_drop_the_layouts_that_refuse_the
     assert "--breakdown with --pipeline-stages 2: it times the phases of each micro-step" in out
     assert cli.main(argv) == 0
     assert "--breakdown" not in capsys.readouterr().out
+
+
+def test_plan_help_names_every_device_family_and_says_gpus_per_node_is_the_clusters():
+    """``--device``'s choices come from the device table (V100-32GB was missing from a hand-written list), and
+    ``--gpus-per-node`` says what plan reads it as (the planned cluster's size), not only a Slurm job's request."""
+    import argparse
+
+    from ds_bench.perf.devices import DEVICES
+    from ds_bench.plan.spec import add_arguments
+
+    p = argparse.ArgumentParser(prog="ds-bench plan")
+    add_arguments(p)
+    helps = {a.dest: " ".join(a.help.split()) for a in p._actions if a.help}
+    assert all(d.family in helps["device"] for d in DEVICES.values()) and "V100-32GB" in helps["device"]
+    assert helps["gpus_per_node"].startswith("devices per node of the planned cluster")
+    s = argparse.ArgumentParser()
+    from ds_bench.config.study_flags import add_slurm_arguments
+
+    add_slurm_arguments(s)
+    assert "none asked for" in next(a.help for a in s._actions if a.dest == "gpus_per_node")

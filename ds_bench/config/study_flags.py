@@ -70,9 +70,10 @@ class StudySpec:
 
 
 def add_job_arguments(p: argparse.ArgumentParser, *, results: str, master_port: int, nproc: bool = True,
-                      nodes: bool = True) -> None:
+                      nodes: bool = True, gpus_help: str | None = None) -> None:
     """``--results --launcher --hostfile [--nproc] --iface --master-port --timeout --dry-run`` and the Slurm
-    executor's flags (``add_slurm_arguments``; ``nodes``: with ``--nodes``, the jobs' nodes)."""
+    executor's flags (``add_slurm_arguments``; ``nodes``: with ``--nodes``, the jobs' nodes; ``gpus_help``: what
+    ``--gpus-per-node`` also is to a command that reads it beyond Slurm)."""
     p.add_argument("--results", default=results, help=f"the study's records, JSON lines; also its state (default "
                                                       f"{results})")
     p.add_argument("--launcher", default=None, choices=LAUNCHERS,
@@ -87,11 +88,12 @@ def add_job_arguments(p: argparse.ArgumentParser, *, results: str, master_port: 
     p.add_argument("--timeout", default="15m", help="wall-clock limit per job: 90s, 15m, 1h (default 15m; under "
                                                     "Slurm also the job's --time, in whole minutes)")
     p.add_argument("--dry-run", action="store_true", help="print what would run, run nothing")
-    add_slurm_arguments(p, nodes=nodes)
+    add_slurm_arguments(p, nodes=nodes, gpus_help=gpus_help)
 
 
-def add_slurm_arguments(p: argparse.ArgumentParser, nodes: bool = True) -> None:
-    """``--executor`` and what each Slurm job asks for; ``nodes``: the study takes ``--nodes`` (its jobs' nodes)."""
+def add_slurm_arguments(p: argparse.ArgumentParser, nodes: bool = True, gpus_help: str | None = None) -> None:
+    """``--executor`` and what each Slurm job asks for; ``nodes``: the study takes ``--nodes`` (its jobs' nodes);
+    ``gpus_help``: ``--gpus-per-node``'s help where the command reads it beyond Slurm (``plan``: the cluster's)."""
     g = p.add_argument_group("Slurm (--executor slurm: each job a batch job of its own)")
     g.add_argument("--executor", default="local", choices=EXECUTORS,
                    help="local: each job on this node or --hostfile, one at a time (default); slurm: each job an "
@@ -100,8 +102,8 @@ def add_slurm_arguments(p: argparse.ArgumentParser, nodes: bool = True) -> None:
         g.add_argument("--nodes", type=int, default=None, help="nodes of each Slurm job (default 1)")
     g.add_argument("--partition", default=None, help="Slurm partition of each job (default: the cluster's)")
     g.add_argument("--account", default=None, help="Slurm account of each job")
-    g.add_argument("--gpus-per-node", type=int, default=0,
-                   help="GPUs each Slurm job asks for per node; 0 (default): none asked for (CPU partition)")
+    g.add_argument("--gpus-per-node", type=int, default=0, help=gpus_help or (
+        "GPUs each Slurm job asks for per node; 0 (default): none asked for (CPU partition)"))
     g.add_argument("--mpi", default=None, help="srun --mpi plugin of each job, e.g. pmix (rank 0 shares its address "
                                                "through it; without one, --iface's address on the first node)")
     g.add_argument("--max-jobs", type=int, default=None,

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from ds_bench.config import argcheck
 from ds_bench.config.layout import ENGINES, OFFLOADS, PRECISIONS
 from ds_bench.config.parsers import parse_list, parse_size
-from ds_bench.errors import UserError
 from ds_bench.config.study_flags import StudySpec, add_degree_arguments, add_job_arguments, degrees_of, job_options
+from ds_bench.errors import UserError
+from ds_bench.perf.devices import DEVICES
 
 WORKLOADS = ("llama", "gpt2", "moe")
 DEFAULT_SEQ = {"gpt2": 1024, "llama": 2048, "moe": 2048}
@@ -76,8 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tokens per optimizer step, e.g. 4M (M = 2^20) or 1048576 (default: 8 sequences per rank)")
     m.add_argument("--precision", default=None, choices=PRECISIONS, help="default bf16 (fp32 on CPU ranks)")
     c = p.add_argument_group("the cluster (--nodes and --gpus-per-node: the Slurm group's flags)")
-    c.add_argument("--device", default=None, help="device family for the peaks and memory: H100, H200, A100, "
-                                                   "A100-40GB, V100, MI300X, cpu (default: this machine's)")
+    c.add_argument("--device", default=None, help="device family for the peaks and memory: "
+                   f"{', '.join(d.family for d in DEVICES.values())}, cpu (default: this machine's)")
     c.add_argument("--peak-tflops", type=float, default=None, help="dense peak TFLOP/s per device at --precision")
     c.add_argument("--device-memory", default=None, metavar="SIZE", help="memory per device, e.g. 80GiB")
     c.add_argument("--achieved", type=float, default=None,
@@ -106,7 +107,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--steps", type=int, default=12, help="--confirm: steps per run, warm-up included (default 12)")
     o.add_argument("--warmup", type=int, default=4)
     o.add_argument("--cpu-mem-limit", default=None, metavar="SIZE", help="--confirm: cap each CPU rank's memory")
-    add_job_arguments(p, results="results/plan.jsonl", master_port=29800)
+    add_job_arguments(p, results="results/plan.jsonl", master_port=29800, gpus_help=(
+        "devices per node of the planned cluster (default: --nproc, else this machine's GPUs, else 8; --device cpu: "
+        f"{CPU_RANKS} ranks); under "
+        "--executor slurm also what each --confirm job asks for"))
 
 
 def spec_from_args(args: argparse.Namespace) -> PlanSpec:
