@@ -126,3 +126,19 @@ def test_plan_help_names_every_device_family_and_says_gpus_per_node_is_the_clust
 
     add_slurm_arguments(s)
     assert "none asked for" in next(a.help for a in s._actions if a.dest == "gpus_per_node")
+
+
+def test_confirm_takes_distinct_layouts_not_a_layouts_micro_batch_twins():
+    """The top rows are often one layout at several micro-batches, predicted alike: ``--confirm 2`` runs two
+    layouts, the first row of each (a checkpointing variant is a layout of its own)."""
+    from ds_bench.config.layout import Layout
+    from ds_bench.perf.candidate import Candidate
+    from ds_bench.plan.confirm import distinct_rows
+
+    sp4 = Layout(3, "none", "bf16", 1, 4, sequence_parallel=4)
+    rows = [Candidate(sp4), Candidate(sp4.with_micro_batch(2)), Candidate(Layout(3, "none", "bf16", 2, 4,
+                                                                                  sequence_parallel=8)),
+            Candidate(sp4, checkpointing=True)]
+    assert distinct_rows(rows, 2) == [0, 2]
+    assert distinct_rows(rows, 5) == [0, 2, 3]
+    assert distinct_rows(rows, 1) == [0]

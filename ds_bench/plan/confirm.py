@@ -1,16 +1,19 @@
-"""``ds-bench plan --confirm K``: the K best predicted layouts run for real on these ranks (the studies' runner:
+"""``ds-bench plan --confirm K``: the K best predicted distinct layouts (a layout's micro-batch variants count once)
+run for real on these ranks (the studies' runner:
 each a fresh ``ds-bench run`` under the plan's launcher, or a Slurm job with ``--executor slurm``), their measured
 median step beside the predicted one. A ratio outside ``BAND`` is flagged; a run that fails is the plan's failure
 (record ``failed``, exit 1)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 
 from ds_bench.config.deepspeed.derive import write_derived
 from ds_bench.config.deepspeed.prepare import load_json
 from ds_bench.jobs import runner
+from ds_bench.perf.candidate import Candidate
 from ds_bench.perf.space import Planned
 from ds_bench.plan.spec import PlanSpec
 from ds_bench.record.plan_schema import Confirmed, PlanRecord
@@ -28,12 +31,32 @@ def shape_args(spec: PlanSpec) -> list[str]:
     return [*out, "--seq-len", str(spec.seq_len)]
 
 
-def confirm(spec: PlanSpec, record: PlanRecord, best: list[Planned]) -> int:
-    """Run each of ``best`` (the record's first rows), fill its row's ``confirmed``; 1 when any run failed."""
+def distinct_rows(candidates: list[Candidate], k: int) -> list[int]:
+    """The indices of the first ``k`` candidates whose layouts differ beyond micro-batch and accumulation (pure): a
+    layout's micro-batch variants are predicted alike, and running two of them confirms one prediction twice."""
+    seen, out = set(), []
+    for i, c in enumerate(candidates):
+        family = (dataclasses.replace(c.layout, micro_batch=0, grad_accum=1).key, c.checkpointing)
+        if family not in seen:
+            seen.add(family)
+            out.append(i)
+        if len(out) == k:
+            break
+    return out
+
+
+def confirm(spec: PlanSpec, record: PlanRecord, ranked: list[Planned]) -> int:
+    """Run ``--confirm`` K distinct layouts of the record's rows (``distinct_rows``), fill each one's ``confirmed``;
+    1 when any run failed."""
     base = load_json(spec.ds_config)
     folder = os.path.splitext(spec.results)[0] + ".confirm"
     failed = False
-    for row, planned in zip(record.ranked, best):
+    picks = distinct_rows([p.candidate for p in ranked[:len(record.ranked)]], spec.confirm)
+    if len(picks) < spec.confirm:
+        print(f"confirm: {len(picks)} distinct layout(s) among the {len(record.ranked)} rows (--top), not "
+              f"{spec.confirm}: the others are micro-batch variants of them")
+    for i in picks:
+        row, planned = record.ranked[i], ranked[i]
         layout = planned.candidate.layout
         key = planned.candidate.label(spec.world)
         config = write_derived(os.path.join(folder, runner.slug(key) + ".json"), base, layout)

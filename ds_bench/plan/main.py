@@ -63,7 +63,7 @@ def main(args: argparse.Namespace) -> int:
     if spec.confirm:
         from ds_bench.plan.confirm import confirm
 
-        status = confirm(spec, record, ranked[:spec.confirm])
+        status = confirm(spec, record, ranked)
         print(plan_table.confirmed(record))
     store.append_record(spec.results, record)
     print(f"plan record appended to {spec.results}")

@@ -103,7 +103,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="base DeepSpeed config of the recommended layout's config and of --confirm's runs (a file, "
                         "or a name in ds_configs/; default zero1.json)")
     o.add_argument("--confirm", type=int, default=0, metavar="K",
-                   help="run the K best predicted layouts for real on these ranks and print measured beside predicted")
+                   help="run the K best predicted distinct layouts (a layout's micro-batch variants count once) for "
+                        "real on these ranks and print measured beside predicted")
     o.add_argument("--steps", type=int, default=12, help="--confirm: steps per run, warm-up included (default 12)")
     o.add_argument("--warmup", type=int, default=4)
     o.add_argument("--cpu-mem-limit", default=None, metavar="SIZE", help="--confirm: cap each CPU rank's memory")
