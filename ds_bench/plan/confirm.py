@@ -53,8 +53,8 @@ def confirm(spec: PlanSpec, record: PlanRecord, ranked: list[Planned]) -> int:
     failed = False
     picks = distinct_rows([p.candidate for p in ranked[:len(record.ranked)]], spec.confirm)
     if len(picks) < spec.confirm:
-        print(f"confirm: {len(picks)} distinct layout(s) among the {len(record.ranked)} rows (--top), not "
-              f"{spec.confirm}: the others are micro-batch variants of them")
+        print(f"confirm: {len(picks)} of --confirm {spec.confirm}: the {len(record.ranked)} row(s) shown (--top) hold "
+              f"{len(picks)} distinct layout(s), a layout's micro-batch variants counted once")
     for i in picks:
         row, planned = record.ranked[i], ranked[i]
         layout = planned.candidate.layout
