@@ -9,6 +9,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ds_bench.config.run_config import RunConfig
 from ds_bench.engines.degrees import tensor_parallel
+from ds_bench.engines.degrees.mesh import Mesh
 from ds_bench.errors import UserError
 from ds_bench.workloads import build_workload, llama_shapes
 from tests.conftest import REPO, degree, explain, records, run_cmd, size_of
@@ -133,8 +134,9 @@ DIVISORS = {"attention heads": 32, "KV heads": 8, "hidden size": 4096, "MLP widt
 def test_a_tensor_parallel_layout_splits_the_world_into_replicas():
     tp = tensor_parallel.resolve(2, 8, DIVISORS)
     assert (tp.size, tp.data_parallel_size) == (2, 4)
-    assert [tp.data_rank(r) for r in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]  # a TP group: consecutive ranks
-    assert tp.describe() == {"tensor_parallel": 2, "data_parallel_size": 4}
+    mesh = Mesh(8, (tp,))
+    assert [mesh.data_parallel.replica(r) for r in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]  # a TP group: consecutive ranks
+    assert (mesh.data_parallel_size, mesh.record_blocks()) == (4, {"tensor_parallel": {"size": 2, "settings": None}})
     assert tensor_parallel.resolve(None, 8, DIVISORS) is None
 
 

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from ds_bench.engines.degrees import pipeline
+from ds_bench.engines.degrees.mesh import Mesh
 from ds_bench.errors import UserError
 from ds_bench.measure.loop import LoopTimes, run_loop, timing
 from tests.conftest import OFFLINE, degree, explain, records, run_cmd, size_of
@@ -82,8 +83,9 @@ def test_plan_layout_and_bubble():
     cfg = {"gradient_accumulation_steps": 6, "zero_optimization": {"stage": 1}}
     plan = pipeline.with_micro_batches(plan, cfg)
     assert plan.micro_batches == 6 and plan.bubble() == pytest.approx(1 / 7)
-    assert plan.describe() == {"pipeline_stages": 2, "data_parallel_size": 2, "micro_batches": 6,
-                               "partition": "parameters", "schedule_bubble": pytest.approx(1 / 7)}
+    assert Mesh(4, (plan,)).data_parallel_size == 2
+    assert plan.record_settings() == {"micro_batches": 6, "partition": "parameters",
+                                      "schedule_bubble": pytest.approx(1 / 7)}
 
 
 @pytest.mark.parametrize("stages, world, blocks, pattern", [

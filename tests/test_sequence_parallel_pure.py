@@ -14,8 +14,9 @@ import torch
 
 from ds_bench.config.layout import Layout, parse_key
 from ds_bench.config.run_config import RunConfig
-from ds_bench.engines.degrees import sequence_parallel as sp
 from ds_bench.engines import tiling
+from ds_bench.engines.degrees import sequence_parallel as sp
+from ds_bench.engines.degrees.mesh import Mesh
 from ds_bench.errors import UserError
 from ds_bench.perf import bus_bytes, comm_bound
 from ds_bench.workloads import build_workload
@@ -33,8 +34,10 @@ def test_no_flag_is_no_plan():
 def test_a_plan_is_s_by_d_ranks_in_groups_of_consecutive_ranks():
     """4 ranks, S=2: D=2 replicas; ranks 0-1 share replica 0's sequences, ranks 2-3 replica 1's."""
     plan = sp.resolve(2, 4, 4, 2, 64)
-    assert plan == sp.SequenceParallelPlan(2, 2) and plan.describe() == {"sequence_parallel": 2, "data_parallel_size": 2}
-    assert [plan.data_rank(r) for r in range(4)] == [0, 0, 1, 1]
+    mesh = Mesh(4, (plan,))
+    assert plan == sp.SequenceParallelPlan(2, 2) and mesh.data_parallel_size == 2
+    assert mesh.record_blocks() == {"sequence_parallel": {"size": 2, "settings": None}}
+    assert [mesh.data_parallel.replica(r) for r in range(4)] == [0, 0, 1, 1]
     assert [plan.group_rank(r) for r in range(4)] == [0, 1, 0, 1]
     assert sp.resolve(4, 8, 32, 8, 4096) == sp.SequenceParallelPlan(4, 2)
 

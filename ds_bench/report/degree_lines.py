@@ -43,8 +43,7 @@ def _comm(degree, comm) -> str:
         return ""
     if not comm.calls_per_step:
         return f"no {_plural(comm.collective)} (size 1)"
-    called = degree.called if degree else "its"
-    owner = called + ("'" if called.endswith("s") else "'s") if degree else called
+    owner = degree.called + ("'" if degree.called.endswith("s") else "'s") if degree else "its"
     return (f"{comm.ms_per_step:.1f} ms per step in {owner} {_plural(comm.collective)} ({comm.share_of_step:.1%} of "
             f"rank 0's step), {comm.calls_per_step} {_plural(comm.collective)} per step")
 

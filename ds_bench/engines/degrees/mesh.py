@@ -102,9 +102,6 @@ class Mesh:
     world_size: int
     plans: tuple = ()
 
-    def get(self, field: str):
-        return next((p for p in self.plans if p.field == field), None)
-
     @property
     def staged(self):
         """The plan that builds the model as stages, or None."""

@@ -52,12 +52,6 @@ class PipelinePlan(DegreePlan):
         """The schedule's idle share of a step: (P - 1) / (m + P - 1)."""
         return (self.stages - 1) / (self.micro_batches + self.stages - 1)
 
-    def describe(self) -> dict:
-        """The record's pipeline keys."""
-        return {"pipeline_stages": self.stages, "data_parallel_size": self.data_parallel_size,
-                "micro_batches": self.micro_batches, "partition": self.partition,
-                "schedule_bubble": self.bubble()}
-
     def record_settings(self) -> dict:
         return {"micro_batches": self.micro_batches, "partition": self.partition, "schedule_bubble": self.bubble()}
 

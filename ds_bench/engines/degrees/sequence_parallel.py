@@ -56,10 +56,6 @@ class SequenceParallelPlan(DegreePlan):
     """D = world size / S."""
     zero_stage: int = 0
 
-    def data_rank(self, rank: int) -> int:
-        """The data-parallel replica a global rank belongs to (its sequence-parallel group)."""
-        return rank // self.size
-
     def group_rank(self, rank: int) -> int:
         return rank % self.size
 
@@ -67,10 +63,6 @@ class SequenceParallelPlan(DegreePlan):
     def gradient_scale(self) -> int:
         """What each rank's token sum is multiplied by before backward (module docstring)."""
         return self.size if self.zero_stage == 3 else 1
-
-    def describe(self) -> dict:
-        """The record's sequence-parallel keys."""
-        return {"sequence_parallel": self.size, "data_parallel_size": self.data_parallel_size}
 
     def with_config(self, ds_cfg: dict) -> SequenceParallelPlan:
         return with_stage(self, ds_config.zero_stage(ds_cfg))

@@ -44,14 +44,6 @@ class TensorParallelPlan(DegreePlan):
     data_parallel_size: int
     """D = world size / T."""
 
-    def data_rank(self, rank: int) -> int:
-        """The data-parallel replica a global rank belongs to (its TP group)."""
-        return rank // self.size
-
-    def describe(self) -> dict:
-        """The record's tensor-parallel keys."""
-        return {"tensor_parallel": self.size, "data_parallel_size": self.data_parallel_size}
-
     def deepspeed_config(self, ds_cfg: dict) -> dict:
         return deepspeed_config(self, ds_cfg)
 
