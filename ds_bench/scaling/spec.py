@@ -158,12 +158,16 @@ def _layout(path: str, run: argparse.Namespace, points: tuple[Placement, ...], d
     from ds_bench.config.layout import from_run
 
     seen = {}
+    try:  # the file and --set: read once, for the legality table and every point's resolution
+        read_cfg = ds_config.read(path, tuple(run.overrides))
+    except UserError as e:
+        raise UserError(f"--ds-config at {points[0].world_size} rank(s): {e}") from None
     for p in points:
-        legality.refuse_run(run, p.world_size, device_type)
+        legality.refuse_run(run, p.world_size, device_type, read_cfg)
         ctx = ds_config.RunContext(world_size=p.world_size, device_type=device_type, lr=1e-3, steps=run.steps,
                                    warmup=run.warmup, micro_batch=run.micro_batch)
         try:
-            cfg = ds_config.prepare(path, tuple(run.overrides), ctx)
+            cfg = ds_config.resolve(read_cfg, ctx, path)
         except UserError as e:
             raise UserError(f"--ds-config at {p.world_size} rank(s): {e}") from None
         seen[p.world_size] = (cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"])
