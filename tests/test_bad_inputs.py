@@ -293,6 +293,9 @@ CASES["--capacity-factor with HF's blocks"] = Case(run(*MOE, "--moe-path", "hf",
 CASES["--moe-path hf with EP 2"] = Case(run(*MOE, "--moe-path", "hf", "--expert-parallel", "2"),
                                         r"--moe-path hf with --expert-parallel 2: HF's own blocks hold every expert",
                                         env=FOUR_RANKS)
+CASES["--moe-path hf with Ulysses"] = Case(run(*MOE, "--moe-path", "hf", "--sequence-parallel", "2"),
+                                           r"--moe-path hf with --sequence-parallel 2: not measured yet \(DeepSpeed's "
+                                           r"MoE layer composes with Ulysses: --moe-path moe-layer\)$", env=FOUR_RANKS)
 CASES["moe text data above the vocabulary"] = Case(
     run("--workload", "moe", "--size", "mixtral-8x7b", "--ds-config", "ds_configs/zero1.json", "--data", "requirements.txt"),
     r"--data .*: text is read with GPT-2's 50257-token BPE, above mixtral-8x7b's 32000-token vocabulary")
