@@ -27,6 +27,7 @@ import os
 import pwd
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -65,10 +66,16 @@ def ensure_installed() -> str | None:
     return f"apt-get install slurm-wlm munge failed: {proc.stderr.strip()[-300:]}" if still else None
 
 
-def slurm_conf(workdir: Path, bed: TwoHosts, hosts: Sequence[str], cpus: int = 2, slurmd_timeout: int = 10) -> str:
-    """The cluster's ``slurm.conf``: ``hosta`` controls, every host is a node addressed by its ib0."""
-    nodes = "\n".join(f"NodeName={h} NodeAddr={bed.addrs[h]['ib0']} CPUs={cpus} RealMemory=8000 State=UNKNOWN"
-                      for h in hosts)
+def slurm_conf(workdir: Path, bed: TwoHosts, hosts: Sequence[str], cpus: int = 2, slurmd_timeout: int = 10,
+               node_options: Mapping[str, str] | None = None, partitions: Mapping[str, str] | None = None) -> str:
+    """The cluster's ``slurm.conf``: ``hosta`` controls, every host is a node addressed by its ib0; ``node_options``:
+    more of a node's line (``Gres=gpu:h100:2``, ``Features=avx2``); ``partitions``: more partitions, name -> nodes."""
+    node_options = node_options or {}
+    nodes = "\n".join(f"NodeName={h} NodeAddr={bed.addrs[h]['ib0']} CPUs={cpus} RealMemory=8000 State=UNKNOWN "
+                      f"{node_options.get(h, '')}".rstrip() for h in hosts)
+    nodes += "".join(f"\nPartitionName={name} Nodes={members} MaxTime=INFINITE State=UP"
+                     for name, members in (partitions or {}).items())
+    gres = "GresTypes=gpu\n" if any("Gres=" in o for o in node_options.values()) else ""
     return f"""\
 ClusterName=dsbbed
 SlurmctldHost={CONTROLLER}({bed.addrs[CONTROLLER]['ib0']})
@@ -97,7 +104,7 @@ KillWait=30
 MinJobAge=3600
 InactiveLimit=0
 SchedulerParameters=sched_interval=2
-{nodes}
+{gres}{nodes}
 PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
 
@@ -252,13 +259,17 @@ def running_daemons(workdir: Path) -> list[str]:
 
 @contextlib.contextmanager
 def slurm_cluster(bed: TwoHosts, hosts: Sequence[str] = ("hosta", "hostb"), cpus: int = 2,
-                  slurmd_timeout: int = 10) -> Iterator[SlurmBed]:
-    """Start munged, slurmctld (on hosta) and a slurmd per host of ``bed``; yield; stop them all."""
+                  slurmd_timeout: int = 10, node_options: Mapping[str, str] | None = None,
+                  partitions: Mapping[str, str] | None = None, gres: Mapping[str, str] | None = None
+                  ) -> Iterator[SlurmBed]:
+    """Start munged, slurmctld (on hosta) and a slurmd per host of ``bed``; yield; stop them all. ``node_options``
+    and ``partitions``: ``slurm_conf``'s; ``gres``: a node's ``gres.conf`` lines (``Name=gpu Type=h100 Count=2``:
+    GPUs Slurm counts without devices behind them, as a node record says)."""
     workdir = bed.workdir / "slurm"
     for sub in ("state", *(f"spool/{h}" for h in hosts)):
         (workdir / sub).mkdir(parents=True)
     conf = workdir / "slurm.conf"
-    conf.write_text(slurm_conf(workdir, bed, hosts, cpus, slurmd_timeout))
+    conf.write_text(slurm_conf(workdir, bed, hosts, cpus, slurmd_timeout, node_options, partitions))
     cluster = SlurmBed(bed, workdir, conf, tuple(hosts))
     procs: list[subprocess.Popen] = []
     try:
@@ -266,7 +277,9 @@ def slurm_cluster(bed: TwoHosts, hosts: Sequence[str] = ("hosta", "hostb"), cpus
         procs.append(_start_daemon(bed, CONTROLLER, ["slurmctld", "-D", "-i", "-f", str(conf)],
                                    workdir / "slurmctld.out"))
         for host in hosts:
-            _node_conf(workdir, conf, host)
+            node_conf = _node_conf(workdir, conf, host)
+            if gres and host in gres:
+                _gres_conf(node_conf.parent, host, gres[host])
             procs.append(_start_slurmd(bed, workdir, host))
         _wait_for(lambda: _all_idle(cluster), "the nodes to come up idle", timeout=_START_S)
         yield cluster
@@ -296,6 +309,19 @@ def _node_conf(workdir: Path, conf: Path, host: str) -> Path:
     shutil.copy(conf, folder / "slurm.conf")
     (folder / "mpi.conf").write_text(f"PMIxCliTmpDirBase={workdir}/pmix/{host}\n")
     return folder / "slurm.conf"
+
+
+def _gres_conf(folder: Path, host: str, line: str) -> None:
+    """``host``'s gres.conf: ``line`` (``Name=gpu Type=h100 Count=2``) with a ``File`` per GPU, since slurmd counts
+    GPUs by their device files: character devices that are /dev/null's (1, 3), named ``nvidia<i>`` as Slurm
+    expects."""
+    count = int(line.split("Count=")[1].split()[0])
+    devices = folder / "dev"
+    devices.mkdir()
+    for i in range(count):
+        os.mknod(devices / f"nvidia{i}", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    files = f"{devices}/nvidia[0-{count - 1}]" if count > 1 else f"{devices}/nvidia0"
+    (folder / "gres.conf").write_text(f"NodeName={host} {line} File={files}\n")
 
 
 def _all_idle(cluster: SlurmBed) -> bool:

@@ -603,6 +603,18 @@ CASES["sweep nodes without slurm"] = Case(cmd(*SWEEP, *MNIST, "--nodes", "2"),
                                           r"--nodes is for Slurm jobs: add --executor slurm \(or leave it out\)")
 CASES["sweep slurm with hostfile"] = Case(cmd(*SWEEP, *MNIST, "--executor", "slurm", "--hostfile", "hostfiles/example_2nodes_4gpus"),
                                           r"--hostfile with --executor slurm: each job's hosts are its allocation")
+CASES["sweep compute-node without KEY=VALUE"] = Case(
+    cmd(*SWEEP, *MNIST, "--compute-node", "4gpus"),
+    r"--compute-node '4gpus': '4gpus' is not KEY=VALUE with a key of gpus, gpu, gpu-memory, bf16, cpus, memory")
+CASES["capacity compute-node bf16 word"] = Case(
+    cmd("capacity", "--ds-config", "zero1.json", "--family", "gpt3", "--compute-node", "bf16=yes"),
+    r"--compute-node 'bf16=yes': bf16=yes: expected native or emulated")
+CASES["scaling compute-node memory"] = Case(
+    cmd("scaling", "--workload", "mnist", "--ds-config", "zero1.json", "--ranks", "1,2", "--compute-node",
+        "memory=lots"), r"--compute-node 'memory=lots': memory=lots: expected a size")
+CASES["plan compute-node gpu on CPU nodes"] = Case(
+    cmd("plan", "--workload", "gpt2", "--compute-node", "gpu=H100"),
+    r"--compute-node: gpu=H100 on nodes with no GPU known: give gpus=N too")
 CASES["sweep slurm no controller"] = Case(
     cmd(*SWEEP, *MNIST, "--executor", "slurm"),
     r"--executor slurm: (no Slurm controller answers here \(sinfo: .+\)|`sinfo` not found: run the study where)")

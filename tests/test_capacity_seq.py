@@ -147,11 +147,14 @@ def test_the_sweeps_seq_len_is_an_axis_with_several_values_and_a_run_argument_wi
 
 
 def test_one_seq_len_keeps_the_sweeps_run_arguments_and_several_are_points(tmp_path, capsys):
+    from ds_bench.machine.compute_node import ComputeNode
     from ds_bench.sweep.spec import from_args
+
+    cpu_node = ComputeNode(gpus=0, native_bf16=False, cpus=2, memory_bytes=24 * 2**30)
 
     argv = ["sweep", "--workload", "llama", "--size", "tiny", "--ds-config", "zero3.json", "--precision", "fp32",
             "--micro-batch", "1", "--nproc", "2", "--results", str(tmp_path / "s.jsonl")]
-    spec, _ = from_args(cli.parse([*argv, "--seq-len", "256"]), [], False, False)
+    spec, _ = from_args(cli.parse([*argv, "--seq-len", "256"]), [], cpu_node)
     assert (spec.run_args, spec.seq_lens) == (("--size", "tiny", "--seq-len", "256"), (0,))
     code = cli.main([*argv, "--seq-len", "256,1001", "--sequence-parallel", "1,2", "--tiled-loss", "off,on",
                      "--dry-run"])

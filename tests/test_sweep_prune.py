@@ -155,14 +155,17 @@ def test_a_pruned_point_is_recorded_skipped_and_runs_once_a_later_sweep_keeps_it
     """The driver's side, without launching anything: ``_attempt`` stands in for the job."""
     from ds_bench.record.schema import SweepPointRecord
     from ds_bench.sweep import driver
+    from ds_bench.machine.compute_node import ComputeNode
     from ds_bench.sweep.spec import from_args
+
+    cpu_node = ComputeNode(gpus=0, native_bf16=False, cpus=2, memory_bytes=24 * 2**30)
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     store.append_record(str(tmp_path / "plan.jsonl"), plan_record())
     argv = [a for a in sweep_argv(tmp_path, "--stages", "1") if a != "--dry-run"]
 
     def sweep_keeping(keep: str) -> list[str]:
-        spec, base = from_args(cli.parse([*argv, "--prune-keep", keep]), [], False, False)
+        spec, base = from_args(cli.parse([*argv, "--prune-keep", keep]), [], cpu_node)
         sweep, ran = driver.Sweep(spec, base), []
 
         def attempt(point, repeat, predicted):

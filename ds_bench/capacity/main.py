@@ -38,28 +38,26 @@ from ds_bench.jobs.runner import (
     until_interrupted,
     workers,
 )
-from ds_bench.machine.device_memory import device_capacity_bytes
+from ds_bench.jobs.compute_nodes import for_study, rank_capacity
 from ds_bench.record import store
 from ds_bench.record.schema import CapacityProbeRecord, CapacityRecord
 from ds_bench.report import capacity_table
 
 
 def main(args: argparse.Namespace) -> int:
-    import torch
-
-    from ds_bench.machine.cpu_features import this_cpu_has_native_bf16
-
-    gpu = torch.cuda.is_available()
-    spec = from_args(args, gpu, gpu or this_cpu_has_native_bf16())
+    node = for_study(args)
+    print(node.line(), flush=True)
+    spec = from_args(args, node)
+    if not args.dry_run:
+        check_cluster(spec)  # before the memory per rank is asked of the nodes Slurm describes
     world, per_node = spawn.world_of(spec)
-    capacity = device_capacity_bytes(spec.device_type, per_node, spec.cpu_mem_limit)
+    capacity = rank_capacity(spec, per_node)
     size = "" if spec.scale == "seq" else f", {len(spec.members)} member(s)"
     print(f"capacity {spec.capacity_id()}: {spec.family}{size}, {world} rank(s), "
           f"{capacity / 2**30:.2f} GiB per rank, results {spec.results}", flush=True)
     if args.dry_run:
         print(dry_run_text(spec, world))
         return 0
-    check_cluster(spec)
     done = load_probes(spec.results, spec.capacity_id())
     where = study_where(spec, world)
     searches = [lambda layout=layout: _search(spec, layout, where, per_node, capacity, done) for layout in spec.layouts]

@@ -28,7 +28,9 @@ from ds_bench.config.parsers import config_path, memory_cap, parse_list
 from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
 from ds_bench.config.study_flags import StudySpec, add_degree_arguments, axis_flags, add_job_arguments, add_switch_arguments, degrees_of
-from ds_bench.config.study_flags import job_options, run_flags_of, slurm_gpus, switches_of
+from ds_bench.config.study_flags import job_options, run_flags_of, switches_of
+from ds_bench.jobs.compute_nodes import with_job_gpus
+from ds_bench.machine.compute_node import ComputeNode
 from ds_bench.perf.grid import families
 
 OWNED = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
@@ -65,6 +67,9 @@ class CapacitySpec(StudySpec):
     seq_granularity: int = 0
     router: tuple = (None, None)
     """moe: the ``--experts`` and ``--top-k`` after ``--`` (``capacity.family.Router``), every member's."""
+    compute: ComputeNode | None = None
+    """Where the probes run (``jobs.compute_nodes.for_study``); None: this machine."""
+    dry_run: bool = False
 
     @property
     def lengths(self) -> Lengths:
@@ -125,18 +130,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_job_arguments(p, results="results/capacity.jsonl", master_port=29800)
 
 
-def from_args(args: argparse.Namespace, gpu: bool, native_bf16: bool) -> CapacitySpec:
+def from_args(args: argparse.Namespace, node: ComputeNode) -> CapacitySpec:
+    """The checked spec; the precision, ranks per node and device come from ``node``, where the probes run."""
     from ds_bench.config.deepspeed import prepare as ds_config
     from ds_bench.config.deepspeed.derive import axes_of
 
     _check_numbers(args)
-    job = job_options(args)
+    job = with_job_gpus(job_options(args), node)
     path = config_path(args.ds_config)
     if not os.path.isfile(path):
         raise UserError(f"--ds-config {args.ds_config}: file not found (as given, or in ds_configs/)")
     base = ds_config.apply_overrides(ds_config.load_json(path), tuple(args.overrides))
     axes = axes_of(base)
-    precision = args.precision or ("fp32" if axes["precision"] == "bf16" and not (gpu or native_bf16)
+    precision = args.precision or ("fp32" if axes["precision"] == "bf16" and not node.runs_bf16
                                    else axes["precision"])
     layouts = _layouts(args, axes["stage"], precision)
     run_args = _run_args(args)
@@ -146,10 +152,10 @@ def from_args(args: argparse.Namespace, gpu: bool, native_bf16: bool) -> Capacit
     _check_study(args, (*members[0].run_args, *run_args))
     return CapacitySpec(
         ds_config=path, base=base, layouts=layouts, members=tuple(members), family=family, workload=args.workload,
-        seq_len=args.seq_len, run_args=run_args, nproc=args.nproc or slurm_gpus(args) or (_gpus() if gpu else 2),
+        seq_len=args.seq_len, run_args=run_args, nproc=args.nproc or node.default_ranks(),
         **job,
         steps=args.steps, warmup=args.warmup, cpu_mem_limit=memory_cap(args.cpu_mem_limit), prune=args.prune,
-        device_type="cuda" if gpu else "cpu", scale=args.scale, router=router, **seq)
+        device_type=node.device_type, scale=args.scale, router=router, compute=node, dry_run=args.dry_run, **seq)
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
@@ -233,8 +239,3 @@ def _run_args(args: argparse.Namespace) -> tuple[str, ...]:
                             f"use capacity's own {flag}" + (" (or --family/--scale)" if shape else ""))
     return tuple(tail)
 
-
-def _gpus() -> int:
-    import torch
-
-    return torch.cuda.device_count()

@@ -88,6 +88,10 @@ def add_job_arguments(p: argparse.ArgumentParser, *, results: str, master_port: 
     p.add_argument("--timeout", default="15m", help="wall-clock limit per job: 90s, 15m, 1h (default 15m; under "
                                                     "Slurm also the job's --time, in whole minutes)")
     p.add_argument("--dry-run", action="store_true", help="print what would run, run nothing")
+    p.add_argument("--compute-node", default=None, metavar="KEY=VALUE,...",
+                   help="the nodes the jobs run on, where this machine or Slurm's node records do not say it right: "
+                        "gpus=N, gpu=H100, gpu-memory=80GiB, bf16=native|emulated, cpus=N, memory=512GiB (default: "
+                        "this machine; under --executor slurm the partition's node records)")
     add_slurm_arguments(p, nodes=nodes, gpus_help=gpus_help)
 
 

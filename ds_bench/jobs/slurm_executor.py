@@ -108,13 +108,18 @@ def _submit_env(env: dict[str, str] | None) -> dict[str, str]:
     return {k: v for k, v in base.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
 
 
-def check_cluster(partition: str | None) -> None:
-    """Before a study starts: Slurm's commands answer, and ``--partition`` is one of the cluster's."""
-    proc = _client(["sinfo", "-h", "-o", "%P"], None)
+def sinfo(*options: str) -> str:
+    """``sinfo -h OPTIONS``' output; a UserError when no controller answers (or Slurm is not installed here)."""
+    proc = _client(["sinfo", "-h", *options], None)
     if proc.returncode != 0:
         raise UserError(f"--executor slurm: no Slurm controller answers here (sinfo: "
                         f"{_last_line(proc.stderr) or f'exit {proc.returncode}'})")
-    known = [p.rstrip("*") for p in proc.stdout.split()]
+    return proc.stdout
+
+
+def check_cluster(partition: str | None) -> None:
+    """Before a study starts: Slurm's commands answer, and ``--partition`` is one of the cluster's."""
+    known = [p.rstrip("*") for p in sinfo("-o", "%P").split()]
     for one in (partition or "").split(","):  # sbatch takes a list: the first that can run the job
         if one and one not in known:
             raise UserError(f"--partition {partition}: {one} is not a partition of this cluster; it has "

@@ -25,7 +25,12 @@ GiB = 1024 ** 3
 
 
 def main(args: argparse.Namespace) -> int:
-    spec = spec_from_args(args)
+    from ds_bench.jobs.compute_nodes import for_study
+
+    node = for_study(args)
+    if args.device is None:
+        print(node.line(), flush=True)
+    spec = spec_from_args(args, node)
     shape = shapes.of_workload(spec.workload, spec.size, spec.shape_flags["layers"], spec.shape_flags["hidden"],
                                spec.shape_flags["heads"], spec.seq_len, spec.shape_flags["experts"],
                                spec.shape_flags["top_k"])

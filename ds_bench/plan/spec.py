@@ -13,6 +13,7 @@ from ds_bench.config.layout import ENGINES, OFFLOADS, PRECISIONS
 from ds_bench.config.parsers import parse_list, parse_size
 from ds_bench.config.study_flags import StudySpec, add_degree_arguments, add_job_arguments, degrees_of, job_options
 from ds_bench.errors import UserError
+from ds_bench.machine.compute_node import ComputeNode
 from ds_bench.perf.devices import DEVICES
 
 WORKLOADS = ("llama", "gpt2", "moe")
@@ -114,8 +115,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--executor slurm also what each --confirm job asks for"))
 
 
-def spec_from_args(args: argparse.Namespace) -> PlanSpec:
-    """The checked spec (module docstring)."""
+def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
+    """The checked spec (module docstring); ``--device`` and the ranks per node default to ``node``'s."""
     from ds_bench.config.parsers import config_path, memory_cap
 
     for flag, value in (("--top", args.top), ("--seq-len", args.seq_len), ("--nodes", args.nodes),
@@ -132,9 +133,9 @@ def spec_from_args(args: argparse.Namespace) -> PlanSpec:
     if args.confirm and args.confirm > args.top:
         raise UserError(f"--confirm {args.confirm} is more than --top {args.top}: the confirmed layouts are the ranked "
                         f"rows (--top {args.confirm} or more)")
-    device = args.device or _this_device()
+    device = args.device or _compute_device(node)
     cpu = device.lower() == "cpu"
-    per_node = args.gpus_per_node or args.nproc or (CPU_RANKS if cpu else _local_gpus() or 8)
+    per_node = args.gpus_per_node or args.nproc or (CPU_RANKS if cpu else node.gpus or 8)
     seq_len = args.seq_len or DEFAULT_SEQ[args.workload]
     nodes = args.nodes or 1
     tokens = _tokens(args.global_batch, seq_len, nodes * per_node)
@@ -180,13 +181,11 @@ def _tokens(text: str | None, seq_len: int, world: int) -> int:
     return tokens
 
 
-def _this_device() -> str:
-    import torch
-
-    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-
-
-def _local_gpus() -> int:
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+def _compute_device(node: ComputeNode) -> str:
+    """``--device``'s default: the compute nodes' GPU (this machine's, or Slurm's GRES type), else ``cpu``."""
+    if not node.gpus:
+        return "cpu"
+    if node.gpu_name is None:
+        raise UserError(f"--device: {node.where} has GPUs of a type {node.source} does not name; give it, e.g. "
+                        "--device H100")
+    return node.gpu_name

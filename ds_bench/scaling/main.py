@@ -48,18 +48,17 @@ from ds_bench.scaling.spec import ScalingSpec, from_args
 
 
 def main(args: argparse.Namespace) -> int:
-    import torch
+    from ds_bench.jobs.compute_nodes import for_study
 
-    from ds_bench.machine.cpu_features import this_cpu_has_native_bf16
-
-    gpu = torch.cuda.is_available()
-    spec = from_args(args, "cuda" if gpu else "cpu", torch.cuda.device_count() if gpu else 0)
+    node = for_study(args)
+    print(node.line(), flush=True)
+    spec = from_args(args, node)
     env, threads, threads_note = thread_setting(spec, os.environ, _cores())
     sid = uuid.uuid4().hex[:8]
     notes = [threads_note] if threads_note else []
-    if spec.device_type == "cpu" and spec.layout.precision == "bf16" and not this_cpu_has_native_bf16():
-        notes.append("this CPU has no native bf16 and the config enables it: every point runs emulated bf16 "
-                     "(~9x slower than fp32); add '-- --set bf16.enabled=false' for fp32")
+    if spec.layout.precision == "bf16" and not node.runs_bf16:
+        notes.append("the compute nodes have no native bf16 known and the config enables it: every point runs "
+                     "emulated bf16 (~9x slower than fp32); add '-- --set bf16.enabled=false' for fp32")
     for note in notes:
         print(f"note: {note}", flush=True)
     if spec.dry_run:

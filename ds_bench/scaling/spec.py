@@ -15,6 +15,8 @@ import itertools
 import os
 from dataclasses import asdict, dataclass
 
+from ds_bench.jobs.compute_nodes import with_job_gpus
+from ds_bench.machine.compute_node import ComputeNode
 from ds_bench.config import argcheck
 from ds_bench.config.layout import Layout
 from ds_bench.errors import UserError
@@ -65,10 +67,10 @@ def parse_counts(flag: str, text: str) -> tuple[int, ...]:
     return tuple(values)
 
 
-def placements(args: argparse.Namespace, device_type: str, devices: int) -> tuple[Placement, ...]:
+def placements(args: argparse.Namespace, node: ComputeNode) -> tuple[Placement, ...]:
     """The points from ``--ranks`` or ``--hostfile`` + ``--nodes``, checked against what exists."""
     if args.executor == "slurm":
-        return _slurm_placements(args, device_type, devices)
+        return _slurm_placements(args, node)
     if args.nproc is not None:
         raise UserError("--nproc is for --executor slurm (ranks per node of each point's job); on this node give "
                         "--ranks, with --hostfile its slots")
@@ -84,18 +86,18 @@ def placements(args: argparse.Namespace, device_type: str, devices: int) -> tupl
     if args.ranks is None:
         raise UserError("--ranks is required: world sizes on this node, e.g. --ranks 1,2,4 (or --hostfile with --nodes)")
     ranks = parse_counts("--ranks", args.ranks)
-    if device_type == "cuda" and ranks[-1] > devices:
-        raise UserError(f"--ranks {args.ranks!r}: {ranks[-1]} ranks but this node has {devices} GPU(s)")
+    if node.gpus and ranks[-1] > node.gpus:
+        raise UserError(f"--ranks {args.ranks!r}: {ranks[-1]} ranks but this node has {node.gpus} GPU(s)")
     return rank_points(ranks)
 
 
-def _slurm_placements(args: argparse.Namespace, device_type: str, devices: int) -> tuple[Placement, ...]:
+def _slurm_placements(args: argparse.Namespace, node: ComputeNode) -> tuple[Placement, ...]:
     """``--executor slurm --nodes 1,2 [--nproc N]``: each point a job of k nodes with N ranks on each (default:
-    the GPUs each job asks for, else 2 CPU ranks)."""
+    the compute nodes' GPUs, else 2 CPU ranks: ``ComputeNode.default_ranks``)."""
     if args.ranks is not None or args.nodes is None:
         raise UserError("--executor slurm: give --nodes, e.g. --nodes 1,2 (each point a job of that many nodes) "
                         "and --nproc (ranks per node), not --ranks")
-    per_node = args.nproc or args.gpus_per_node or 2
+    per_node = args.nproc or node.default_ranks()
     return tuple(Placement(world_size=k * per_node, nodes=k, per_node=per_node)
                  for k in parse_counts("--nodes", args.nodes))
 
@@ -110,15 +112,16 @@ def _node_placements(path: str, nodes: tuple[int, ...]) -> tuple[Placement, ...]
     return node_points(hosts, nodes)
 
 
-def from_args(args: argparse.Namespace, device_type: str, devices: int) -> ScalingSpec:
+def from_args(args: argparse.Namespace, node: ComputeNode) -> ScalingSpec:
     from ds_bench.config.parsers import config_path
     from ds_bench.workloads import REGISTRY
 
     if args.launcher == "srun" and args.executor != "slurm":
         raise UserError("--launcher srun: scaling starts each point on a part of the allocation, which is not built "
                         "yet; use deepspeed or mpirun with --hostfile and --nodes")
-    points = placements(args, device_type, devices)
-    job = job_options(args, local_mpirun=True)
+    device_type = node.device_type
+    points = placements(args, node)
+    job = with_job_gpus(job_options(args, local_mpirun=True), node)
     if args.workload not in REGISTRY:
         raise UserError(f"--workload {args.workload!r} is unknown; known: {', '.join(sorted(REGISTRY))}")
     path = config_path(args.ds_config)

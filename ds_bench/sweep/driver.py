@@ -25,7 +25,7 @@ from ds_bench.jobs import ledger, spawn
 from ds_bench.config.study_flags import run_flags_of
 from ds_bench.perf.grid import next_auto_micro_batch, skip_reason, study_where
 from ds_bench.jobs.runner import new_tag, run_argv, run_attempt, run_concurrently, slug, workers
-from ds_bench.machine.device_memory import device_capacity_bytes
+from ds_bench.jobs.compute_nodes import rank_capacity
 from ds_bench.perf.peak_memory import MemoryModel
 from ds_bench.record import store as results
 from ds_bench.record.schema import SweepPointRecord
@@ -41,7 +41,7 @@ class Sweep:
         self.sweep_id = spec.sweep_id(base)
         self.world, self.per_node = spawn.world_of(spec)
         self.where = study_where(spec, self.world)
-        self.capacity = device_capacity_bytes(spec.device_type, self.per_node, spec.cpu_mem_limit)
+        self.capacity = rank_capacity(spec, self.per_node)
         self.done = load_ledger(spec.results, self.sweep_id)
         self.memory = MemoryModel(self.world, self.per_node, spec.device_type, self.capacity, _expert_params(spec))
         self.memory.learn_from(r for r in self.done.values() if r.status == "ok")

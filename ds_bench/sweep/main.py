@@ -17,22 +17,22 @@ log = logging.getLogger("ds_bench")
 
 
 def main(args: argparse.Namespace) -> int:
-    import torch
-
-    from ds_bench.machine.cpu_features import this_cpu_has_native_bf16
+    from ds_bench.jobs.compute_nodes import for_study
     from ds_bench.sweep import driver
     from ds_bench.sweep.spec import from_args
 
-    gpu = torch.cuda.is_available()
-    spec, base = from_args(args, list(args.run_args), gpu, gpu or this_cpu_has_native_bf16())
+    node = for_study(args)
+    print(node.line(), flush=True)
+    spec, base = from_args(args, list(args.run_args), node)
     for note in spec.notes:
         print(note, flush=True)
     _check_baseline(spec)
+    if not args.dry_run:
+        check_cluster(spec)  # before the memory per rank is asked of the nodes Slurm describes
     sweep = driver.Sweep(spec, base)
     if args.dry_run:
         print(dry_run_text(sweep))
         return 0
-    check_cluster(spec)
     done_before = len(sweep.done)
     print(f"sweep {sweep.sweep_id}: {spec.workload}, {sweep.world} rank(s), results {spec.results}"
           + (f" ({done_before} attempt(s) recorded before: finished points are kept)" if done_before else ""),

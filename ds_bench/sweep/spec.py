@@ -21,7 +21,9 @@ from ds_bench.config.layout import ATTENTION, ENGINES, OFFLOADS, PRECISIONS, SWI
 from ds_bench.config.parsers import CONFIG_DIR, config_path, memory_cap, parse_list
 from ds_bench.errors import UserError
 from ds_bench.config.study_flags import StudySpec, add_degree_arguments, add_job_arguments, add_switch_arguments, degrees_of
-from ds_bench.config.study_flags import job_options, run_flags_of, slurm_gpus, switches_of
+from ds_bench.config.study_flags import job_options, run_flags_of, switches_of
+from ds_bench.jobs.compute_nodes import with_job_gpus
+from ds_bench.machine.compute_node import ComputeNode
 from ds_bench.perf.grid import families
 from ds_bench.sweep.common_args import common_run_args, seq_axis
 
@@ -69,6 +71,9 @@ class SweepSpec(StudySpec):
     (``sweep.prune``); None: every point runs."""
     prune_keep: int = 3
     """``--prune-keep``: the grid's points kept by ``--prune-predicted``."""
+    compute: ComputeNode | None = None
+    """Where the jobs run (``jobs.compute_nodes.for_study``); None: this machine."""
+    dry_run: bool = False
 
     def families(self) -> list[Layout]:
         """The grid's families (``jobs.points.families``), every axis of the sweep."""
@@ -145,23 +150,24 @@ def check_numbers(args: argparse.Namespace) -> None:
         raise UserError(f"--headroom must be a percentage in [0, 100), got {args.headroom}")
 
 
-def from_args(args: argparse.Namespace, run_tail: list[str], gpu: bool, native_bf16: bool) -> tuple[SweepSpec, dict]:
-    """The validated spec and the base config (``--ds-config`` with ``--set`` applied, not resolved)."""
+def from_args(args: argparse.Namespace, run_tail: list[str], node: ComputeNode) -> tuple[SweepSpec, dict]:
+    """The validated spec and the base config (``--ds-config`` with ``--set`` applied, not resolved); what depends
+    on the machine (the preset, the precision, ranks per node, memory) comes from ``node``, where the jobs run."""
     from ds_bench.sweep import preset
 
-    notes = preset.apply(args, gpu) if args.workload is None else []
+    notes = preset.apply(args, bool(node.gpus)) if args.workload is None else []
     check_numbers(args)
-    job = job_options(args)
+    job = with_job_gpus(job_options(args), node)
     path, base = _base_config(args)
-    axes = _axes(args, base, gpu or native_bf16, notes)
+    axes = _axes(args, base, node.runs_bf16, notes)
     spec = SweepSpec(
         workload=args.workload, ds_config=path, overrides=tuple(args.overrides), **axes,
-        run_args=common_run_args(args, run_tail), nproc=args.nproc or slurm_gpus(args) or default_nproc(gpu), **job,
+        run_args=common_run_args(args, run_tail), nproc=args.nproc or node.default_ranks(), **job,
         steps=args.steps,
         warmup=args.warmup, repeats=args.repeats, headroom_pct=args.headroom, baseline=args.baseline, prune=args.prune,
         max_micro_batch=args.max_micro_batch, cpu_mem_limit=memory_cap(args.cpu_mem_limit),
-        device_type="cuda" if gpu else "cpu", notes=tuple(notes), prune_predicted=args.prune_predicted,
-        prune_keep=args.prune_keep)
+        device_type=node.device_type, notes=tuple(notes), prune_predicted=args.prune_predicted,
+        prune_keep=args.prune_keep, compute=node, dry_run=args.dry_run)
     _check_variants(spec)
     _check_prune(spec)
     return dataclasses.replace(spec, extra_points=_extra_points(args.points or (), spec)), base
@@ -227,8 +233,8 @@ def _axes(args: argparse.Namespace, base: dict, bf16_native: bool, notes: list[s
     precision_text = args.precision
     if precision_text is None and axes["precision"] == "bf16" and not bf16_native:
         precision_text = "fp32"
-        notes.append("this CPU has no native bf16 (torch would emulate it, ~9x slower): sweeping fp32; "
-                     "measure bf16 anyway with --precision bf16")
+        notes.append("the compute nodes' CPU has no native bf16 known (torch would emulate it, ~9x slower): "
+                     "sweeping fp32; measure bf16 anyway with --precision bf16")
     return dict(
         stages=parse_list("--stages", args.stages, allowed=(0, 1, 2, 3), kind=int) if args.stages else (axes["stage"],),
         offloads=parse_list("--offload", args.offload, allowed=OFFLOADS) if args.offload else (axes["offload"],),
@@ -259,8 +265,3 @@ def _slurm_world(spec) -> list:
     """Under ``--executor slurm``, the jobs' nodes (the world size); nothing locally, so local ids stay as they were."""
     return [] if spec.slurm is None else [["slurm nodes", spec.slurm.nodes]]
 
-
-def default_nproc(gpu: bool) -> int:
-    import torch
-
-    return torch.cuda.device_count() if gpu else min(2, os.cpu_count() or 1)
