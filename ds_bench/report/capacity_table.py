@@ -16,6 +16,7 @@ from tabulate import tabulate
 from ds_bench.config.layout import Layout
 from ds_bench.record import store
 from ds_bench.record.schema import CapacityMember, CapacityRecord
+from ds_bench.report.numbers import number
 
 HEADERS = ["ranks", "layout", "largest that ran", "params", "next size", "why not", "s/iter", "tokens/s",
            "TFLOP/s/dev", "peak / capacity GiB", "predicted/measured"]
@@ -46,7 +47,7 @@ def row(r: CapacityRecord) -> list:
             _name(nxt, seq) or (last if found else "-"), why,
             f"{best.step_s:.3f}" if best.step_s else "-",
             f"{best.tokens_per_s:,.0f}" if best.tokens_per_s else "-",
-            f"{best.tflops_per_device:.3g}" if best.tflops_per_device else "-",
+            number(best.tflops_per_device, 3),
             f"{peak / 2**30:.2f} / {cap / 2**30:.2f}" if peak and cap else "-",
             f"{ratio:.2f}" if ratio else "-"]
 

@@ -16,6 +16,8 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ds_bench.report.numbers import number
+
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:1em 1.5em;color:#1b1b1b}
 h1{font-size:1.5em;margin:.2em 0}h2{border-bottom:2px solid #345;padding-bottom:.15em;margin-top:1.6em}
@@ -75,11 +77,13 @@ class Cell:
         return f"<td{attrs}>{esc(self.text)}</td>"
 
 
-def num(value: float | int | None, fmt: str = "{:.4g}", key: str = "", scale: float = 1.0) -> Cell:
-    """A number cell (``-`` when unknown); ``scale`` divides what is shown, ``data-value`` keeps the record's."""
+def num(value: float | int | None, fmt: str | None = None, key: str = "", scale: float = 1.0, digits: int = 4) -> Cell:
+    """A number cell (``-`` when unknown): ``fmt`` (``"{:d}"``, ``"{:.2f}"``), by default ``numbers.number`` to
+    ``digits`` significant digits; ``scale`` divides what is shown, ``data-value`` keeps the record's."""
     if value is None:
         return Cell("-", key=key)
-    return Cell(fmt.format(value if scale == 1.0 else value / scale), value, key=key)
+    shown = value if scale == 1.0 else value / scale
+    return Cell(number(shown, digits) if fmt is None else fmt.format(shown), value, key=key)
 
 
 def status(text: str | None) -> Cell:

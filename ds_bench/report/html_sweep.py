@@ -90,7 +90,7 @@ def capacity(records: list[CapacityRecord], probes: list[CapacityProbeRecord] = 
         parts.append(heading(f"the searches' {len(probes)} probe(s)"))
         parts.append(table(["search", "layout", "member", "params", "status", "peak GiB", "step s", "reason"],
                            [[p.capacity, p.layout, p.member, Cell(params_text(p.params), p.params, key="probe_params"),
-                             status(p.status), num(p.peak_mem_bytes, "{:.2f}", scale=GIB), num(p.step_s, "{:.3g}"),
+                             status(p.status), num(p.peak_mem_bytes, "{:.2f}", scale=GIB), num(p.step_s, digits=3),
                              p.reason or ""] for p in probes], "capacity-probes-table"))
     return section("capacity", "Capacity and layouts", parts)
 
