@@ -29,7 +29,7 @@ th{background:#eef2f6;cursor:pointer;white-space:nowrap}th.sorted-asc::after{con
 th.sorted-desc::after{content:" \\25BC"}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .ok,.pass,.same,.faster{color:#176317;font-weight:600}
 .failed,.fail,.oom,.crashed,.timeout,.slow,.slower{color:#a4161a;font-weight:600}
-.skipped,.not-measured{color:#7a5b00}.plot svg{max-width:100%;height:auto}.note{color:#444;margin:.3em 0}
+.skipped,.not-measured,.bound{color:#7a5b00}.plot svg{max-width:100%;height:auto}.note{color:#444;margin:.3em 0}
 .scroll{overflow-x:auto}code{background:#f4f4f4;padding:0 .2em}
 @media print{nav,.download{display:none}th{background:none}h2{page-break-before:auto}
 table,.plot{page-break-inside:avoid}}

@@ -1,5 +1,6 @@
 """The HTML report's sections about the machines and the runs: machine and versions, doctor, runs
-(throughput, MFU, memory, step-time spread, loss curves) and failures (of every kind of record).
+(throughput, MFU, memory, step-time spread, loss curves) and failures (of every kind of record; a capacity
+probe's out-of-memory is its search's bound, not a failure).
 
 Each function takes the records of its kinds and returns the section's HTML, or "" when there is nothing
 to show. Units as the tables say: MiB = 2^20 bytes, ms, GB/s = 1e9 bytes/s, TFLOP/s = 1e12 FLOP/s.
@@ -7,8 +8,9 @@ to show. Units as the tables say: MiB = 2^20 bytes, ms, GB/s = 1e9 bytes/s, TFLO
 
 from __future__ import annotations
 
-from ds_bench.record.schema import (CapacityRecord, CommRecord, DoctorRecord, Record, RooflineRecord, RunRecord,
-                                    ScalingRecord, Stamped, SweepPointRecord)
+from ds_bench.record.schema import (CapacityProbeRecord, CapacityRecord, CommRecord, DoctorRecord, Record,
+                                    RooflineRecord, RunRecord, ScalingRecord, Stamped, SweepPointRecord)
+from ds_bench.report.capacity_notes import expected_oom_runs
 from ds_bench.report.html_page import Cell, esc, heading, note, num, section, status, svg_plot, table
 from ds_bench.report.numbers import number
 from ds_bench.report.summary import config_name, one_per_run
@@ -128,10 +130,11 @@ def _loss_plot(ax, ok: list[RunRecord]) -> None:
 
 
 def failures(records: list[Record]) -> str:
-    """Everything that did not end ok, whatever its kind, with its reason."""
-    rows = []
+    """Everything that did not end ok, whatever its kind, with its reason; not a capacity probe that ran out of
+    memory (nor its run): the search made it to find the limit, and the capacity section shows it as its bound."""
+    rows, bound = [], expected_oom_runs(records)
     for r in records:
-        if isinstance(r, RunRecord) and r.status == "failed":
+        if isinstance(r, RunRecord) and r.status == "failed" and r.run_id not in bound:
             rows.append(["run", r.run_id, r.workload, status("failed"), r.failure.kind if r.failure else "-",
                          r.error or "-"])
         elif isinstance(r, SweepPointRecord) and r.status not in ("ok", "skipped"):  # skipped: never meant to run
@@ -141,6 +144,8 @@ def failures(records: list[Record]) -> str:
                      for p in r.points if p.status != "ok"]
         elif isinstance(r, CommRecord) and (r.status != "ok" or r.problems):
             rows.append(["comm", r.run_id, f"{r.world_size} ranks", status(r.status), "-", "; ".join(r.problems) or "-"])
+        elif isinstance(r, CapacityProbeRecord) and r.status not in ("ok", "oom"):
+            rows.append(["capacity probe", r.capacity, f"{r.layout} {r.member}", status(r.status), "-", r.reason or "-"])
         elif isinstance(r, CapacityRecord) and r.status == "failed":
             rows.append(["capacity", r.capacity, r.layout, status(r.status), "-", r.reason or "-"])
         elif getattr(r, "kind", None) == "plan" and r.status != "ok":
