@@ -30,7 +30,9 @@ th.sorted-desc::after{content:" \\25BC"}td.num{text-align:right;font-variant-num
 .ok,.pass,.same,.faster{color:#176317;font-weight:600}
 .failed,.fail,.oom,.crashed,.timeout,.slow,.slower{color:#a4161a;font-weight:600}
 .skipped,.not-measured,.bound{color:#7a5b00}.plot svg{max-width:100%;height:auto}.note{color:#444;margin:.3em 0}
-.scroll{overflow-x:auto}code{background:#f4f4f4;padding:0 .2em}
+.scroll{overflow-x:auto}
+table.fit{font-size:12px}table.fit th,table.fit td{white-space:normal;overflow-wrap:anywhere}
+table.fit td.num{white-space:nowrap;overflow-wrap:normal}code{background:#f4f4f4;padding:0 .2em}
 @media print{nav,.download{display:none}th{background:none}h2{page-break-before:auto}
 table,.plot{page-break-inside:avoid}}
 """
@@ -91,13 +93,19 @@ def status(text: str | None) -> Cell:
     return Cell(text or "-", cls=re.sub(r"[^a-z0-9-]", "", (text or "").lower().replace(" ", "-"))[:32])
 
 
-def table(headers: list[str], rows: list[list], table_id: str = "", sortable: bool = True) -> str:
-    """Rows of ``Cell`` (or plain values, shown as text)."""
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+def table(headers: list[str], rows: list[list], table_id: str = "", sortable: bool = True, fit: bool = False) -> str:
+    """Rows of ``Cell`` (or plain values, shown as text). ``fit``: a wide table fits the page rather than
+    scrolling sideways (a smaller font; headers and text cells wrap, a header after each ``/`` too; numbers not)."""
+    head = "".join(f"<th>{_header(h) if fit else esc(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join((c if isinstance(c, Cell) else Cell(c)).render() for c in row) + "</tr>"
                    for row in rows)
-    attrs = (f' id="{esc(table_id)}"' if table_id else "") + (' class="sortable"' if sortable else "")
+    classes = " ".join(c for c in ("sortable" if sortable else "", "fit" if fit else "") if c)
+    attrs = (f' id="{esc(table_id)}"' if table_id else "") + (f' class="{classes}"' if classes else "")
     return f'<div class="scroll"><table{attrs}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def _header(text: str) -> str:
+    return esc(text).replace("/", "/<wbr>")
 
 
 def section(section_id: str, title: str, parts: list[str]) -> str:

@@ -22,7 +22,7 @@ def plans(records: list[PlanRecord]) -> str:
                           "Figures from: " + "; ".join(f"{k}: {v}" for k, v in c.get("sources", {}).items())))
         parts.append(table(["#", "layout", "tokens/s/rank", "MFU", "step ms", "compute ms", "exposed comm ms",
                             "bubble ms", "optimizer ms", "GiB/rank", "measured step ms", "predicted/measured"],
-                           [_row(row) for row in r.ranked], "plan-table"))
+                           [_row(row) for row in r.ranked], "plan-table", fit=True))
         if r.confirm_median_ratio:
             parts.append(note(f"median predicted/measured step time over the confirmed layouts: "
                               f"{r.confirm_median_ratio:.2f}"))
