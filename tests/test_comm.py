@@ -306,8 +306,8 @@ def test_judge_times_each_collective_at_its_busbw_and_falls_back_to_all_reduce()
     assert entry["fraction_of_step"] == pytest.approx(0.5) and entry["communication_bound"] is True
     assert judge(moved, {"all_reduce": 1.0}, "--busbw", step_ms=4001.0)["communication_bound"] is True
     assert judge(moved, {"all_reduce": 1.0}, "--busbw", step_ms=6001.0)["communication_bound"] is False
-    assert describe(entry) == (">= 2e+03 ms of the 4e+03 ms step (50%): reduce_scatter 2e+03 MB + all_gather "
-                               "1e+03 MB per rank at busbw reduce_scatter 2 GB/s, all_gather 1 GB/s (comm run x); "
+    assert describe(entry) == (">= 2,000 ms of the 4,000 ms step (50%): reduce_scatter 2,000 MB + all_gather "
+                               "1,000 MB per rank at busbw reduce_scatter 2 GB/s, all_gather 1 GB/s (comm run x); "
                                "communication-bound")
     assert judge(moved, {"broadcast": 1.0}, "comm run y", 1.0)["note"].startswith("no busbw for reduce_scatter")
 

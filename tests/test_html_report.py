@@ -7,7 +7,8 @@ is there for its records, an empty file and a failed run are shown for what they
 address outside itself, bad arguments are one-line errors that write nothing. In headless Chromium
 (``tests/browser.py``): the DOM has every section, the numbers in the tables are the records' own, the
 sortable tables sort, the recommended config downloads as the sweep would write it, there is no console
-error and no request beyond the file itself; a screenshot is saved (``results/report-screenshot.png``).
+error and no request beyond the file itself, the plan's twelve columns fit a 1,400 px window; a screenshot is
+saved (``results/report-screenshot.png``).
 """
 
 import base64
@@ -141,6 +142,17 @@ def test_the_numbers_shown_are_the_records(visit):
     assert values(p, "#roofline-table", "roofline_median") == [row.median for row in ceiling.results]
     shown = p.inner_text("#runs-table tbody tr:first-child td:nth-child(9)")
     assert shown == f"{runs[0].metrics.samples_per_s:.4g}"
+
+
+def test_the_plan_table_fits_a_1400_px_window_with_its_measured_column_in_view(chromium, page):
+    """Twelve columns (the ranked layouts, predicted beside ``--confirm``'s measured): they wrap rather than scroll."""
+    assert 'id="plan-table" class="sortable fit"' in page.read_text()
+    with browser.open_file(chromium, page, width=1400) as v:
+        box = v.page.evaluate("""() => { const t = document.querySelector('#plan-table'), s = t.parentElement;
+            const th = [...t.querySelectorAll('th')].find(h => h.textContent === 'measured step ms');
+            return {overflow: s.scrollWidth - s.clientWidth, right: th.getBoundingClientRect().right,
+                    window: window.innerWidth, page_overflow: document.documentElement.scrollWidth - window.innerWidth}; }""")
+    assert box["overflow"] <= 0 and box["page_overflow"] <= 0 and box["right"] <= box["window"], box
 
 
 def test_a_click_on_a_header_sorts_the_table_both_ways(visit):

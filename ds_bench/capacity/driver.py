@@ -42,6 +42,7 @@ from ds_bench.record.schema import (
     RunMetrics,
     RunRecord,
 )
+from ds_bench.report.capacity_notes import ABOVE_CAP_NOTE, PROBE_TAG_PREFIX, above_cap
 
 TOO_BIG_FACTOR = 2.0
 
@@ -120,7 +121,7 @@ class LayoutSearch:
 
     def _probe(self, i: int) -> CapacityProbeRecord:
         s, m = self.spec, self.member(i)
-        tag = new_tag(f"capacity-{self.capacity_id}", f"{self.layout.key} {m.name}")
+        tag = new_tag(f"{PROBE_TAG_PREFIX}{self.capacity_id}", f"{self.layout.key} {m.name}")
         seq = ("--seq-len", str(m.seq_len or s.seq_len))
         run_args = run_argv(s, tag, self._write_config(), self.layout, (*m.run_args, *seq))
         log = os.path.join(s.output_path(".logs"), f"{slug(self.layout.key)}-{slug(m.name)}-{tag[-6:]}.log")
@@ -166,7 +167,8 @@ def probe_record(search_: LayoutSearch, index: int, attempt) -> CapacityProbeRec
 def probe_line(record: CapacityProbeRecord, capacity: int) -> str:
     head = f"{record.layout:<28} {record.member:<18} {record.params / 1e6:9.1f}M"
     if record.status == "ok":
-        return f"{head}  ok   peak {record.peak_mem_bytes / 2**30:.2f} of {capacity / 2**30:.2f} GiB"
+        over = f" {ABOVE_CAP_NOTE}" if above_cap(record.peak_mem_bytes, capacity) else ""
+        return f"{head}  ok   peak {record.peak_mem_bytes / 2**30:.2f} of {capacity / 2**30:.2f} GiB{over}"
     return f"{head}  {record.status}: {(record.reason or '-').splitlines()[0][:100]}"
 
 

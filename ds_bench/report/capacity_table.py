@@ -4,7 +4,9 @@ size, time per iteration, throughput, TFLOP/s per device, memory).
 
 Units: parameters in millions (M) or billions (B); s/iter is the median optimizer step (warm-up
 excluded); tokens/s over all ranks; TFLOP/s per device from model FLOPs (``ds_bench.workloads.flops``);
-peak and capacity in GiB (2^30 bytes) per rank; predicted/measured is the memory prediction's ratio.
+peak and capacity in GiB (2^30 bytes) per rank, a peak above the cap marked and explained (``capacity_notes``);
+predicted/measured is the memory prediction's ratio. Under the table, the search's bound: per layout its probes
+that ran out of memory (the limit it found, no failure).
 A ``--scale seq`` search's table names sequence lengths in tokens instead of sizes: the longest that ran and the
 next length (``SEQ_HEADERS``).
 """
@@ -15,7 +17,9 @@ from tabulate import tabulate
 
 from ds_bench.config.layout import Layout
 from ds_bench.record import store
-from ds_bench.record.schema import CapacityMember, CapacityRecord
+from ds_bench.record.schema import CapacityMember, CapacityProbeRecord, CapacityRecord
+from ds_bench.report.capacity_notes import ABOVE_CAP_NOTE, above_cap, bound_lines, peak_text
+from ds_bench.report.numbers import number
 
 HEADERS = ["ranks", "layout", "largest that ran", "params", "next size", "why not", "s/iter", "tokens/s",
            "TFLOP/s/dev", "peak / capacity GiB", "predicted/measured"]
@@ -46,8 +50,8 @@ def row(r: CapacityRecord) -> list:
             _name(nxt, seq) or (last if found else "-"), why,
             f"{best.step_s:.3f}" if best.step_s else "-",
             f"{best.tokens_per_s:,.0f}" if best.tokens_per_s else "-",
-            f"{best.tflops_per_device:.3g}" if best.tflops_per_device else "-",
-            f"{peak / 2**30:.2f} / {cap / 2**30:.2f}" if peak and cap else "-",
+            number(best.tflops_per_device, 3),
+            peak_text(peak, cap) if cap else "-",
             f"{ratio:.2f}" if ratio else "-"]
 
 
@@ -58,7 +62,10 @@ def _name(m: CapacityMember, seq: bool) -> str:
 
 def table(records: list[CapacityRecord]) -> str:
     headers = SEQ_HEADERS if any(r.scale == "seq" for r in records) else HEADERS
-    return tabulate([row(r) for r in records], headers=headers, tablefmt="simple", disable_numparse=True)
+    text = tabulate([row(r) for r in records], headers=headers, tablefmt="simple", disable_numparse=True)
+    if any(above_cap(r.largest and r.largest.peak_mem_bytes, r.capacity_bytes) for r in records):
+        text += "\n" + ABOVE_CAP_NOTE
+    return text
 
 
 def show_last(path: str) -> int:
@@ -68,4 +75,6 @@ def show_last(path: str) -> int:
     mine = [r for r in records if r.capacity == latest]
     print(f"capacity {latest}: {mine[0].family}")
     print(table(mine))
+    for line in bound_lines([p for p in store.read_records(path, CapacityProbeRecord) if p.capacity == latest]):
+        print(line)
     return 0 if any(r.status == "ok" for r in mine) else 1

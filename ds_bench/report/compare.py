@@ -18,6 +18,7 @@ from ds_bench.errors import UserError
 from ds_bench.record import store
 from ds_bench.report.compare_match import Sample, samples
 from ds_bench.report.compare_verdict import Verdict, judge
+from ds_bench.report.numbers import number
 
 
 def main(args: argparse.Namespace) -> int:
@@ -63,11 +64,11 @@ def _read(path: str, flag: str) -> list:
 
 def table(judged: list[tuple[Sample, Sample, Verdict]]) -> str:
     rows = [[b.label, f"{b.metric} ({b.unit})", _median(v.base_median, b), _median(v.new_median, n),
-             f"{v.change_pct:+.1f}%", "-" if v.p_value is None else f"{v.p_value:.3g}",
+             f"{v.change_pct:+.1f}%", number(v.p_value, 3),
              v.verdict + (" (single sample)" if v.single_sample else "")] for b, n, v in judged]
     return tabulate(rows, headers=["measurement", "metric", "base median (n)", "new median (n)", "change",
                                    "p (one-sided U)", "verdict"], disable_numparse=True)
 
 
 def _median(value: float, sample: Sample) -> str:
-    return f"{value:.4g} ({len(sample.values)})"
+    return f"{number(value)} ({len(sample.values)})"

@@ -42,8 +42,8 @@ def comm(records: list[CommRecord]) -> str:
 
 def _row(row: CommRow) -> list:
     return [row.scope, row.group or "-", row.collective, Cell(_size(row.size_bytes), row.size_bytes),
-            num(row.time_us_median if row.time_us_median is not None else row.time_us, "{:.4g}"),
-            num(row.algbw_GBps, "{:.4g}", key="algbw_GBps"), num(row.busbw_GBps, "{:.4g}", key="busbw_GBps"),
+            num(row.time_us_median if row.time_us_median is not None else row.time_us),
+            num(row.algbw_GBps, key="algbw_GBps"), num(row.busbw_GBps, key="busbw_GBps"),
             status("; ".join(row.wrong)) if row.wrong else Cell("0")]
 
 
@@ -92,7 +92,7 @@ def _pairs(r: CommRecord, pairs: list[CommRow]) -> list[str]:
         fig.colorbar(image, ax=ax, label="GB/s")
         ax.set_title("busbw per host pair")
     slow = {s.get("link") for s in r.slow_links or []}
-    rows = [[link, num(value, "{:.4g}", key="pair_busbw_GBps"), status("slow") if link in slow else Cell("")]
+    rows = [[link, num(value, key="pair_busbw_GBps"), status("slow") if link in slow else Cell("")]
             for link, value in sorted(best.items(), key=lambda item: item[1])]
     parts.append(table(["link", "busbw GB/s", "slow"], rows, "pairs-table"))
     parts += [f'<p class="failed">slow link {esc(s.get("link"))}: {s.get("busbw_GBps") or 0:.3g} GB/s, '
@@ -115,9 +115,9 @@ def scaling(records: list[ScalingRecord]) -> str:
     for i, r in enumerate(records):
         parts.append(heading(f"scaling {r.scaling} ({r.time or '-'}): {scaling_title(r)}"))
         rows = [[num(p.world_size, "{:d}"), num(p.nodes, "{:d}"), num(p.global_batch, "{:d}"),
-                 num(p.samples_per_s, "{:.4g}", key="samples_per_s"),
-                 num(p.samples_per_s_per_device, "{:.4g}", key="samples_per_s_per_device"),
-                 num(p.step_ms_median, "{:.4g}"), num(p.efficiency, "{:.3f}", key="efficiency"),
+                 num(p.samples_per_s, key="samples_per_s"),
+                 num(p.samples_per_s_per_device, key="samples_per_s_per_device"),
+                 num(p.step_ms_median), num(p.efficiency, "{:.3f}", key="efficiency"),
                  status(p.status), p.reason or ""] for p in r.points]
         parts.append(table(["ranks", "nodes", "global batch", f"{r.points[0].unit if r.points else ''}",
                             "per device", "step ms p50", "efficiency", "status", "reason"], rows, f"scaling-table-{i}"))

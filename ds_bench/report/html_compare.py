@@ -18,7 +18,7 @@ HEADERS = ["measurement", "metric", "base median", "base n", "new median", "new 
 def compare_section(judged: list[tuple[Sample, Sample, Verdict]], summary: str) -> str:
     rows = [[b.label, f"{b.metric} ({b.unit})", num(v.base_median, key="base_median"), num(len(b.values), "{:d}"),
              num(v.new_median, key="new_median"), num(len(n.values), "{:d}"),
-             num(v.change_pct, "{:+.1f}", key="change_pct"), num(v.p_value, "{:.3g}"),
+             num(v.change_pct, "{:+.1f}", key="change_pct"), num(v.p_value, digits=3),
              Cell(v.verdict + (" (single sample)" if v.single_sample else ""), cls=v.verdict)]
             for b, n, v in judged]
     parts = [note(summary), table(HEADERS, rows, "compare-table")]

@@ -16,6 +16,8 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ds_bench.report.numbers import number
+
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:1em 1.5em;color:#1b1b1b}
 h1{font-size:1.5em;margin:.2em 0}h2{border-bottom:2px solid #345;padding-bottom:.15em;margin-top:1.6em}
@@ -27,8 +29,10 @@ th{background:#eef2f6;cursor:pointer;white-space:nowrap}th.sorted-asc::after{con
 th.sorted-desc::after{content:" \\25BC"}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .ok,.pass,.same,.faster{color:#176317;font-weight:600}
 .failed,.fail,.oom,.crashed,.timeout,.slow,.slower{color:#a4161a;font-weight:600}
-.skipped,.not-measured{color:#7a5b00}.plot svg{max-width:100%;height:auto}.note{color:#444;margin:.3em 0}
-.scroll{overflow-x:auto}code{background:#f4f4f4;padding:0 .2em}
+.skipped,.not-measured,.bound{color:#7a5b00}.plot svg{max-width:100%;height:auto}.note{color:#444;margin:.3em 0}
+.scroll{overflow-x:auto}
+table.fit{font-size:12px}table.fit th,table.fit td{white-space:normal;overflow-wrap:anywhere}
+table.fit td.num{white-space:nowrap;overflow-wrap:normal}code{background:#f4f4f4;padding:0 .2em}
 @media print{nav,.download{display:none}th{background:none}h2{page-break-before:auto}
 table,.plot{page-break-inside:avoid}}
 """
@@ -75,11 +79,13 @@ class Cell:
         return f"<td{attrs}>{esc(self.text)}</td>"
 
 
-def num(value: float | int | None, fmt: str = "{:.4g}", key: str = "", scale: float = 1.0) -> Cell:
-    """A number cell (``-`` when unknown); ``scale`` divides what is shown, ``data-value`` keeps the record's."""
+def num(value: float | int | None, fmt: str | None = None, key: str = "", scale: float = 1.0, digits: int = 4) -> Cell:
+    """A number cell (``-`` when unknown): ``fmt`` (``"{:d}"``, ``"{:.2f}"``), by default ``numbers.number`` to
+    ``digits`` significant digits; ``scale`` divides what is shown, ``data-value`` keeps the record's."""
     if value is None:
         return Cell("-", key=key)
-    return Cell(fmt.format(value if scale == 1.0 else value / scale), value, key=key)
+    shown = value if scale == 1.0 else value / scale
+    return Cell(number(shown, digits) if fmt is None else fmt.format(shown), value, key=key)
 
 
 def status(text: str | None) -> Cell:
@@ -87,13 +93,19 @@ def status(text: str | None) -> Cell:
     return Cell(text or "-", cls=re.sub(r"[^a-z0-9-]", "", (text or "").lower().replace(" ", "-"))[:32])
 
 
-def table(headers: list[str], rows: list[list], table_id: str = "", sortable: bool = True) -> str:
-    """Rows of ``Cell`` (or plain values, shown as text)."""
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+def table(headers: list[str], rows: list[list], table_id: str = "", sortable: bool = True, fit: bool = False) -> str:
+    """Rows of ``Cell`` (or plain values, shown as text). ``fit``: a wide table fits the page rather than
+    scrolling sideways (a smaller font; headers and text cells wrap, a header after each ``/`` too; numbers not)."""
+    head = "".join(f"<th>{_header(h) if fit else esc(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join((c if isinstance(c, Cell) else Cell(c)).render() for c in row) + "</tr>"
                    for row in rows)
-    attrs = (f' id="{esc(table_id)}"' if table_id else "") + (' class="sortable"' if sortable else "")
+    classes = " ".join(c for c in ("sortable" if sortable else "", "fit" if fit else "") if c)
+    attrs = (f' id="{esc(table_id)}"' if table_id else "") + (f' class="{classes}"' if classes else "")
     return f'<div class="scroll"><table{attrs}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def _header(text: str) -> str:
+    return esc(text).replace("/", "/<wbr>")
 
 
 def section(section_id: str, title: str, parts: list[str]) -> str:

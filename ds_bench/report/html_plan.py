@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ds_bench.record.plan_schema import PlanRecord
 from ds_bench.report.html_page import Cell, heading, note, num, section, status, table
+from ds_bench.report.numbers import ms, number
 
 GiB = 1024 ** 3
 
@@ -21,7 +22,7 @@ def plans(records: list[PlanRecord]) -> str:
                           "Figures from: " + "; ".join(f"{k}: {v}" for k, v in c.get("sources", {}).items())))
         parts.append(table(["#", "layout", "tokens/s/rank", "MFU", "step ms", "compute ms", "exposed comm ms",
                             "bubble ms", "optimizer ms", "GiB/rank", "measured step ms", "predicted/measured"],
-                           [_row(row) for row in r.ranked], "plan-table"))
+                           [_row(row) for row in r.ranked], "plan-table", fit=True))
         if r.confirm_median_ratio:
             parts.append(note(f"median predicted/measured step time over the confirmed layouts: "
                               f"{r.confirm_median_ratio:.2f}"))
@@ -35,12 +36,12 @@ def plans(records: list[PlanRecord]) -> str:
 
 def _row(row) -> list:
     m = row.confirmed
-    measured = num(m.step_s * 1e3 if m and m.step_s else None, "{:,.4g}", key="measured_step_ms") if (
+    measured = num(m.step_s * 1e3 if m and m.step_s else None, key="measured_step_ms") if (
         not m or m.step_s) else status(m.status)
     ratio = Cell(f"{m.ratio:.2f}" + (" far off" if m.flagged else ""), m.ratio, key="ratio") if m and m.ratio else "-"
-    return [num(row.rank, "{:d}"), row.label, num(row.tokens_per_s_per_rank, "{:,.4g}", key="tokens_per_s_per_rank"),
-            num(row.mfu * 100, "{:.1f}%"), num(row.step_s * 1e3, "{:,.4g}", key="step_ms"),
-            num(row.compute_s * 1e3, "{:,.4g}"),
-            Cell(", ".join(f"{k} {v * 1e3:,.3g}" for k, v in row.exposed_s.items() if v > 0) or "0"),
-            num(row.bubble_s * 1e3, "{:,.3g}"), num(row.optimizer_s * 1e3, "{:,.3g}"),
+    return [num(row.rank, "{:d}"), row.label, num(row.tokens_per_s_per_rank, key="tokens_per_s_per_rank"),
+            num(row.mfu * 100, "{:.1f}%"), num(row.step_s * 1e3, key="step_ms"),
+            num(row.compute_s * 1e3),
+            Cell(", ".join(f"{k} {number(v * 1e3, 3)}" for k, v in row.exposed_s.items() if v > 0) or "0"),
+            num(row.bubble_s * 1e3, digits=3), num(row.optimizer_s * 1e3, digits=3),
             num(row.memory_bytes / GiB, "{:.2f}"), measured, ratio]

@@ -1,5 +1,6 @@
 """The HTML report's sections about the machines and the runs: machine and versions, doctor, runs
-(throughput, MFU, memory, step-time spread, loss curves) and failures (of every kind of record).
+(throughput, MFU, memory, step-time spread, loss curves) and failures (of every kind of record; a capacity
+probe's out-of-memory is its search's bound, not a failure).
 
 Each function takes the records of its kinds and returns the section's HTML, or "" when there is nothing
 to show. Units as the tables say: MiB = 2^20 bytes, ms, GB/s = 1e9 bytes/s, TFLOP/s = 1e12 FLOP/s.
@@ -7,9 +8,11 @@ to show. Units as the tables say: MiB = 2^20 bytes, ms, GB/s = 1e9 bytes/s, TFLO
 
 from __future__ import annotations
 
-from ds_bench.record.schema import (CapacityRecord, CommRecord, DoctorRecord, Record, RooflineRecord, RunRecord,
-                                    ScalingRecord, Stamped, SweepPointRecord)
+from ds_bench.record.schema import (CapacityProbeRecord, CapacityRecord, CommRecord, DoctorRecord, Record,
+                                    RooflineRecord, RunRecord, ScalingRecord, Stamped, SweepPointRecord)
+from ds_bench.report.capacity_notes import expected_oom_runs
 from ds_bench.report.html_page import Cell, esc, heading, note, num, section, status, svg_plot, table
+from ds_bench.report.numbers import number
 from ds_bench.report.summary import config_name, one_per_run
 
 MIB = 2**20
@@ -45,12 +48,12 @@ def doctor(records: list[DoctorRecord]) -> str:
         parts.append(table(["rank", "host", "devices", "launcher", "interfaces"], rows))
         if d.busbw_GBps is not None and d.allreduce_ms is not None:
             parts.append(note(f"all_reduce of {d.allreduce_bytes or 0:,} bytes over all ranks: "
-                              f"{d.allreduce_ms:.3g} ms, busbw {d.busbw_GBps:.3g} GB/s"))
+                              f"{number(d.allreduce_ms, 3)} ms, busbw {number(d.busbw_GBps, 3)} GB/s"))
         for link in d.links or []:
             parts.append(note(f"link {link.get('link') or link.get('group') or ''}: "
                               + ", ".join(f"{k} {v}" for k, v in link.items() if k not in ("link", "group"))))
         roof = [[row.get("host"), row.get("device"), row.get("test"), row.get("dtype"),
-                 num(row.get("median"), "{:.4g}", key="roofline_median")] for row in d.roofline or []]
+                 num(row.get("median"), key="roofline_median")] for row in d.roofline or []]
         if roof:
             parts.append(table(["host", "device", "test", "dtype", "median (TFLOP/s or GB/s)"], roof))
         parts += [f'<p class="failed">problem: {esc(p)}</p>' for p in d.problems] or [note("no problem found")]
@@ -61,7 +64,7 @@ def roofline(records: list[RooflineRecord]) -> str:
     """Every rank's measured ceiling (``ds-bench roofline``): TFLOP/s of dense matmuls, GB/s of copies."""
     rows = [[r.time or "-", num(row.rank, "{:d}"), row.host, row.device, row.test, row.dtype,
              "x".join(map(str, row.shape)) if row.shape else f"{row.size:,}",
-             num(row.median, "{:.4g}", key="roofline_median"), f"{row.low:.4g}-{row.high:.4g}",
+             num(row.median, key="roofline_median"), f"{number(row.low)}-{number(row.high)}",
              "GB/s" if row.test == "copy" else "TFLOP/s"]
             for r in records for row in r.results]
     if not rows:
@@ -75,11 +78,11 @@ def _run_row(r: RunRecord) -> list:
     m = r.metrics
     return [r.run_id or "-", r.workload + (f"/{r.size}" if r.size else ""), config_name(r), r.engine,
             num(r.zero_stage, "{:d}"), r.precision or "-", num(r.world_size, "{:d}"), num(r.micro_batch, "{:d}"),
-            num(m.samples_per_s, "{:.4g}", key="samples_per_s"), num(m.tokens_per_s, "{:.4g}", key="tokens_per_s"),
-            num(m.step_ms_median, "{:.4g}", key="step_ms_median"), num(m.step_ms_p90, "{:.4g}", key="step_ms_p90"),
+            num(m.samples_per_s, key="samples_per_s"), num(m.tokens_per_s, key="tokens_per_s"),
+            num(m.step_ms_median, key="step_ms_median"), num(m.step_ms_p90, key="step_ms_p90"),
             num(m.peak_mem_bytes, "{:.0f}", key="peak_mem_bytes", scale=MIB),
-            num(m.tflops_per_device, "{:.3g}", key="tflops_per_device"), num(m.mfu, "{:.3f}", key="mfu"),
-            num(m.loss_last, "{:.4g}", key="loss_last"), status(r.status or "ok")]
+            num(m.tflops_per_device, digits=3, key="tflops_per_device"), num(m.mfu, "{:.3f}", key="mfu"),
+            num(m.loss_last, key="loss_last"), status(r.status or "ok")]
 
 
 RUN_HEADERS = ["run", "workload", "config", "engine", "zero", "precision", "ranks", "micro-batch", "samples/s",
@@ -127,10 +130,11 @@ def _loss_plot(ax, ok: list[RunRecord]) -> None:
 
 
 def failures(records: list[Record]) -> str:
-    """Everything that did not end ok, whatever its kind, with its reason."""
-    rows = []
+    """Everything that did not end ok, whatever its kind, with its reason; not a capacity probe that ran out of
+    memory (nor its run): the search made it to find the limit, and the capacity section shows it as its bound."""
+    rows, bound = [], expected_oom_runs(records)
     for r in records:
-        if isinstance(r, RunRecord) and r.status == "failed":
+        if isinstance(r, RunRecord) and r.status == "failed" and r.run_id not in bound:
             rows.append(["run", r.run_id, r.workload, status("failed"), r.failure.kind if r.failure else "-",
                          r.error or "-"])
         elif isinstance(r, SweepPointRecord) and r.status not in ("ok", "skipped"):  # skipped: never meant to run
@@ -140,6 +144,8 @@ def failures(records: list[Record]) -> str:
                      for p in r.points if p.status != "ok"]
         elif isinstance(r, CommRecord) and (r.status != "ok" or r.problems):
             rows.append(["comm", r.run_id, f"{r.world_size} ranks", status(r.status), "-", "; ".join(r.problems) or "-"])
+        elif isinstance(r, CapacityProbeRecord) and r.status not in ("ok", "oom"):
+            rows.append(["capacity probe", r.capacity, f"{r.layout} {r.member}", status(r.status), "-", r.reason or "-"])
         elif isinstance(r, CapacityRecord) and r.status == "failed":
             rows.append(["capacity", r.capacity, r.layout, status(r.status), "-", r.reason or "-"])
         elif getattr(r, "kind", None) == "plan" and r.status != "ok":

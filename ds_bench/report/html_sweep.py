@@ -1,6 +1,6 @@
 """The HTML report's answers: the sweep (its ranked table, the Pareto plot and the recommended DeepSpeed
-config as a download), capacity and layouts (the largest model per layout) and the expectations (pass /
-fail / not measured against the records shown).
+config as a download) and the expectations (pass / fail / not measured against the records shown); capacity
+is ``html_capacity``'s.
 
 The sweep's verdict is ``ds_bench.report.ranking``'s, the same as the terminal's; the recommended config
 is written as ``ds-bench sweep`` writes it (``portable``). "" when there is nothing to show.
@@ -10,14 +10,10 @@ from __future__ import annotations
 
 from ds_bench.config.deepspeed.prepare import portable
 from ds_bench.record.expect_check import Outcome, measured_text, summary_line
-from ds_bench.record.schema import CapacityProbeRecord, CapacityRecord, SweepPointRecord
+from ds_bench.record.schema import SweepPointRecord
 from ds_bench.report import ranking as rank
 from ds_bench.report import sweep_table
-from ds_bench.report.capacity_table import HEADERS as CAPACITY_HEADERS
-from ds_bench.report.capacity_table import params_text
-from ds_bench.report.capacity_table import row as capacity_row
-from ds_bench.report.html_page import Cell, download, esc, heading, note, num, section, status, svg_plot, table
-from ds_bench.report.ranking import GIB
+from ds_bench.report.html_page import Cell, download, esc, heading, note, section, status, svg_plot, table
 from ds_bench.report.sweep_plots import pareto_plot
 
 
@@ -59,40 +55,6 @@ def _one_sweep(sweep_id: str, records: list[SweepPointRecord]) -> list[str]:
             pareto_plot(ax, ranking.rows, best, unit)
     parts.append(note(sweep_table.LEGEND))
     return parts
-
-
-def capacity(records: list[CapacityRecord], probes: list[CapacityProbeRecord] = ()) -> str:
-    if not records and not probes:
-        return ""
-    latest = {}
-    for r in records:  # the latest answer per (search, layout)
-        latest[(r.capacity, r.layout)] = r
-    rows = []
-    for r in latest.values():
-        cells: list = capacity_row(r)
-        params = r.largest.params if r.largest else None
-        column = CAPACITY_HEADERS.index("params")
-        cells[column] = Cell(cells[column], params, key="params")
-        rows.append(cells)
-    parts = [table(CAPACITY_HEADERS, rows, "capacity-table")] if rows else []
-    ok = [r for r in latest.values() if r.largest and r.largest.params]
-    if ok:
-        with svg_plot(parts, figsize=(7, 0.8 + 0.45 * len(ok)), title="largest model per layout") as (_, ax):
-            labels = [f"{r.world_size} ranks {r.layout}" for r in ok]
-            ax.barh(range(len(ok)), [r.largest.params / 1e6 for r in ok], color="tab:green")
-            ax.set_yticks(range(len(ok)), labels, fontsize=8)
-            ax.set_xlabel("parameters of the largest member that trained (millions)")
-            ax.set_title("Capacity per layout")
-    caps = sorted({r.capacity_bytes for r in [*latest.values(), *probes] if r.capacity_bytes})
-    if caps:
-        parts.append(note("memory per rank: " + ", ".join(f"{c / GIB:.2f} GiB" for c in caps)))
-    if probes:
-        parts.append(heading(f"the searches' {len(probes)} probe(s)"))
-        parts.append(table(["search", "layout", "member", "params", "status", "peak GiB", "step s", "reason"],
-                           [[p.capacity, p.layout, p.member, Cell(params_text(p.params), p.params, key="probe_params"),
-                             status(p.status), num(p.peak_mem_bytes, "{:.2f}", scale=GIB), num(p.step_s, "{:.3g}"),
-                             p.reason or ""] for p in probes], "capacity-probes-table"))
-    return section("capacity", "Capacity and layouts", parts)
 
 
 def expectations(outcomes: list[Outcome], source: str) -> str:

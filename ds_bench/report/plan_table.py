@@ -7,6 +7,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from ds_bench.record.plan_schema import PlanRecord
+from ds_bench.report.numbers import ms, number
 
 GiB = 1024 ** 3
 
@@ -33,10 +34,10 @@ def ranked(r: PlanRecord) -> str:
     for row in r.ranked:
         comm = sum(row.exposed_s.values())
         busiest = max(row.exposed_s.items(), key=lambda kv: kv[1], default=("", 0.0))
-        rows.append([row.rank, row.label, f"{row.tokens_per_s_per_rank:,.4g}", f"{row.mfu:.1%}",
-                     f"{row.step_s * 1e3:,.4g}", f"{row.compute_s * 1e3:,.4g}", f"{comm * 1e3:,.3g}"
-                     + (f" ({busiest[0]})" if busiest[1] > 0 else ""), f"{row.bubble_s * 1e3:,.3g}",
-                     f"{row.optimizer_s * 1e3:,.3g}", f"{row.memory_bytes / GiB:.2f}"])
+        rows.append([row.rank, row.label, number(row.tokens_per_s_per_rank), f"{row.mfu:.1%}",
+                     ms(row.step_s), ms(row.compute_s), ms(comm, 3)
+                     + (f" ({busiest[0]})" if busiest[1] > 0 else ""), ms(row.bubble_s, 3),
+                     ms(row.optimizer_s, 3), f"{row.memory_bytes / GiB:.2f}"])
     return tabulate(rows, headers=["#", "layout", "tokens/s/rank", "MFU", "step ms", "compute", "exposed comm",
                                    "bubble", "optimizer", "GiB/rank"], disable_numparse=True)
 
@@ -56,9 +57,9 @@ def confirmed(r: PlanRecord) -> str:
         m = row.confirmed
         if m is None:
             continue
-        measured = f"{m.step_s * 1e3:,.4g}" if m.step_s else m.status
+        measured = ms(m.step_s) if m.step_s else m.status
         ratio = f"{m.ratio:.2f}" + (" far off" if m.flagged else "") if m.ratio else "-"
-        rows.append([row.rank, row.label, f"{row.step_s * 1e3:,.4g}", measured, ratio,
+        rows.append([row.rank, row.label, ms(row.step_s), measured, ratio,
                      f"{row.memory_bytes / GiB:.2f}", f"{m.peak_mem_bytes / GiB:.2f}" if m.peak_mem_bytes else "-"])
     table = tabulate(rows, headers=["#", "layout", "predicted step ms", "measured", "predicted/measured",
                                     "predicted GiB", "measured GiB"], disable_numparse=True)

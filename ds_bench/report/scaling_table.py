@@ -8,6 +8,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from ds_bench.record.schema import ScalingRecord, ScalingRow
+from ds_bench.report.numbers import number
 from ds_bench.report.plots import figure
 
 LEGEND = ("ranks: world size; threads: torch intra-op threads per rank (the run's hardware.torch_threads); "
@@ -25,8 +26,8 @@ def _num(value, fmt: str) -> str:
 
 def body(rows: list[ScalingRow]) -> list[list[str]]:
     return [[str(r.world_size), str(r.nodes), _num(r.torch_threads, "d"), _num(r.global_batch, "d"),
-             _num(r.samples_per_s, ",.1f"), _num(r.samples_per_s_per_device, ",.1f"),
-             _num(r.step_ms_median, ".1f"), _num(r.step_ms_p90, ".1f"), _num(r.efficiency, ".2f"),
+             number(r.samples_per_s), number(r.samples_per_s_per_device),
+             number(r.step_ms_median), number(r.step_ms_p90), _num(r.efficiency, ".2f"),
              r.status if r.status == "ok" else f"failed: {brief(r.reason)}"] for r in rows]
 
 

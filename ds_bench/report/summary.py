@@ -13,6 +13,7 @@ from ds_bench.config.run_config import RunConfig
 from ds_bench.record.schema import RunRecord
 from ds_bench.report import comm_bound as verdict
 from ds_bench.report.degree_lines import degree_lines, replicas
+from ds_bench.report.numbers import number
 
 MIB = 2**20
 
@@ -29,9 +30,9 @@ COLUMNS = [
     ("prec", lambda r: r.precision),
     ("world", lambda r: r.world_size),
     ("mbs", lambda r: r.micro_batch),
-    ("samples/s", lambda r: _m(r, "samples_per_s", "{:.1f}")),
-    ("step ms p50", lambda r: _m(r, "step_ms_median", "{:.1f}")),
-    ("step ms p90", lambda r: _m(r, "step_ms_p90", "{:.1f}")),
+    ("samples/s", lambda r: _m(r, "samples_per_s")),
+    ("step ms p50", lambda r: _m(r, "step_ms_median")),
+    ("step ms p90", lambda r: _m(r, "step_ms_p90")),
     ("peak MiB", lambda r: _m(r, "peak_mem_bytes", "{:.0f}", scale=1 / MIB)),
     ("TFLOP/s/dev", lambda r: _m(r, "tflops_per_device", "{:.3f}")),
     ("MFU", lambda r: _m(r, "mfu", "{:.1%}")),
@@ -41,9 +42,12 @@ COLUMNS = [
 ]
 
 
-def _m(record: RunRecord, key: str, fmt: str, scale: float = 1.0) -> str:
+def _m(record: RunRecord, key: str, fmt: str | None = None, scale: float = 1.0) -> str:
+    """A metric as its column writes it: ``fmt``, by default ``numbers.number``."""
     value = getattr(record.metrics, key, None)
-    return "-" if value is None else fmt.format(value * scale)
+    if value is None:
+        return "-"
+    return number(value * scale) if fmt is None else fmt.format(value * scale)
 
 
 def one_per_run(records: list[RunRecord]) -> list[RunRecord]:
@@ -78,7 +82,7 @@ def one_run(record: RunRecord, results_path: str) -> str:
         f"batch {record.micro_batch} x {record.grad_accum} accum x {replicas(record)} = {record.train_batch_size}",
         f"  throughput   {m.samples_per_s:.1f} {unit}/s ({m.samples_per_s_per_device:.1f} per device)"
         + (f", {m.tokens_per_s:.0f} tokens/s" if m.tokens_per_s else ""),
-        f"  step time    median {m.step_ms_median:.1f} ms, p90 {m.step_ms_p90:.1f} ms over "
+        f"  step time    median {number(m.step_ms_median)} ms, p90 {number(m.step_ms_p90)} ms over "
         f"{m.steps_measured} measured steps  [ms: {phases}]",
         f"  peak memory  {m.peak_mem_bytes / MIB:.0f} MiB on the largest rank ({m.peak_mem_kind})",
         f"  loss         {m.loss_first:.4f} -> {m.loss_last:.4f}",
