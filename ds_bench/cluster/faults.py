@@ -190,7 +190,8 @@ def own_addresses() -> list[str]:
                    if a.family == socket.AF_INET and not a.address.startswith("127.")})
 
 
-_NOTES = {"gone": "had exited", "stopped": "was stopped", "lost": "dropped its connection"}
+_NOTES = {"gone": "had exited", "stopped": "was stopped", "lost": "dropped its connection",
+          "oom": "was killed by the kernel's OOM killer (out of memory)"}
 
 
 def describe(*, rank: int, steps_done: int, steps: int, error: BaseException | None, signum: int | None,

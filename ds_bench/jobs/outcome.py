@@ -7,6 +7,8 @@ free text:
 - ``ok``: a record with status ok and exit status 0;
 - ``oom``: any rank recorded ``failure.kind == "oom"`` (the rank that ran out; its peers then fail
   on the lost connection, which is not the cause);
+- ``oom`` too: no record at all while the host's OOM-kill count rose (a lone rank the OOM killer ended: no
+  survivor wrote its record, ``ds_bench.run.oom_victims``);
 - ``crashed``: anything else: a non-zero exit, a signal, or no record at all.
 
 ``Busy`` measures other work on the machine during a point: the 1-minute load average before and
@@ -31,8 +33,10 @@ import psutil
 from ds_bench.record.schema import Busy, RunRecord, ScalingRow, SweepPointRecord
 
 
-def classify(records: list[RunRecord], exit_code: int | None, timed_out: bool, timeout_s: float) -> tuple[str, str | None]:
-    """(status, reason) of one attempt (pure)."""
+def classify(records: list[RunRecord], exit_code: int | None, timed_out: bool, timeout_s: float,
+             oom_kills: int = 0) -> tuple[str, str | None]:
+    """(status, reason) of one attempt (pure). ``oom_kills``: how much the host's OOM-kill count rose while it ran
+    (``machine.oom_kills``): a job that failed with no record then lost its rank to the OOM killer."""
     if timed_out:
         return "timeout", f"no result within {timeout_s:g} s (--timeout); the point was stopped"
     failed = [r for r in records if r.status == "failed"]
@@ -44,6 +48,9 @@ def classify(records: list[RunRecord], exit_code: int | None, timed_out: bool, t
     if failed:
         own = [r for r in failed if r.failure is None or not r.failure.peers] or failed
         return "crashed", own[0].error
+    if oom_kills > 0:
+        return "oom", (f"{describe_exit(exit_code)} with no record; the kernel's OOM killer ended {oom_kills} "
+                       "process(es) on this host meanwhile (/proc/vmstat oom_kill)")
     return "crashed", f"{describe_exit(exit_code)} with no record"
 
 

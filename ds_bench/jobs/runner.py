@@ -37,6 +37,7 @@ from ds_bench.cluster.rendezvous import free_port
 from ds_bench.config.layout import Layout
 from ds_bench.jobs import outcome, slurm_executor, spawn
 from ds_bench.jobs.slurm_batch import Allocation, SlurmEnd
+from ds_bench.machine import oom_kills
 from ds_bench.record import store
 from ds_bench.record.schema import RunRecord
 
@@ -93,12 +94,13 @@ def run_attempt(spec, run_args: list[str], tag: str, log_path: str, job=None, en
     if getattr(spec, "slurm", None) is not None:
         return _slurm_attempt(spec, run_args, tag, log_path, job or spec, env)
     argv = spawn.command(job or spec, run_args, free_port(spec.master_port))
-    probe = outcome.BusyProbe.start_now()
+    probe, kills_before = outcome.BusyProbe.start_now(), oom_kills.read_counts()
     with _turn.released():
         end = spawn.run_job(argv, log_path, spec.timeout_s, env=spawn.job_environment(job or spec, env))
     busy = probe.finish()
     runs = _runs_of(spec, tag)
-    status, reason = outcome.classify(runs, end.exit_code, end.timed_out, spec.timeout_s)
+    kernel_rise, _ = oom_kills.read_counts().rise_since(kills_before)
+    status, reason = outcome.classify(runs, end.exit_code, end.timed_out, spec.timeout_s, kernel_rise or 0)
     return Attempt(status, reason, _chosen(runs), end, busy, log_path, tuple(runs), tag)
 
 

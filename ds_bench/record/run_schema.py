@@ -98,6 +98,29 @@ class RunMetrics(Block):
     """Failed runs: the rank whose own, unreduced, figures these are."""
 
 
+class OomKill(Block):
+    """A rank the kernel's OOM killer ended, as a surviving peer on its host found it (``ds_bench.run.oom_victims``):
+    the rank wrote nothing itself."""
+
+    pid: int
+    signal: str = "SIGKILL"
+    """What the OOM killer sends (``mm/oom_kill.c``); the process cannot catch it."""
+    rss_bytes: int | None = None
+    """The rank's resident memory (anon + file + shmem) at the kill, from the kernel's log; None: log not readable."""
+    cause: str | None = None
+    """``cgroup limit`` (the kernel logged CONSTRAINT_MEMCG, or the cgroup's own count rose) or ``machine memory``."""
+    evidence: str = ""
+    """``kernel log`` (a line names the rank's pid) or ``oom_kill counters`` (they rose while the rank vanished)."""
+    kernel_oom_kills: int | None = None
+    """How much /proc/vmstat's ``oom_kill`` rose during the run."""
+    cgroup_oom_kills: int | None = None
+    """How much the memory cgroup's ``oom_kill`` rose during the run."""
+    cgroup: str | None = None
+    """The file counting the cgroup's kills."""
+    reported_by: int | None = None
+    """The surviving rank that wrote this record."""
+
+
 class Failure(Block):
     """Why a rank's run ended early (``ds_bench.run.run_record.failure_record``)."""
 
@@ -111,8 +134,11 @@ class Failure(Block):
     stalled_s: float | None = None
     """Seconds without a finished step before the step watchdog fired."""
     peers: dict[str, str] = Field(default_factory=dict)
-    """Rank (as text) -> ``gone`` or ``stopped`` (a peer process on this host, from /proc), or ``lost`` (a rank on
-    another host whose address the error names: a connection reset or closed by it)."""
+    """Rank (as text) -> ``gone`` or ``stopped`` (a peer process on this host, from /proc), ``oom`` (gone, ended by
+    the kernel's OOM killer: ``oom_kill``), or ``lost`` (a rank on another host whose address the error names: a
+    connection reset or closed by it)."""
+    oom_kill: OomKill | None = None
+    """``kind == "oom"`` for a rank the OOM killer ended: the evidence (written by a surviving peer)."""
 
 
 class RunRecord(Stamped):

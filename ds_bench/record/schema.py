@@ -24,9 +24,9 @@ from pydantic import Field, TypeAdapter
 from ds_bench.record.base_schema import SCHEMA_VERSION, Block, Busy, PointTime, Record, SlurmJob, Stamped
 from ds_bench.record.capacity_schema import CapacityMember, CapacityProbeRecord, CapacityRecord
 from ds_bench.record.plan_schema import PlanRecord
-from ds_bench.record.run_schema import Failure, ModelBuild, RunMetrics, RunRecord, SlowRank
+from ds_bench.record.run_schema import Failure, ModelBuild, OomKill, RunMetrics, RunRecord, SlowRank
 
-__all__ = ["SCHEMA_VERSION", "Block", "Busy", "CapacityMember", "CapacityProbeRecord", "CapacityRecord", "CommRecord", "CommRow", "DoctorRecord", "Failure", "ModelBuild", "PlanRecord", "PointTime", "Record",
+__all__ = ["SCHEMA_VERSION", "Block", "Busy", "CapacityMember", "CapacityProbeRecord", "CapacityRecord", "CommRecord", "CommRow", "DoctorRecord", "Failure", "ModelBuild", "OomKill", "PlanRecord", "PointTime", "Record",
            "RunMetrics", "RunRecord", "ScalingRecord", "ScalingRow", "SlowRank", "SlurmJob", "Stamped", "SweepPointRecord",
            "json_schema", "model_of", "parse_record"]
 

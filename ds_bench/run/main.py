@@ -19,6 +19,7 @@ from ds_bench.cluster import faults, join, peer_links, process_group
 from ds_bench.config.run_config import RunConfig
 from ds_bench.errors import UserError
 from ds_bench.logs import quiet_deepspeed
+from ds_bench.machine import oom_kills
 from ds_bench.record import store as results
 from ds_bench.record.schema import RunRecord
 from ds_bench.run import startup
@@ -39,7 +40,8 @@ def run_benchmark(cfg: RunConfig) -> RunRecord | None:
     quiet_deepspeed()
     whoami = {"rank": state.rank, "host": socket.gethostname(), "pid": os.getpid(), "addrs": faults.own_addresses()}
     run = Started(cfg, ready.ds_cfg, ready.engine, state, ready.workload.size, _shared_run_id(),
-                  process_group.gather(whoami), ckpt=ready.ckpt, startup=marks, layout=ready.layout)
+                  process_group.gather(whoami), ckpt=ready.ckpt, startup=marks, layout=ready.layout,
+                  oom_counts=oom_kills.read_counts())
     run.links = peer_links.links(peer_links.remote_addresses(run.peers, whoami["host"]))
     try:
         metrics, extra = measure(run, ready.workload)

@@ -19,6 +19,7 @@ from ds_bench.machine import cpu_features, memory
 from ds_bench.measure.metrics import RankReport, summarize
 from ds_bench.record import store as results
 from ds_bench.record.schema import Failure, RunMetrics, RunRecord
+from ds_bench.run import oom_victims
 from ds_bench.run.state import Started
 
 log = logging.getLogger("ds_bench")
@@ -41,22 +42,35 @@ def record_failure(run: Started, error: BaseException | None = None, stalled_s: 
     """
     with faults.deferred():
         memory.lift_cap_for_record()  # an out-of-memory leaves the heap at the cap: room to say so
-        reason, record = failure_record(run, error, stalled_s)
+        signum = faults.received() if stalled_s is None else None  # what ended it, not a signal while recording
+        troubled = troubled_peers(run, error)
+        killed = oom_victims.victims(run, troubled)
+        troubled.update({rank: "oom" for rank in killed})
+        reason, record = failure_record(run, error, stalled_s, troubled, signum)
+        records = [record]
+        if killed and oom_victims.reports_them(run, troubled):
+            records += [oom_victims.victim_record(run, rank, kill, run_record) for rank, kill in sorted(killed.items())]
         try:
-            results.append_record(run.cfg.results, record)
+            for one in records:
+                results.append_record(run.cfg.results, one)
         except (OSError, UserError) as e:  # keep the run's own failure as the one that propagates
             log.error("%s; the failed record could not be written: %s", reason, e)
             return
-        log.error("%s (recorded in %s)", reason, run.cfg.results)
+        for one in records:
+            log.error("%s (recorded in %s)", one.error, run.cfg.results)
 
 
-def failure_record(run: Started, error: BaseException | None, stalled_s: float | None) -> tuple[str, RunRecord]:
-    state, times = run.state, run.times
-    signum = faults.received() if stalled_s is None else None
+def troubled_peers(run: Started, error: BaseException | None) -> dict[int, str]:
+    """Peers that died or stopped (this host, /proc), or whose connection dropped or the error names (others)."""
     host = socket.gethostname()
     links_now = peer_links.links({a for _local, (a, _port) in run.links})
-    troubled = {**peer_links.dropped(run.links, links_now, run.peers, host),
-                **faults.peers_named_by(error, run.peers, host), **faults.peer_states(run.peers, host)}
+    return {**peer_links.dropped(run.links, links_now, run.peers, host),
+            **faults.peers_named_by(error, run.peers, host), **faults.peer_states(run.peers, host)}
+
+
+def failure_record(run: Started, error: BaseException | None, stalled_s: float | None, troubled: dict[int, str],
+                   signum: int | None) -> tuple[str, RunRecord]:
+    state, times = run.state, run.times
     reason = faults.describe(rank=state.rank, steps_done=times.steps_done, steps=run.cfg.steps, error=error,
                              signum=signum, stalled_s=stalled_s, peers=run.peers, troubled=troubled)
     metrics = {}

@@ -13,6 +13,7 @@ from ds_bench.cluster import process_group
 from ds_bench.cluster.rendezvous import Rendezvous
 from ds_bench.config.layout import Layout
 from ds_bench.config.run_config import RunConfig
+from ds_bench.machine.oom_kills import OomCounts
 from ds_bench.measure import checkpoint
 from ds_bench.measure.loop import LoopTimes
 from ds_bench.workloads.base import Workload
@@ -59,6 +60,9 @@ class Started:
     """Wall-clock marks and durations of this rank's start (``ds_bench.run.startup``)."""
     layout: Layout | None = None
     """The layout that runs (``Resolved.layout``): the record's ``layout``."""
+    oom_counts: OomCounts | None = None
+    """The host's and this cgroup's OOM kills when the run joined (``machine.oom_kills``): a peer that vanished
+    while they rose was OOM-killed (``ds_bench.run.oom_victims``)."""
 
 
 @dataclass(frozen=True)
