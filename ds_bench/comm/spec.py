@@ -73,8 +73,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def from_args(args: argparse.Namespace) -> CommSpec:
-    from ds_bench.config.run_checks import check_timeout
-
     collectives = parse_collectives(args.collectives)
     min_bytes = parse_bytes("--min-bytes", args.min_bytes)
     max_bytes = None if args.max_bytes is None else parse_bytes("--max-bytes", args.max_bytes)
@@ -85,8 +83,6 @@ def from_args(args: argparse.Namespace) -> CommSpec:
         raise UserError(f"--dtype {args.dtype!r}: expected one of {', '.join(DTYPES)}")
     argcheck.at_least("--warmup", args.warmup, 0)
     argcheck.at_least("--iters", args.iters, 1)
-    check_timeout("--dist-timeout", args.dist_timeout_s)
-    check_timeout("--connect-timeout", args.connect_timeout_s)
     if not (math.isfinite(args.slow_link_threshold) and 0 < args.slow_link_threshold < 100):
         raise UserError(f"--slow-link-threshold {args.slow_link_threshold:g}: expected a percentage between 0 and 100")
     argcheck.output_folder("--results", args.results)
