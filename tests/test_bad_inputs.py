@@ -952,6 +952,15 @@ UNIT_CASES = {
     "roofline --tokens 4MB": (cmd("roofline", "--gpt2", "small", "--tokens", "4MB"), count_not_bytes("--tokens")),
     "roofline --min-time bare": (cmd("roofline", "--min-time", "0.3"), no_duration_unit("--min-time", "0.3")),
     "roofline --connect-timeout bare": (cmd("roofline", "--connect-timeout", "5"), no_duration_unit("--connect-timeout", "5")),
+    "roofline --dist-timeout bare": (cmd("roofline", "--dist-timeout", "60"), no_duration_unit("--dist-timeout", "60")),
+    "roofline --sizes 4MB": (cmd("roofline", "--sizes", "1k,4MB"), count_not_bytes("--sizes")),
+    "doctor --connect-timeout bare": (cmd("doctor", "--connect-timeout", "5"), no_duration_unit("--connect-timeout", "5")),
+    "plan slurm --queue-timeout bare": (plan("--device", "H100", *SLURM, "--queue-timeout", "12"),
+                                        no_duration_unit("--queue-timeout", "12")),
+    "capacity slurm --queue-timeout bare": (capacity(*SLURM, "--queue-timeout", "12"), no_duration_unit("--queue-timeout", "12")),
+    "scaling slurm --queue-timeout bare": (
+        lambda tmp: [a for a in scaling(*SLURM, "--nodes", "1", "--queue-timeout", "12")(tmp) if a not in ("--ranks", "1,2")],
+        no_duration_unit("--queue-timeout", "12")),
 }
 for name, (argv, line) in UNIT_CASES.items():
     CASES[f"unit: {name}"] = Case(argv, "^ds-bench: error: " + re.escape(line) + "$")

@@ -14,8 +14,8 @@ from ds_bench.config.run_flags import add_local_rank, add_rendezvous_arguments
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtypes", default=None, help="fp32,bf16,fp16 (default: bf16 and fp32; fp16 too on GPUs)")
-    p.add_argument("--sizes", default=None, help="square matmul sides, e.g. 4096,8192 (default: 4096,8192 on "
-                                                 "GPUs, 512,1024 on CPUs)")
+    p.add_argument("--sizes", default=None, help="square matmul sides, e.g. 4096,8192 or 4k,8k (k = 2^10; default: "
+                                                 "4096,8192 on GPUs, 512,1024 on CPUs)")
     p.add_argument("--gpt2", default=None, metavar="SIZE",
                    help="also time the matrix products of one GPT-2 SIZE block and its LM head (forward and backward) "
                         "at --tokens: a run's own GEMM shapes (e.g. small, gpt3-1.3b)")

@@ -16,7 +16,7 @@ from tabulate import tabulate
 
 from ds_bench.cluster import join, process_group
 from ds_bench.config import argcheck
-from ds_bench.config.parsers import parse_bytes, parse_list
+from ds_bench.config.parsers import flag_type, parse_bytes, parse_count, parse_list
 from ds_bench.errors import UserError
 from ds_bench.measure import ceilings
 from ds_bench.record import store as results
@@ -30,7 +30,7 @@ def main(args: argparse.Namespace) -> int:
     device_type = "cuda" if torch.cuda.is_available() else "cpu"
     dtypes = parse_list("--dtypes", args.dtypes or ("bf16,fp32,fp16" if device_type == "cuda" else "bf16,fp32"),
                         tuple(ceilings.DTYPES))
-    sizes = parse_list("--sizes", args.sizes or DEFAULT_SIZES[device_type], kind=int)
+    sizes = parse_list("--sizes", args.sizes or DEFAULT_SIZES[device_type], kind=flag_type(parse_count, "--sizes"))
     copy_bytes = parse_bytes("--copy-bytes", args.copy_bytes or DEFAULT_COPY[device_type])
     if copy_bytes < 4 or not 0 < args.min_time_s <= 600 or args.repeats < 1:
         raise UserError(f"--copy-bytes must be >= 4, --min-time in (0, 600] s and --repeats >= 1; got "
