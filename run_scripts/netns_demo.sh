@@ -16,7 +16,7 @@ from tests.netns import TwoHosts, skip_reason, two_hosts
 def command(bed, results):
     return bed.mpirun([sys.executable, "-m", "ds_bench", "run", "--workload", "mnist",
                        "--ds-config", "ds_configs/zero0.json", "--steps", "4", "--warmup", "1",
-                       "--results", str(results), "--connect-timeout", "5", "--dist-timeout", "60",
+                       "--results", str(results), "--connect-timeout", "5s", "--dist-timeout", "60s",
                        *sys.argv[1:]])
 
 if os.environ.get("DRY_RUN"):

@@ -71,7 +71,7 @@ TIMED_RUNS: dict[str, tuple[str, ...]] = {
 """``tests/test_gpu_timed.py``: the runs the figures come from, one at a time (defaults first: a best run that runs
 out of the budget costs its own row only)."""
 
-ROOFLINE = ("roofline", "--dtypes", "bf16,fp32,fp16", "--sizes", "8192", "--min-time", "0.5", "--repeats", "3",
+ROOFLINE = ("roofline", "--dtypes", "bf16,fp32,fp16", "--sizes", "8192", "--min-time", "0.5s", "--repeats", "3",
             "--copy-bytes", "1GiB")
 COMM = ("comm", "--max-bytes", "64MiB", "--step-factor", "8")
 CAPACITY = ("capacity", "--ds-config", "ds_configs/zero2.json", "--stages", "2", "--offload", "none,optimizer",

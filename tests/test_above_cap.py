@@ -39,7 +39,7 @@ def capped_run(tmp_path, ranks: int, port: str, stage: int) -> tuple:
     proc = run_cmd(["torchrun", "--nproc_per_node", str(ranks), "--master_port", port, "-m", "ds_bench", "run",
                     "--workload", "gpt2", *SHAPE, "--micro-batch", "1", "--ds-config", str(config),
                     "--set", f"zero_optimization.stage={stage}", "--steps", "1", "--warmup", "0",
-                    "--cpu-mem-limit", str(CAP_BYTES), "--results", str(results)], timeout=900, **OFFLINE)
+                    "--cpu-mem-limit", f"{CAP_BYTES // 2**20}MiB", "--results", str(results)], timeout=900, **OFFLINE)
     return proc, records(results)
 
 

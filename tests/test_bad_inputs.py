@@ -99,15 +99,14 @@ class OneCasePerName(dict):
 CASES: dict[str, Case] = OneCasePerName()
 
 # --- every numeric run flag: zero, negative, non-numeric, absurd -----------------------------------
-for flag, zero_ok in [("--steps", False), ("--warmup", True), ("--micro-batch", False), ("--seq-len", False),
+for flag, zero_ok in [("--steps", False), ("--warmup", True), ("--micro-batch", False),
                       ("--image-size", False), ("--num-classes", False), ("--peak-tflops", False), ("--lr", False),
-                      ("--dist-timeout", False), ("--connect-timeout", False), ("--step-timeout", False),
                       ("--slow-rank-threshold", False), ("--busbw", False)]:
     if not zero_ok:
         CASES[f"{flag} 0"] = Case(run(flag, "0"), re.escape(flag) + r".*(must|greater)")
     CASES[f"{flag} negative"] = Case(run(flag, "-3"), re.escape(flag) + r".*must")
     CASES[f"{flag} non-numeric"] = Case(run(flag, "lots"), re.escape(flag.lstrip("-")) + r".*invalid (int|float) value")
-for flag in ("--peak-tflops", "--lr", "--dist-timeout", "--connect-timeout", "--step-timeout", "--slow-rank-threshold", "--busbw"):
+for flag in ("--peak-tflops", "--lr", "--slow-rank-threshold", "--busbw"):
     CASES[f"{flag} inf"] = Case(run(flag, "inf"), re.escape(flag) + r" must be .*finite.*got inf")
     CASES[f"{flag} nan"] = Case(run(flag, "nan"), re.escape(flag) + r" must be .*got nan")
 CASES["--steps fractional"] = Case(run("--steps", "2.5"), r"--steps.*invalid int value: '2\.5'")
@@ -245,8 +244,8 @@ CASES["--data folder without idx files"] = Case(run("--data", "{tmp}"), r"no tra
 CASES["--steps not above --warmup"] = Case(run("--steps", "5", "--warmup", "5"), r"--steps \(5\) must be greater than --warmup \(5\)")
 CASES["--set key typo"] = Case(run("--set", "zero_optimization.stage3_param_persitence_threshold=1"),
                                r"did you mean stage3_param_persistence_threshold\?")
-CASES["--connect-timeout inf, the whole line"] = Case(run("--connect-timeout", "inf"),
-                                                    r"--connect-timeout must be a finite number of seconds > 0, got inf")
+CASES["--connect-timeout without a unit, the whole line"] = Case(
+    run("--connect-timeout", "30"), r"^ds-bench: error: --connect-timeout 30: give a unit, e.g. 30s or 30m \(s, m, h, d\)$")
 CASES["--model missing"] = Case(run("--workload", "gpt2", "--model", "{tmp}/nope"), r"--model .*nope: not a folder")
 CASES["--comm-results missing"] = Case(run("--comm-results", "{tmp}/none.jsonl"), r"--comm-results .*none\.jsonl: no such file")
 CASES["--iface missing"] = Case(run("--iface", "nosuch0"), r"interface 'nosuch0' .* does not exist")
@@ -498,11 +497,10 @@ CASES["launch bad run args"] = Case(cmd("launch", "torchrun", "--dry-run", "--",
 CASES["launch nnodes text"] = Case(cmd("launch", "srun", "--nnodes", "two", "--dry-run"), r"--nnodes.*invalid int value")
 
 CASES["run memory cap unit"] = Case(cmd("run", "--workload", "mnist", "--ds-config", "ds_configs/zero1.json",
-                                        "--cpu-mem-limit", "lots"), r"--cpu-mem-limit: .*'lots' is not a size")
+                                        "--cpu-mem-limit", "lots"), r"--cpu-mem-limit 'lots': expected a size such as 4GiB")
 CASES["run memory cap in bytes"] = Case(run("--cpu-mem-limit", "512"),
-                                        r"^ds-bench: error: --cpu-mem-limit 512 bytes \(0\.0 MiB\) is below what this process "
-                                        r"already holds: \d+ MiB of data \(VmData\) \+ 128 MiB to join the process group; "
-                                        r"give at least \d+ MiB; a size without a unit is bytes \(e\.g\. 4GiB\)$")
+                                        r"^ds-bench: error: --cpu-mem-limit 512: give a unit, e.g. 512GiB or 512MiB \(a bare "
+                                        r"number is not taken as bytes\)$")
 CASES["run memory cap below held"] = Case(run("--cpu-mem-limit", "300MiB"),
                                           r"^ds-bench: error: --cpu-mem-limit 314572800 bytes \(300\.0 MiB\) is below what "
                                           r"this process already holds: \d+ MiB .*; give at least \d+ MiB$")
@@ -540,8 +538,8 @@ CASES["sweep tiled-mlp for mnist"] = Case(cmd(*SWEEP, *MNIST, "--tiled-mlp", "of
                                           r"--tiled-mlp: workload mnist is not a causal language model")
 CASES["sweep sequence-parallel for mnist"] = Case(cmd(*SWEEP, *MNIST, "--sequence-parallel", "1,2"),
                                                   r"--sequence-parallel: workload mnist is not a causal language model")
-CASES["sweep seq-len 0"] = Case(cmd(*SWEEP_GPT2, "--seq-len", "256,0"), r"--seq-len '256,0': '0' must be a positive integer")
-CASES["sweep seq-len text"] = Case(cmd(*SWEEP_GPT2, "--seq-len", "long"), r"--seq-len 'long': 'long' is not an integer")
+CASES["sweep seq-len 0"] = Case(cmd(*SWEEP_GPT2, "--seq-len", "256,0"), r"--seq-len must be a positive integer, got 0$")
+CASES["sweep seq-len text"] = Case(cmd(*SWEEP_GPT2, "--seq-len", "long"), r"--seq-len 'long': expected a count such as 8192, 8k")
 CASES["sweep seq-len after -- beside its own"] = Case(cmd(*SWEEP_GPT2, "--seq-len", "64,128", "--", "--seq-len", "32"),
                                                       r"run argument --seq-len after '--': the sweep sets it per point")
 
@@ -597,7 +595,7 @@ CASES["sweep precision fp8"] = Case(cmd(*SWEEP, *MNIST, "--precision", "fp8"), r
 CASES["sweep micro-batch 0"] = Case(cmd(*SWEEP, *MNIST, "--micro-batch", "0,2"), r"--micro-batch '0,2': '0' must be a positive integer")
 CASES["sweep micro-batch text"] = Case(cmd(*SWEEP, *MNIST, "--micro-batch", "big"), r"--micro-batch 'big': 'big' is not an integer")
 CASES["sweep grad-accum 0"] = Case(cmd(*SWEEP, *MNIST, "--grad-accum", "0"), r"--grad-accum '0': '0' must be a positive integer")
-CASES["sweep timeout 0"] = Case(cmd(*SWEEP, *MNIST, "--timeout", "0"), r"--timeout '0': must be more than 0 seconds")
+CASES["sweep timeout 0"] = Case(cmd(*SWEEP, *MNIST, "--timeout", "0s"), r"--timeout '0s': must be more than 0 seconds")
 CASES["sweep timeout unit"] = Case(cmd(*SWEEP, *MNIST, "--timeout", "5x"), r"--timeout '5x': expected a duration such as 90s, 15m, 1h or 1d")
 CASES["sweep nodes without slurm"] = Case(cmd(*SWEEP, *MNIST, "--nodes", "2"),
                                           r"--nodes is for Slurm jobs: add --executor slurm \(or leave it out\)")
@@ -611,7 +609,7 @@ CASES["capacity compute-node bf16 word"] = Case(
     r"--compute-node 'bf16=yes': bf16=yes: expected native or emulated")
 CASES["scaling compute-node memory"] = Case(
     cmd("scaling", "--workload", "mnist", "--ds-config", "zero1.json", "--ranks", "1,2", "--compute-node",
-        "memory=lots"), r"--compute-node 'memory=lots': memory=lots: expected a size")
+        "memory=lots"), r"--compute-node memory 'lots': expected a size such as 4GiB")
 CASES["plan compute-node gpu on CPU nodes"] = Case(
     cmd("plan", "--workload", "gpt2", "--compute-node", "gpu=H100"),
     r"--compute-node: gpu=H100 on nodes with no GPU known: give gpus=N too")
@@ -633,7 +631,7 @@ CASES["scaling nproc without slurm"] = Case(cmd("scaling", "--workload", "mnist"
                                                 "1,2", "--nproc", "2", "--results", "{tmp}/s.jsonl"),
                                             r"--nproc is for --executor slurm")
 CASES["sweep headroom 100"] = Case(cmd(*SWEEP, *MNIST, "--headroom", "100"), r"--headroom must be a percentage in \[0, 100\), got 100")
-CASES["sweep memory cap unit"] = Case(cmd(*SWEEP, *MNIST, "--cpu-mem-limit", "3XB"), r"--cpu-mem-limit '3XB' is not a size")
+CASES["sweep memory cap unit"] = Case(cmd(*SWEEP, *MNIST, "--cpu-mem-limit", "3XB"), r"--cpu-mem-limit '3XB': expected a size")
 CASES["sweep bad point"] = Case(cmd(*SWEEP, *MNIST, "--point", "z9 mbs=4"), r"--point 'z9 mbs=4': 'z9' is not ddp\|fsdp, z0\.\.z3")
 CASES["sweep engine unknown"] = Case(cmd(*SWEEP, *MNIST, "--engines", "deepspeed,megatron"),
                                      r"--engines 'deepspeed,megatron': 'megatron' is not one of deepspeed, ddp, fsdp")
@@ -681,8 +679,8 @@ for command, argv in [("run", run("--expect", "{tmp}/e.yaml")),
     CASES[f"{command} --expect binary"] = Case(
         with_file(with_file(argv, "x.jsonl", REPORT_LINE), "e.yaml", BINARY),
         r"^ds-bench: error: --expect .*/e\.yaml: not UTF-8 text \(byte 0x89 at offset 0\); expected a YAML expectations file$")
-CASES["doctor timeout"] = Case(cmd("doctor", "--dist-timeout", "0"), r"--dist-timeout must be a finite number of seconds > 0")
-CASES["doctor connect timeout"] = Case(cmd("doctor", "--connect-timeout", "-1"), r"--connect-timeout must be a finite number")
+CASES["doctor timeout"] = Case(cmd("doctor", "--dist-timeout", "0s"), r"--dist-timeout '0s': must be more than 0 seconds$")
+CASES["doctor connect timeout"] = Case(cmd("doctor", "--connect-timeout=-1s"), r"--connect-timeout '-1s': must be more than 0")
 CASES["doctor iface"] = Case(cmd("doctor", "--iface", "nosuch0"), r"interface 'nosuch0' .* does not exist")
 CASES["doctor json folder"] = Case(cmd("doctor", "--json", "{tmp}"), r"--json .*: is a folder")
 
@@ -694,8 +692,8 @@ def comm(*flags: str):
 
 CASES["comm collectives unknown"] = Case(comm("--collectives", "all_reduce,bogus"), r"--collectives 'all_reduce,bogus': expected a comma list of all_reduce")
 CASES["comm collectives empty"] = Case(comm("--collectives", ","), r"--collectives ',': expected a comma list")
-CASES["comm min-bytes zero"] = Case(comm("--min-bytes", "0"), r"--min-bytes: '0': a size must be > 0")
-CASES["comm max-bytes not a size"] = Case(comm("--max-bytes", "lots"), r"--max-bytes: 'lots' is not a size")
+CASES["comm min-bytes zero"] = Case(comm("--min-bytes", "0"), r"--min-bytes '0': a size must be > 0$")
+CASES["comm max-bytes not a size"] = Case(comm("--max-bytes", "lots"), r"--max-bytes 'lots': expected a size such as 4GiB")
 CASES["comm max below min"] = Case(comm("--min-bytes", "1KiB", "--max-bytes", "8"), r"--max-bytes \(8\) must be >= --min-bytes \(1024\)")
 CASES["comm step-factor 1"] = Case(comm("--step-factor", "1"), r"--step-factor must be an integer >= 2, got 1")
 CASES["comm dtype"] = Case(comm("--dtype", "int8"), r"--dtype 'int8': expected one of float32")
@@ -705,7 +703,7 @@ CASES["comm expect not a number"] = Case(comm("--expect-busbw", "fast"), r"--exp
 CASES["comm expect zero"] = Case(comm("--expect-busbw", "all_gather=0"), r"--expect-busbw 'all_gather=0': expected GBPS")
 CASES["comm expect unmeasured"] = Case(comm("--collectives", "all_reduce", "--expect-busbw", "all_gather=5"), r"all_gather is not among the measured collectives \(all_reduce\)")
 CASES["comm results folder"] = Case(cmd("comm", "--results", "{tmp}"), r"--results .*: is a folder")
-CASES["comm dist-timeout"] = Case(comm("--dist-timeout", "0"), r"--dist-timeout must be a finite number of seconds > 0")
+CASES["comm dist-timeout"] = Case(comm("--dist-timeout", "0s"), r"--dist-timeout '0s': must be more than 0 seconds$")
 CASES["comm slow-link threshold 0"] = Case(comm("--pairs", "--slow-link-threshold", "0"), r"--slow-link-threshold 0: expected a percentage between 0 and 100")
 CASES["comm slow-link threshold nan"] = Case(comm("--pairs", "--slow-link-threshold", "nan"), r"--slow-link-threshold nan: expected a percentage")
 CASES["comm iface"] = Case(comm("--iface", "nosuch0"), r"interface 'nosuch0' .* does not exist")
@@ -754,7 +752,7 @@ CASES["scaling bad layout"] = Case(scaling("--", "--pipeline-stages", "1", "--en
                                    r"--engine ddp with --pipeline-stages 1: the pipeline is DeepSpeed's own engine")
 CASES["scaling missing config"] = Case(scaling("--ds-config", "nope.json"), r"--ds-config nope\.json: file not found")
 CASES["scaling unknown workload"] = Case(scaling("--workload", "bert"), r"--workload 'bert' is unknown")
-CASES["scaling timeout 0"] = Case(scaling("--timeout", "0"), r"--timeout '0': must be more than 0 seconds")
+CASES["scaling timeout 0"] = Case(scaling("--timeout", "0s"), r"--timeout '0s': must be more than 0 seconds")
 CASES["scaling results folder"] = Case(scaling("--results", "{tmp}"), r"--results .*: is a folder")
 CASES["scaling plot folder missing"] = Case(scaling("--plot", "{tmp}/no/p.png"), r"--plot .*p\.png: folder .* does not exist")
 CASES["scaling owned run arg"] = Case(scaling("--", "--tag", "x"), r"run argument --tag after '--': ds-bench scaling sets it per point")
@@ -796,7 +794,7 @@ CASES["capacity owned run arg"] = Case(capacity("--", "--steps", "9"),
                                        r"run argument --steps after '--': ds-bench capacity sets it for every probe")
 CASES["capacity bad run args"] = Case(capacity("--", "--stepz", "3"), r"run arguments after '--' \(--stepz 3\): .*unrecognized")
 CASES["capacity results folder"] = Case(capacity("--results", "{tmp}"), r"--results .*: is a folder")
-CASES["capacity timeout 0"] = Case(capacity("--timeout", "0"), r"--timeout '0': must be more than 0 seconds")
+CASES["capacity timeout 0"] = Case(capacity("--timeout", "0s"), r"--timeout '0s': must be more than 0 seconds")
 CASES["capacity tensor parallel gpt2"] = Case(capacity("--tensor-parallel", "1,2"),
                                              r"--tensor-parallel: DeepSpeed's AutoTP cannot shard workload gpt2")
 CASES["capacity tensor parallel 0"] = Case(capacity("--workload", "llama", "--tensor-parallel", "0"),
@@ -879,7 +877,7 @@ CASES["plan confirm more than top"] = Case(plan("--device", "H100", "--gpus-per-
 CASES["plan nodes 0"] = Case(plan("--device", "H100", "--nodes", "0"), r"--nodes must be a positive integer, got 0$")
 CASES["plan achieved 2"] = Case(plan("--device", "H100", "--achieved", "2"), r"--achieved must be in \(0, 1\]")
 CASES["plan batch not whole sequences"] = Case(plan("--device", "H100", "--global-batch", "1000"),
-                                               r"--global-batch 1000 \(1000 tokens\) is not a whole number of "
+                                               r"--global-batch 1000 tokens is not a whole number of "
                                                r"--seq-len 2048 sequences")
 CASES["plan batch no layout divides"] = Case(
     plan("--device", "H100", "--gpus-per-node", "2", "--workload", "gpt2", "--size", "small", "--global-batch", "1024",
@@ -894,6 +892,96 @@ CASES["plan calibrate missing"] = Case(plan("--device", "H100", "--calibrate", "
 CASES["plan confirm across nodes here"] = Case(plan("--device", "H100", "--nodes", "2", "--confirm", "1"),
                                                r"--confirm runs the plan's layouts on these ranks")
 CASES["plan size unknown"] = Case(plan("--device", "H100", "--size", "llama9"), r"--size llama9: llama sizes are")
+
+
+# --- every flag with a unit: one parser each kind (ds_bench.config.parsers; docs/README.md, "Units") -------------
+def count_not_bytes(flag: str) -> str:
+    return (f"{flag} '4MB': a count takes no byte unit; give 4M (= 4,194,304: k, M, G are 2^10-based) or a plain "
+            "number such as 4000000")
+
+
+def not_a_count(flag: str, text: str) -> str:
+    return f"{flag} {text!r}: expected a count such as 8192, 8k or 4M (k, M, G = 2^10, 2^20, 2^30)"
+
+
+def no_duration_unit(flag: str, number: str) -> str:
+    return f"{flag} {number}: give a unit, e.g. {number}s or {number}m (s, m, h, d)"
+
+
+def no_memory_unit(flag: str, number: str) -> str:
+    return f"{flag} {number}: give a unit, e.g. {number}GiB or {number}MiB (a bare number is not taken as bytes)"
+
+
+def not_a_size(flag: str, text: str) -> str:
+    return (f"{flag} {text!r}: expected a size such as 4GiB, 512MiB, 64KB or a number of bytes (KiB, MiB, GiB and K, "
+            "M, G are 2^10-based; KB, MB, GB 10^3-based)")
+
+
+TINY_CAP = "--cpu-mem-limit '512KiB' is 524,288 bytes: below 64 MiB no rank starts; give e.g. 4GiB"
+SLURM = ("--executor", "slurm")
+UNIT_CASES = {
+    "run --seq-len 4MB": (run("--seq-len", "4MB"), count_not_bytes("--seq-len")),
+    "run --seq-len text": (run("--seq-len", "8q"), not_a_count("--seq-len", "8q")),
+    "run --seq-len not whole": (run("--seq-len", "0.3k"), "--seq-len '0.3k' is 307.2: expected a whole number"),
+    "run --seq-len 0": (run("--seq-len", "0"), "--seq-len must be a positive integer, got 0"),
+    "run --seq-len negative": (run("--seq-len", "-3"), "--seq-len must be a positive integer, got -3"),
+    "run --dist-timeout bare": (run("--dist-timeout", "20"), no_duration_unit("--dist-timeout", "20")),
+    "run --dist-timeout inf": (run("--dist-timeout", "inf"),
+                               "--dist-timeout 'inf': expected a duration such as 90s, 15m, 1h or 1d"),
+    "run --connect-timeout 0s": (run("--connect-timeout", "0s"), "--connect-timeout '0s': must be more than 0 seconds"),
+    "run --step-timeout bare": (run("--step-timeout", "20"), no_duration_unit("--step-timeout", "20")),
+    "run --step-timeout nan": (run("--step-timeout", "nan"),
+                               "--step-timeout 'nan': expected a duration such as 90s, 15m, 1h or 1d"),
+    "run --cpu-mem-limit bare": (run("--cpu-mem-limit", "1.1"), no_memory_unit("--cpu-mem-limit", "1.1")),
+    "run --cpu-mem-limit tiny": (run("--cpu-mem-limit", "512KiB"), TINY_CAP),
+    "plan --seq-len text": (plan("--device", "H100", "--seq-len", "8q"), not_a_count("--seq-len", "8q")),
+    "plan --global-batch 4MB": (plan("--device", "H100", "--global-batch", "4MB"), count_not_bytes("--global-batch")),
+    "plan --device-memory bare": (plan("--device", "TPU9", "--peak-tflops", "100", "--device-memory", "80"),
+                                  no_memory_unit("--device-memory", "80")),
+    "plan --cpu-mem-limit bare": (plan("--device", "H100", "--cpu-mem-limit", "1.1"), no_memory_unit("--cpu-mem-limit", "1.1")),
+    "plan --timeout bare": (plan("--device", "H100", "--timeout", "20"), no_duration_unit("--timeout", "20")),
+    "capacity --seq-len 4MB": (capacity("--seq-len", "4MB"), count_not_bytes("--seq-len")),
+    "capacity --max-seq-len 4MB": (capacity("--scale", "seq", "--max-seq-len", "4MB"), count_not_bytes("--max-seq-len")),
+    "capacity --seq-granularity text": (capacity("--scale", "seq", "--seq-granularity", "fine"),
+                                        not_a_count("--seq-granularity", "fine")),
+    "capacity --cpu-mem-limit bare": (capacity("--cpu-mem-limit", "1.1"), no_memory_unit("--cpu-mem-limit", "1.1")),
+    "capacity --cpu-mem-limit tiny": (capacity("--cpu-mem-limit", "512KiB"), TINY_CAP),
+    "capacity --timeout bare": (capacity("--timeout", "20"), no_duration_unit("--timeout", "20")),
+    "sweep --seq-len list with 4MB": (cmd(*SWEEP_GPT2, "--seq-len", "1k,4MB"), count_not_bytes("--seq-len")),
+    "sweep --max-micro-batch text": (cmd(*SWEEP, *MNIST, "--max-micro-batch", "many"), not_a_count("--max-micro-batch", "many")),
+    "sweep --cpu-mem-limit bare": (cmd(*SWEEP, *MNIST, "--cpu-mem-limit", "1.1"), no_memory_unit("--cpu-mem-limit", "1.1")),
+    "sweep --timeout bare": (cmd(*SWEEP, *MNIST, "--timeout", "20"), no_duration_unit("--timeout", "20")),
+    "sweep slurm --timeout bare": (cmd(*SWEEP, *MNIST, *SLURM, "--timeout", "20"), no_duration_unit("--timeout", "20")),
+    "sweep slurm --queue-timeout bare": (cmd(*SWEEP, *MNIST, *SLURM, "--queue-timeout", "12"),
+                                         no_duration_unit("--queue-timeout", "12")),
+    "scaling --timeout bare": (scaling("--timeout", "20"), no_duration_unit("--timeout", "20")),
+    "comm --min-bytes text": (comm("--min-bytes", "4XB"), not_a_size("--min-bytes", "4XB")),
+    "comm --max-bytes 1e9": (comm("--max-bytes", "1e9"), not_a_size("--max-bytes", "1e9")),
+    "comm --dist-timeout bare": (comm("--dist-timeout", "60"), no_duration_unit("--dist-timeout", "60")),
+    "comm --connect-timeout bare": (comm("--connect-timeout", "5"), no_duration_unit("--connect-timeout", "5")),
+    "doctor --dist-timeout bare": (cmd("doctor", "--dist-timeout", "60"), no_duration_unit("--dist-timeout", "60")),
+    "roofline --copy-bytes text": (cmd("roofline", "--copy-bytes", "8q"), not_a_size("--copy-bytes", "8q")),
+    "roofline --tokens 4MB": (cmd("roofline", "--gpt2", "small", "--tokens", "4MB"), count_not_bytes("--tokens")),
+    "roofline --min-time bare": (cmd("roofline", "--min-time", "0.3"), no_duration_unit("--min-time", "0.3")),
+    "roofline --connect-timeout bare": (cmd("roofline", "--connect-timeout", "5"), no_duration_unit("--connect-timeout", "5")),
+    "roofline --dist-timeout bare": (cmd("roofline", "--dist-timeout", "60"), no_duration_unit("--dist-timeout", "60")),
+    "roofline --sizes 4MB": (cmd("roofline", "--sizes", "1k,4MB"), count_not_bytes("--sizes")),
+    "doctor --connect-timeout bare": (cmd("doctor", "--connect-timeout", "5"), no_duration_unit("--connect-timeout", "5")),
+    "plan slurm --queue-timeout bare": (plan("--device", "H100", *SLURM, "--queue-timeout", "12"),
+                                        no_duration_unit("--queue-timeout", "12")),
+    "capacity slurm --queue-timeout bare": (capacity(*SLURM, "--queue-timeout", "12"), no_duration_unit("--queue-timeout", "12")),
+    "scaling slurm --queue-timeout bare": (
+        lambda tmp: [a for a in scaling(*SLURM, "--nodes", "1", "--queue-timeout", "12")(tmp) if a not in ("--ranks", "1,2")],
+        no_duration_unit("--queue-timeout", "12")),
+}
+for name, (argv, line) in UNIT_CASES.items():
+    CASES[f"unit: {name}"] = Case(argv, "^ds-bench: error: " + re.escape(line) + "$")
+CASES["unit: launch's run --step-timeout bare"] = Case(
+    cmd("launch", "torchrun", "--dry-run", "--", "run", "--workload", "mnist", "--ds-config", "x.json", "--step-timeout", "20"),
+    r"^ds-bench: error: the ds-bench command after '--' \(.*\): " + re.escape(no_duration_unit("--step-timeout", "20")) + "$")
+CASES["unit: sweep's run --dist-timeout bare"] = Case(
+    cmd(*SWEEP, *MNIST, "--", "--dist-timeout", "20"),
+    r"^ds-bench: error: run arguments \(--dist-timeout 20\): " + re.escape(no_duration_unit("--dist-timeout", "20")) + "$")
 
 
 @pytest.fixture

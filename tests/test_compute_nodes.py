@@ -82,13 +82,19 @@ def test_compute_node_overrides_the_records_and_a_gpu_family_gives_its_memory():
     ("ram=4GiB", r"'ram=4GiB' is not KEY=VALUE"),
     ("gpus=-1", r"gpus=-1: expected a whole number$"),
     ("cpus=0", r"cpus=0: expected a whole number >= 1$"),
-    ("memory=lots", r"memory=lots: expected a size, e.g. 512GiB$"),
     ("bf16=yes", r"bf16=yes: expected native or emulated$"),
     (",", r"give KEY=VALUE pairs"),
 ])
 def test_a_bad_compute_node_names_the_flag_and_the_key(text, message):
     with pytest.raises(UserError, match=rf"^--compute-node '{text}': .*{message}"):
         parse_override(text)
+
+
+def test_a_memory_is_a_size_with_its_unit():
+    with pytest.raises(UserError, match=r"^--compute-node memory 'lots': expected a size such as 4GiB"):
+        parse_override("memory=lots")
+    with pytest.raises(UserError, match=r"^--compute-node gpu-memory 80: give a unit, e.g. 80GiB"):
+        parse_override("gpu-memory=80")
 
 
 def test_a_gpu_family_on_nodes_without_gpus_asks_for_their_count():

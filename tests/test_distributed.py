@@ -80,7 +80,7 @@ def torchrun_run(tmp_path_factory, fashion_mnist):
     2 ranks first, into the folder of its results, so the run reports ``mfu_vs_measured``."""
     results = tmp_path_factory.mktemp("tr") / "r.jsonl"
     roof = run_cmd(["torchrun", "--nproc_per_node", "2", "--master_port", "29721", "-m", "ds_bench", "roofline",
-                    "--dtypes", "fp32", "--sizes", "128,256", "--min-time", "0.2", "--copy-bytes", "8MiB",
+                    "--dtypes", "fp32", "--sizes", "128,256", "--min-time", "0.2s", "--copy-bytes", "8MiB",
                     "--results", str(results.parent / "roofline.jsonl")])
     assert roof.returncode == 0, explain(roof)
     proc = run_cmd(["torchrun", "--nproc_per_node", "2", "--master_port", "29720", "-m", "ds_bench", "run",

@@ -271,7 +271,7 @@ def test_deferred_sections_nest():
 def test_a_stalled_rank_is_caught_by_the_step_watchdog(job, port, run):
     """A pipeline stage stopped leaves the other waiting in its receive, which gloo would hold for the
     whole --dist-timeout: the watchdog ends it after --step-timeout, as for a data-parallel rank."""
-    j = job("torchrun", port, "--step-timeout", "6", run=run)
+    j = job("torchrun", port, "--step-timeout", "6s", run=run)
     j.wait_for("warm-up done")
     stalled = j.rank_pid(1)
     psutil.Process(stalled).suspend()  # SIGSTOP: the rank stops making progress

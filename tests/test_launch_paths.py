@@ -24,7 +24,7 @@ pytestmark = pytest.mark.dist
 RUN = ["-m", "ds_bench", "run", "--workload", "gpt2", "--layers", "4", "--hidden", "64", "--heads", "4", "--seq-len",
        "32", "--ds-config", "ds_configs/zero1.json", "--set", "bf16.enabled=false", "--set",
        "gradient_accumulation_steps=2", "--pipeline-stages", "2", "--steps", "3", "--warmup", "1",
-       "--connect-timeout", "20", "--dist-timeout", "120"]
+       "--connect-timeout", "20s", "--dist-timeout", "120s"]
 
 
 def check_pipeline(r: dict) -> None:

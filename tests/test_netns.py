@@ -107,7 +107,7 @@ def test_mpirun_one_rank_per_host(mpi):
 def ds_bench_cmd(mpi, results, *extra):
     return mpi.mpirun([PY, "-m", "ds_bench", "run", "--workload", "mnist", "--ds-config", "ds_configs/zero0.json",
                        "--steps", "4", "--warmup", "1", "--results", str(results),
-                       "--connect-timeout", str(CONNECT_TIMEOUT), "--dist-timeout", "60", *extra])
+                       "--connect-timeout", f"{CONNECT_TIMEOUT}s", "--dist-timeout", "60s", *extra])
 
 
 def read_records(path):
@@ -163,7 +163,7 @@ def test_comm_across_two_hosts_over_ib0_reports_intra_and_inter_host_links(mpi, 
     results = tmp_path / "c.jsonl"
     argv = mpi.mpirun([PY, "-m", "ds_bench", "comm", "--collectives", "all_reduce,send_recv", "--min-bytes", "64KiB",
                        "--max-bytes", "1MiB", "--step-factor", "4", "--iters", "3", "--warmup", "1",
-                       "--results", str(results), "--connect-timeout", str(CONNECT_TIMEOUT), "--dist-timeout", "60"],
+                       "--results", str(results), "--connect-timeout", f"{CONNECT_TIMEOUT}s", "--dist-timeout", "60s"],
                       hosts=("hosta:2", "hostb:2"), extra=("--oversubscribe",))
     argv[argv.index("-np") + 1] = "4"
     r = mpi.run_on("hosta", argv, timeout=120, cwd=REPO)
@@ -183,8 +183,8 @@ def test_comm_across_two_hosts_over_ib0_reports_intra_and_inter_host_links(mpi, 
 
 @pytest.mark.timeout(120)
 def test_doctor_across_two_hosts_checks_each_link_class(mpi):
-    argv = mpi.mpirun([PY, "-m", "ds_bench", "doctor", "--connect-timeout", str(CONNECT_TIMEOUT),
-                       "--dist-timeout", "60"], hosts=("hosta:2", "hostb:2"), extra=("--oversubscribe",))
+    argv = mpi.mpirun([PY, "-m", "ds_bench", "doctor", "--connect-timeout", f"{CONNECT_TIMEOUT}s",
+                       "--dist-timeout", "60s"], hosts=("hosta:2", "hostb:2"), extra=("--oversubscribe",))
     argv[argv.index("-np") + 1] = "4"
     r = mpi.run_on("hosta", argv, timeout=100, cwd=REPO)
     assert r.returncode == 0, r.explain()
@@ -205,8 +205,8 @@ def test_pairs_name_the_shaped_link_and_its_host():
         results = Path(tmp) / "p.jsonl"
         argv = bed.mpirun([PY, "-m", "ds_bench", "comm", "--collectives", "all_reduce", "--pairs", "--min-bytes",
                            "64KiB", "--max-bytes", "1MiB", "--step-factor", "4", "--iters", "3", "--warmup", "1",
-                           "--results", str(results), "--connect-timeout", str(CONNECT_TIMEOUT),
-                           "--dist-timeout", "60"], hosts=("hosta", "hostb", "hostc"))
+                           "--results", str(results), "--connect-timeout", f"{CONNECT_TIMEOUT}s",
+                           "--dist-timeout", "60s"], hosts=("hosta", "hostb", "hostc"))
         r = bed.run_on("hosta", argv, timeout=120, cwd=REPO)
         assert r.returncode == 0, r.explain()
         (rec,) = read_records(results)

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.dist
 
 PREFIX = "dsbr"
 PY = sys.executable
-CONNECT = ["--connect-timeout", "5", "--dist-timeout", "60"]
+CONNECT = ["--connect-timeout", "5s", "--dist-timeout", "60s"]
 FP32 = ["--set", "bf16.enabled=false"]  # emulated bf16 is ~20x slower on an AVX2-only CPU
 
 

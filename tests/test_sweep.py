@@ -156,7 +156,7 @@ def test_classification_reads_records_and_exit_status():
 
 def test_parsers_of_the_axes():
     assert parsers.parse_list("--stages", "3,0,3", allowed=(0, 1, 2, 3), kind=int) == (3, 0)
-    assert parsers.parse_duration("--timeout", "15m") == 900 and parsers.parse_duration("--timeout", "90") == 90
+    assert parsers.parse_duration("--timeout", "15m") == 900 and parsers.parse_duration("--timeout", "90s") == 90
     assert parsers.parse_duration("--queue-timeout", "1d") == 86400
     assert spec.parse_micro_batches("auto", 8) is None and spec.parse_micro_batches(None, 8) == (8,)
     assert spec.parse_micro_batches(None, None) is None

@@ -24,7 +24,7 @@ from ds_bench.capacity.seq_search import Lengths
 from ds_bench.capacity.seq_spec import seq_family
 from ds_bench.config import argcheck
 from ds_bench.config.layout import OFFLOADS, PRECISIONS, Layout
-from ds_bench.config.parsers import config_path, memory_cap, parse_list
+from ds_bench.config.parsers import config_path, flag_type, parse_count, parse_list, parse_memory
 from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
 from ds_bench.config.study_flags import StudySpec, add_degree_arguments, axis_flags, add_job_arguments, add_switch_arguments, degrees_of
@@ -115,17 +115,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hidden", type=int, default=None, help="base shape for --scale: width")
     p.add_argument("--heads", type=int, default=None, help="base shape for --scale: attention heads")
     p.add_argument("--max-scale", type=int, default=8, help="--scale: up to this many times the base (default 8)")
-    p.add_argument("--seq-len", type=int, default=1024,
-                   help="sequence length (default 1024); --scale seq: the first length probed")
-    p.add_argument("--max-seq-len", type=int, default=None,
-                   help="--scale seq: the longest length probed (default 1048576)")
-    p.add_argument("--seq-granularity", type=int, default=None,
+    p.add_argument("--seq-len", type=flag_type(parse_count, "--seq-len"), default=1024, metavar="TOKENS",
+                   help="sequence length, e.g. 1024 or 8k (k = 2^10; default 1024); --scale seq: the first length "
+                        "probed")
+    p.add_argument("--max-seq-len", type=flag_type(parse_count, "--max-seq-len"), default=None, metavar="TOKENS",
+                   help="--scale seq: the longest length probed, e.g. 64k (default 1M = 1048576)")
+    p.add_argument("--seq-granularity", type=flag_type(parse_count, "--seq-granularity"), default=None,
+                   metavar="TOKENS",
                    help="--scale seq: the bisection stops when the longest that fit and the shortest that did not "
                         "are this close (default 256); every length probed is a multiple of every "
                         "--sequence-parallel degree (each rank holds an equal slice), the step rounded up to one")
     p.add_argument("--steps", type=int, default=4, help="steps per probe, warm-up included (default 4)")
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--cpu-mem-limit", default=None, metavar="SIZE", help="cap each CPU rank's memory, e.g. 3GiB")
+    p.add_argument("--cpu-mem-limit", type=flag_type(parse_memory, "--cpu-mem-limit"), default=None, metavar="SIZE",
+                   help="cap each CPU rank's memory, e.g. 3GiB (a unit is needed)")
     p.add_argument("--no-prune", dest="prune", action="store_false", help="run members predicted not to fit")
     add_job_arguments(p, results="results/capacity.jsonl", master_port=29800)
 
@@ -154,7 +157,7 @@ def from_args(args: argparse.Namespace, node: ComputeNode) -> CapacitySpec:
         ds_config=path, base=base, layouts=layouts, members=tuple(members), family=family, workload=args.workload,
         seq_len=args.seq_len, run_args=run_args, nproc=args.nproc or node.default_ranks(),
         **job,
-        steps=args.steps, warmup=args.warmup, cpu_mem_limit=memory_cap(args.cpu_mem_limit), prune=args.prune,
+        steps=args.steps, warmup=args.warmup, cpu_mem_limit=args.cpu_mem_limit, prune=args.prune,
         device_type=node.device_type, scale=args.scale, router=router, compute=node, dry_run=args.dry_run, **seq)
 
 

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 
 from ds_bench.comm.bandwidth import COLLECTIVES
 from ds_bench.config import argcheck
-from ds_bench.config.parsers import parse_size
+from ds_bench.config.parsers import parse_bytes
 from ds_bench.config.run_flags import add_local_rank, add_rendezvous_arguments
 from ds_bench.errors import UserError
 
@@ -52,8 +52,10 @@ class CommSpec:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--collectives", default=",".join(COLLECTIVES),
                    help=f"comma list of {', '.join(COLLECTIVES)} (default: all)")
-    p.add_argument("--min-bytes", default="8", help="smallest message, e.g. 8, 1KiB (default 8 B)")
-    p.add_argument("--max-bytes", default=None, help="largest message (default 256MiB on CPU, 4GiB on GPU)")
+    p.add_argument("--min-bytes", default="8", metavar="SIZE",
+                   help="smallest message, e.g. 8 (bytes), 1KiB (default 8 B; KiB = 2^10, KB = 10^3)")
+    p.add_argument("--max-bytes", default=None, metavar="SIZE",
+                   help="largest message (default 256MiB on CPU, 4GiB on GPU)")
     p.add_argument("--step-factor", type=int, default=2, help="size multiplier between steps (default 2)")
     p.add_argument("--dtype", default="float32", help=", ".join(DTYPES))
     p.add_argument("--warmup", type=int, default=5, help="untimed iterations per size (default 5)")
@@ -71,11 +73,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def from_args(args: argparse.Namespace) -> CommSpec:
-    from ds_bench.config.run_checks import check_timeout
-
     collectives = parse_collectives(args.collectives)
-    min_bytes = _size("--min-bytes", args.min_bytes)
-    max_bytes = None if args.max_bytes is None else _size("--max-bytes", args.max_bytes)
+    min_bytes = parse_bytes("--min-bytes", args.min_bytes)
+    max_bytes = None if args.max_bytes is None else parse_bytes("--max-bytes", args.max_bytes)
     if max_bytes is not None and max_bytes < min_bytes:
         raise UserError(f"--max-bytes ({max_bytes}) must be >= --min-bytes ({min_bytes})")
     argcheck.at_least("--step-factor", args.step_factor, 2)
@@ -83,8 +83,6 @@ def from_args(args: argparse.Namespace) -> CommSpec:
         raise UserError(f"--dtype {args.dtype!r}: expected one of {', '.join(DTYPES)}")
     argcheck.at_least("--warmup", args.warmup, 0)
     argcheck.at_least("--iters", args.iters, 1)
-    check_timeout("--dist-timeout", args.dist_timeout_s)
-    check_timeout("--connect-timeout", args.connect_timeout_s)
     if not (math.isfinite(args.slow_link_threshold) and 0 < args.slow_link_threshold < 100):
         raise UserError(f"--slow-link-threshold {args.slow_link_threshold:g}: expected a percentage between 0 and 100")
     argcheck.output_folder("--results", args.results)
@@ -123,10 +121,3 @@ def parse_expectations(items: list[str], collectives: tuple[str, ...]) -> dict[s
                             f"({', '.join(collectives)})")
         out[name] = gbps
     return out
-
-
-def _size(flag: str, text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as e:
-        raise UserError(f"{flag}: {e}") from None

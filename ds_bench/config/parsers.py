@@ -1,10 +1,21 @@
-"""Flag values shared by the commands, parsed by pure functions: comma-separated lists, durations,
-sizes, and DeepSpeed config names. Each raises a one-line error naming the flag (``UserError``;
-``parse_size`` a ``ValueError`` its callers word for their flag).
+"""Flag values shared by the commands, parsed by pure functions: comma-separated lists, DeepSpeed config
+names, and every value with a unit: counts, sizes in bytes, memory caps, durations. Each raises a one-line
+``UserError`` naming the flag and what is expected; ``flag_type`` makes one an argparse ``type``.
+
+Units, one rule for every command (docs/README.md, "Units"):
+
+- a count (tokens, sequence lengths, ``--max-micro-batch``): a whole number, or one with ``k``, ``M`` or ``G``,
+  2^10-based as the field counts tokens (``8k`` = 8,192, ``4M`` = 4,194,304); a byte unit (``4MB``) is refused;
+- a size in bytes: ``KiB MiB GiB TiB`` and the bare letters ``K M G T`` are 2^10-based, ``KB MB GB TB`` 10^3-based,
+  ``B`` or no unit bytes; a memory cap (``--cpu-mem-limit``, ``--device-memory``) needs its unit and at least
+  ``MIN_MEMORY_BYTES`` (a bare ``512`` is no cap a rank can start under);
+- a duration: a number with ``s``, ``m``, ``h`` or ``d``; a bare number is refused (seconds and Slurm's minutes are
+  both plausible readings of ``--timeout 20``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -12,20 +23,6 @@ import re
 from ds_bench.errors import UserError
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "ds_configs")
-_UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30,
-          "t": 2**40, "tib": 2**40, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
-
-
-def parse_size(text: str) -> int:
-    """``4GiB``, ``512MiB``, ``3G`` (binary), ``2GB`` (decimal) or plain bytes -> bytes (pure)."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text)
-    unit = m and m.group(2).lower()
-    if not m or unit not in _UNITS:
-        raise ValueError(f"{text!r} is not a size; expected e.g. 4GiB, 512MiB or a number of bytes")
-    value = int(float(m.group(1)) * _UNITS[unit])
-    if value <= 0:
-        raise ValueError(f"{text!r}: a size must be > 0")
-    return value
 
 
 def parse_list(flag: str, text: str, allowed=None, kind=str) -> tuple:
@@ -59,28 +56,99 @@ def _example(flag: str) -> str:
             }.get(flag, "a,b")
 
 
-def parse_duration(flag: str, text: str) -> float:
-    """``90s``, ``15m``, ``1h``, ``1d`` or plain seconds -> seconds (pure)."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)\s*", text or "")
-    if not m:
-        raise UserError(f"{flag} {text!r}: expected a duration such as 90s, 15m, 1h or 1d")
-    seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise UserError(f"{flag} {text!r}: must be more than 0 seconds")
-    return seconds
-
-
 def config_path(name: str) -> str:
     """A config as given when that file exists, else the one of that name in ds_configs/."""
     return name if os.path.isfile(name) else os.path.join(CONFIG_DIR, name)
 
 
-def memory_cap(text: str | None, flag: str = "--cpu-mem-limit") -> int | None:
-    """``--cpu-mem-limit SIZE`` of a command that launches runs (or another size ``flag``): bytes, or None when not
-    given."""
-    if text is None:
-        return None
-    try:
-        return parse_size(text)
-    except ValueError as e:
-        raise UserError(f"{flag} {e}") from None
+MIN_MEMORY_BYTES = 64 * 2**20
+"""The least memory cap taken: below it no rank starts (Python, torch and the process group hold more)."""
+BINARY = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+COUNT_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30}
+COUNT_LETTERS = {"k": "k", "m": "M", "g": "G"}
+BYTE_UNITS = {"": 1, "b": 1, **BINARY, **{f"{p}ib": v for p, v in BINARY.items()},
+              **{f"{p}b": 1000 ** n for n, p in enumerate("kmgt", start=1)}}
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_NUMBER_AND_UNIT = re.compile(r"\s*([-+]?[0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*")
+
+
+def flag_type(parse, flag: str):
+    """``parse`` (a ``parse_*(flag, text)`` of this module) as the argparse ``type`` of ``flag``: its
+    ``UserError`` passes argparse by, one line naming the flag."""
+    return functools.partial(parse, flag)
+
+
+def _number_and_unit(text) -> tuple[float, str] | None:
+    """``" 1.5 GiB"`` -> ``(1.5, "gib")``; None when ``text`` is not a number with an optional unit."""
+    m = _NUMBER_AND_UNIT.fullmatch(str(text or ""))
+    return (float(m.group(1)), m.group(2).lower()) if m else None
+
+
+def parse_count(flag: str, text: str) -> int:
+    """``8192``, ``8k``, ``4M``, ``1G`` -> a positive whole count, k/M/G 2^10-based (pure)."""
+    parsed = _number_and_unit(text)
+    if parsed and parsed[1] in BYTE_UNITS and parsed[1] not in COUNT_UNITS:
+        raise UserError(f"{flag} {text!r}: a count takes no byte unit; give {_as_count(*parsed)}")
+    if not parsed or parsed[1] not in COUNT_UNITS:
+        raise UserError(f"{flag} {text!r}: expected a count such as 8192, 8k or 4M (k, M, G = 2^10, 2^20, 2^30)")
+    value = parsed[0] * COUNT_UNITS[parsed[1]]
+    if value != int(value):
+        raise UserError(f"{flag} {text!r} is {value:g}: expected a whole number")
+    if value < 1:
+        raise UserError(f"{flag} must be a positive integer, got {str(text).strip()}")
+    return int(value)
+
+
+def _as_count(number: float, unit: str) -> str:
+    """What a count given with a byte unit (``4MB``) may have meant: ``4M (= 4,194,304 ...) or ... 4000000``."""
+    letter = unit[0] if unit[0] in "kmg" else ""
+    if not letter:
+        return "a plain number"
+    return (f"{number:g}{COUNT_LETTERS[letter]} (= {number * COUNT_UNITS[letter]:,.0f}: k, M, G are 2^10-based) or a "
+            f"plain number such as {number * BYTE_UNITS[letter + 'b']:.0f}")
+
+
+def parse_bytes(flag: str, text: str) -> int:
+    """``4GiB``, ``512MiB``, ``3G`` (2^10-based), ``2GB`` (10^3-based), ``64B`` or a plain number of bytes ->
+    bytes > 0 (pure)."""
+    parsed = _number_and_unit(text)
+    if not parsed or parsed[1] not in BYTE_UNITS:
+        raise UserError(f"{flag} {text!r}: expected a size such as 4GiB, 512MiB, 64KB or a number of bytes "
+                        "(KiB, MiB, GiB and K, M, G are 2^10-based; KB, MB, GB 10^3-based)")
+    value = int(parsed[0] * BYTE_UNITS[parsed[1]])
+    if value <= 0:
+        raise UserError(f"{flag} {text!r}: a size must be > 0")
+    return value
+
+
+def parse_memory(flag: str, text: str) -> int:
+    """A memory cap: ``parse_bytes`` with its unit given and at least ``MIN_MEMORY_BYTES`` (pure)."""
+    parsed = _number_and_unit(text)
+    if parsed and not parsed[1]:
+        number = str(text).strip()
+        raise UserError(f"{flag} {number}: give a unit, e.g. {number}GiB or {number}MiB (a bare number is not "
+                        "taken as bytes)")
+    value = parse_bytes(flag, text)
+    if value < MIN_MEMORY_BYTES:
+        raise UserError(f"{flag} {text!r} is {value:,} bytes: below {MIN_MEMORY_BYTES // 2**20} MiB no rank "
+                        "starts; give e.g. 4GiB")
+    return value
+
+
+def parse_duration(flag: str, text: str) -> float:
+    """``90s``, ``15m``, ``1.5h``, ``1d`` -> seconds > 0; a bare number is refused (pure)."""
+    parsed = _number_and_unit(text)
+    if parsed and not parsed[1]:
+        number = str(text).strip()
+        raise UserError(f"{flag} {number}: give a unit, e.g. {number}s or {number}m (s, m, h, d)")
+    if not parsed or parsed[1] not in DURATION_UNITS:
+        raise UserError(f"{flag} {text!r}: expected a duration such as 90s, 15m, 1h or 1d")
+    seconds = parsed[0] * DURATION_UNITS[parsed[1]]
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise UserError(f"{flag} {text!r}: must be more than 0 seconds")
+    return seconds
+
+
+def duration_text(seconds: float) -> str:
+    """``900.0`` -> ``"900s"``: a duration as ``parse_duration`` reads it back (never ``1e+06``, which it refuses)."""
+    return f"{seconds:.6f}".rstrip("0").rstrip(".") + "s"

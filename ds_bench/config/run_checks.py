@@ -50,7 +50,8 @@ def check_engine(name: str) -> None:
 
 
 def check_timeout(flag: str, seconds: float) -> None:
-    """Every distributed wait is bounded: a timeout must be a finite, positive number of seconds."""
+    """Every distributed wait is bounded: a timeout must be a finite, positive number of seconds (a ``RunConfig``
+    built in code; a flag's own value is ``parsers.parse_duration``'s)."""
     _require(math.isfinite(seconds) and seconds > 0, f"{flag} must be a finite number of seconds > 0, got {seconds}")
 
 

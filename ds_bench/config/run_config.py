@@ -22,6 +22,7 @@ from ds_bench.config.run_checks import (
 )
 from ds_bench.config.degrees import DEGREES
 from ds_bench.config.degrees.protocol import with_degree_keywords
+from ds_bench.config.parsers import flag_type, parse_count, parse_duration, parse_memory
 from ds_bench.errors import UserError
 
 IFACE_HELP = ("network interface the ranks meet on (the rendezvous and gloo/NCCL; under mpirun Open MPI's own traffic "
@@ -31,25 +32,16 @@ REQUIRED = dataclasses.MISSING
 """``option``'s default for a flag the user must give."""
 
 
-def option(default, flag: str, **argparse_kwargs):
+def option(default, flag: str, parse=None, **argparse_kwargs):
     """A ``RunConfig`` field that is also the ``ds-bench run`` flag ``flag`` (its argparse keyword
-    arguments beside it); ``default`` is both the field's and the flag's."""
+    arguments beside it); ``default`` is both the field's and the flag's. ``parse``: a ``parsers.parse_*`` of
+    a value with a unit (a count, a duration, a memory cap), the flag's type."""
+    if parse is not None:
+        argparse_kwargs["type"] = flag_type(parse, flag)
     metadata = {"flag": flag, "argparse": argparse_kwargs}
     if default is REQUIRED:
         return dataclasses.field(metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
-
-
-def size_argument(text: str) -> int:
-    """``--cpu-mem-limit`` and friends: ``4GiB``, ``512MB``, ``1e9`` -> bytes (argparse type)."""
-    import argparse
-
-    from ds_bench.config.parsers import parse_size
-
-    try:
-        return parse_size(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 @with_degree_keywords(unset=None)
@@ -84,7 +76,8 @@ class RunConfig:
     """Blocks of a custom GPT-2 shape (``ds_bench.workloads.gpt2_shapes``); None: a named size."""
     hidden: int | None = option(None, "--hidden", metavar="H", help="custom shape: width (divisible by --heads)")
     heads: int | None = option(None, "--heads", metavar="A", help="custom shape: attention heads")
-    seq_len: int = option(1024, "--seq-len", help="GPT-2 sequence length (default 1024)")
+    seq_len: int = option(1024, "--seq-len", parse_count, metavar="TOKENS",
+                          help="sequence length, e.g. 1024 or 8k (k = 2^10; default 1024)")
     image_size: int | None = option(None, "--image-size", help="ResNet input side (default 224)")
     num_classes: int | None = option(None, "--num-classes", help="ResNet classes (default 1000)")
     model_path: str | None = option(None, "--model", help="local pretrained weights folder")
@@ -110,18 +103,20 @@ class RunConfig:
     """Free label stored in the record; ``ds-bench sweep`` finds each point's run records by it."""
     iface: str | None = option(None, "--iface", help=IFACE_HELP)
     """Network interface for the rendezvous (``--iface``); None: chosen automatically."""
-    dist_timeout_s: float = option(300.0, "--dist-timeout", help="seconds before process-group init or a "
-                                                                  "collective gives up (default 300)")
+    dist_timeout_s: float = option(300.0, "--dist-timeout", parse_duration, metavar="DURATION",
+                                   help="how long process-group init or a collective waits before it gives up, e.g. "
+                                        "90s or 5m (default 5m)")
     """Timeout of process-group initialisation and of every collective."""
-    connect_timeout_s: float = option(30.0, "--connect-timeout",
-                                      help="seconds a rank tries to reach MASTER_ADDR:MASTER_PORT (default 30)")
+    connect_timeout_s: float = option(30.0, "--connect-timeout", parse_duration, metavar="DURATION",
+                                      help="how long a rank tries to reach MASTER_ADDR:MASTER_PORT (default 30s)")
     """How long a non-zero rank tries to reach MASTER_ADDR:MASTER_PORT before failing."""
-    step_timeout_s: float = option(1800.0, "--step-timeout",
-                                   help="seconds without a finished step before the run dumps every thread's "
-                                        "stack and fails (default 1800)")
+    step_timeout_s: float = option(1800.0, "--step-timeout", parse_duration, metavar="DURATION",
+                                   help="time without a finished step before the run dumps every thread's "
+                                        "stack and fails, e.g. 90s or 30m (default 30m)")
     """The step watchdog: a run in which no step finishes for this long dumps stacks and fails."""
-    cpu_mem_limit: int | None = option(None, "--cpu-mem-limit", type=size_argument, metavar="SIZE",
-                                       help="cap each rank's memory (RLIMIT_DATA), e.g. 4GiB: on CPU ranks a "
+    cpu_mem_limit: int | None = option(None, "--cpu-mem-limit", parse_memory, metavar="SIZE",
+                                       help="cap each rank's memory (RLIMIT_DATA), e.g. 4GiB (a unit is needed; "
+                                            "GiB, G = 2^30, GB = 10^9): on CPU ranks a "
                                             "micro-batch that does not fit then fails to allocate and is recorded "
                                             "as an out-of-memory")
     """Bytes of private writable memory each rank may map (``ds_bench.machine.memory``); None: no cap."""

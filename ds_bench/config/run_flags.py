@@ -11,6 +11,7 @@ import dataclasses
 import typing
 
 from ds_bench.config.degrees import DEGREES
+from ds_bench.config.parsers import flag_type, parse_duration
 from ds_bench.config.run_config import IFACE_HELP, REQUIRED, RunConfig
 from ds_bench.errors import UserError
 
@@ -64,10 +65,12 @@ def add_rendezvous_arguments(p: argparse.ArgumentParser, dist_timeout_s: float) 
     """``--iface --dist-timeout --connect-timeout`` of the commands whose ranks meet themselves (comm, doctor,
     roofline; ``run``'s are ``RunConfig``'s fields)."""
     add_iface_argument(p)
-    p.add_argument("--dist-timeout", dest="dist_timeout_s", type=float, default=dist_timeout_s,
-                   help=f"seconds before process-group init or a collective gives up (default {dist_timeout_s:g})")
-    p.add_argument("--connect-timeout", dest="connect_timeout_s", type=float, default=30.0,
-                   help="seconds a rank tries to reach MASTER_ADDR:MASTER_PORT (default 30)")
+    p.add_argument("--dist-timeout", dest="dist_timeout_s", type=flag_type(parse_duration, "--dist-timeout"),
+                   default=dist_timeout_s, metavar="DURATION",
+                   help=f"how long process-group init or a collective waits, e.g. 90s (default {dist_timeout_s:g}s)")
+    p.add_argument("--connect-timeout", dest="connect_timeout_s", type=flag_type(parse_duration, "--connect-timeout"),
+                   default=30.0, metavar="DURATION",
+                   help="how long a rank tries to reach MASTER_ADDR:MASTER_PORT (default 30s)")
 
 
 def add_local_rank(p: argparse.ArgumentParser) -> None:

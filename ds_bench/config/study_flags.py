@@ -85,8 +85,9 @@ def add_job_arguments(p: argparse.ArgumentParser, *, results: str, master_port: 
     add_iface_argument(p)
     p.add_argument("--master-port", type=int, default=master_port,
                    help=f"preferred rendezvous port; a free one from it is taken per job (default {master_port})")
-    p.add_argument("--timeout", default="15m", help="wall-clock limit per job: 90s, 15m, 1h (default 15m; under "
-                                                    "Slurm also the job's --time, in whole minutes)")
+    p.add_argument("--timeout", default="15m", metavar="DURATION",
+                   help="wall-clock limit per job with its unit: 90s, 15m, 1h (default 15m; under Slurm also the job's "
+                        "--time, rounded up to whole minutes)")
     p.add_argument("--dry-run", action="store_true", help="print what would run, run nothing")
     p.add_argument("--compute-node", default=None, metavar="KEY=VALUE,...",
                    help="the nodes the jobs run on, where this machine or Slurm's node records do not say it right: "
@@ -112,8 +113,9 @@ def add_slurm_arguments(p: argparse.ArgumentParser, nodes: bool = True, gpus_hel
                                                "through it; without one, --iface's address on the first node)")
     g.add_argument("--max-jobs", type=int, default=None,
                    help="Slurm jobs of the study queued or running at once (default: every independent point)")
-    g.add_argument("--queue-timeout", default="1d", help="how long a Slurm job may wait in the queue before it is "
-                                                         "cancelled and the point failed: 30m, 12h (default 1d)")
+    g.add_argument("--queue-timeout", default="1d", metavar="DURATION",
+                   help="how long a Slurm job may wait in the queue before it is cancelled and the point failed: 30m, "
+                        "12h (default 1d)")
 
 
 def job_options(args: argparse.Namespace, local_mpirun: bool = False) -> dict:

@@ -35,6 +35,7 @@ from typing import Callable, TypeVar
 
 from ds_bench.cluster.rendezvous import free_port
 from ds_bench.config.layout import Layout
+from ds_bench.config.parsers import duration_text
 from ds_bench.jobs import outcome, slurm_executor, spawn
 from ds_bench.jobs.slurm_batch import Allocation, SlurmEnd
 from ds_bench.machine import oom_kills
@@ -80,11 +81,11 @@ def run_argv(spec, tag: str, config: str, layout: Layout | None = None, extra: t
     argv = ["run", "--workload", spec.workload, "--ds-config", config, "--results", spec.runs_path, "--tag", tag]
     if getattr(spec, "steps", None) is not None:
         argv += ["--steps", str(spec.steps), "--warmup", str(spec.warmup)]
-    argv += ["--step-timeout", f"{spec.timeout_s:g}"]
+    argv += ["--step-timeout", duration_text(spec.timeout_s)]
     if layout is not None:
         argv += ["--engine", layout.engine, *layout.run_flags()]
     if getattr(spec, "cpu_mem_limit", None):
-        argv += ["--cpu-mem-limit", str(spec.cpu_mem_limit)]
+        argv += ["--cpu-mem-limit", f"{spec.cpu_mem_limit}B"]  # with its unit: a bare number is refused
     return [*argv, *extra, *spec.run_args]
 
 

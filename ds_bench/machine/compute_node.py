@@ -13,7 +13,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from ds_bench.config.parsers import parse_size
+from ds_bench.config.parsers import parse_memory
 from ds_bench.errors import UserError
 
 OVERRIDE_FLAG = "--compute-node"
@@ -120,17 +120,15 @@ def parse_override(text: str) -> dict:
 
 
 def _override_value(text: str, key: str, value: str) -> dict:
-    try:
-        if key in ("gpus", "cpus"):
-            number = int(value)
-            if number < (0 if key == "gpus" else 1):
-                raise ValueError
-            return {key: number}
-        if key in ("memory", "gpu-memory"):
-            return {"memory_bytes" if key == "memory" else "gpu_memory_bytes": parse_size(value)}
-    except ValueError:
-        expected = "a size, e.g. 512GiB" if "memory" in key else f"a whole number{' >= 1' if key == 'cpus' else ''}"
-        raise UserError(f"{OVERRIDE_FLAG} {text!r}: {key}={value}: expected {expected}") from None
+    if key in ("memory", "gpu-memory"):
+        field = "memory_bytes" if key == "memory" else "gpu_memory_bytes"
+        return {field: parse_memory(f"{OVERRIDE_FLAG} {key}", value)}
+    if key in ("gpus", "cpus"):
+        low = 0 if key == "gpus" else 1
+        if not value.isdigit() or int(value) < low:
+            raise UserError(f"{OVERRIDE_FLAG} {text!r}: {key}={value}: expected a whole number"
+                            + (" >= 1" if low else ""))
+        return {key: int(value)}
     if key == "bf16":
         if value not in ("native", "emulated"):
             raise UserError(f"{OVERRIDE_FLAG} {text!r}: bf16={value}: expected native or emulated")

@@ -64,16 +64,15 @@ def held_data_bytes() -> int:
 
 
 def refuse_cap_below_held(limit_bytes: int, flag: str = "--cpu-mem-limit") -> None:
-    """``UserError`` for a cap the process could not even join under (``512``: bytes, meant as MiB)."""
+    """``UserError`` for a cap the process could not even join under (``300MiB``, where the join needs more)."""
     from ds_bench.errors import UserError
 
     held = held_data_bytes()
     if limit_bytes < held + JOIN_MARGIN_BYTES:
         mib = 2**20
-        hint = "; a size without a unit is bytes (e.g. 4GiB)" if limit_bytes < mib else ""
         raise UserError(f"{flag} {limit_bytes} bytes ({limit_bytes / mib:.1f} MiB) is below what this process "
                         f"already holds: {held / mib:.0f} MiB of data (VmData) + {JOIN_MARGIN_BYTES // mib} MiB to "
-                        f"join the process group; give at least {-(-(held + JOIN_MARGIN_BYTES) // mib)} MiB{hint}")
+                        f"join the process group; give at least {-(-(held + JOIN_MARGIN_BYTES) // mib)} MiB")
 
 
 RECORD_ROOM_BYTES = 64 * 2**20

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from ds_bench.config import argcheck
 from ds_bench.config.layout import ENGINES, OFFLOADS, PRECISIONS
-from ds_bench.config.parsers import parse_list, parse_size
+from ds_bench.config.parsers import flag_type, parse_count, parse_list, parse_memory
 from ds_bench.config.study_flags import StudySpec, add_degree_arguments, add_job_arguments, degrees_of, job_options
 from ds_bench.errors import UserError
 from ds_bench.machine.compute_node import ComputeNode
@@ -73,15 +73,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for flag in ("--layers", "--hidden", "--heads", "--experts", "--top-k"):
         m.add_argument(flag, type=int, default=None, help=f"a custom shape's {flag[2:]} (with --layers, --hidden and "
                                                           "--heads together)")
-    m.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default 1024 gpt2, else 2048)")
-    m.add_argument("--global-batch", default=None, metavar="TOKENS",
-                   help="tokens per optimizer step, e.g. 4M (M = 2^20) or 1048576 (default: 8 sequences per rank)")
+    m.add_argument("--seq-len", type=flag_type(parse_count, "--seq-len"), default=None, metavar="TOKENS",
+                   help="tokens per sequence, e.g. 8k (k = 2^10; default 1024 gpt2, else 2048)")
+    m.add_argument("--global-batch", type=flag_type(parse_count, "--global-batch"), default=None, metavar="TOKENS",
+                   help="tokens per optimizer step, e.g. 4M (M = 2^20) or 4000000 (default: 8 sequences per rank)")
     m.add_argument("--precision", default=None, choices=PRECISIONS, help="default bf16 (fp32 on CPU ranks)")
     c = p.add_argument_group("the cluster (--nodes and --gpus-per-node: the Slurm group's flags)")
     c.add_argument("--device", default=None, help="device family for the peaks and memory: "
                    f"{', '.join(d.family for d in DEVICES.values())}, cpu (default: this machine's)")
     c.add_argument("--peak-tflops", type=float, default=None, help="dense peak TFLOP/s per device at --precision")
-    c.add_argument("--device-memory", default=None, metavar="SIZE", help="memory per device, e.g. 80GiB")
+    c.add_argument("--device-memory", type=flag_type(parse_memory, "--device-memory"), default=None, metavar="SIZE",
+                   help="memory per device with its unit, e.g. 80GiB (GiB = 2^30, GB = 10^9)")
     c.add_argument("--achieved", type=float, default=None,
                    help="fraction of the peak a training step's compute achieves (default: the family's constant)")
     c.add_argument("--calibrate", action="append", default=[], metavar="FILE",
@@ -108,7 +110,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "real on these ranks and print measured beside predicted")
     o.add_argument("--steps", type=int, default=12, help="--confirm: steps per run, warm-up included (default 12)")
     o.add_argument("--warmup", type=int, default=4)
-    o.add_argument("--cpu-mem-limit", default=None, metavar="SIZE", help="--confirm: cap each CPU rank's memory")
+    o.add_argument("--cpu-mem-limit", type=flag_type(parse_memory, "--cpu-mem-limit"), default=None, metavar="SIZE",
+                   help="--confirm: cap each CPU rank's memory, e.g. 3GiB")
     add_job_arguments(p, results="results/plan.jsonl", master_port=29800, gpus_help=(
         "devices per node of the planned cluster (default: --nproc, else this machine's GPUs, else 8; --device cpu: "
         f"{CPU_RANKS} ranks); under "
@@ -117,7 +120,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
     """The checked spec (module docstring); ``--device`` and the ranks per node default to ``node``'s."""
-    from ds_bench.config.parsers import config_path, memory_cap
+    from ds_bench.config.parsers import config_path
 
     for flag, value in (("--top", args.top), ("--seq-len", args.seq_len), ("--nodes", args.nodes),
                         ("--confirm", args.confirm or None)):
@@ -155,7 +158,7 @@ def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
         shape_flags={k: getattr(args, k) for k in ("layers", "hidden", "heads", "experts", "top_k")},
         seq_len=seq_len, global_batch_tokens=tokens, precision=args.precision or ("fp32" if cpu else "bf16"),
         device=device, nodes=nodes, per_node=per_node, peak_tflops=args.peak_tflops,
-        device_memory=memory_cap(args.device_memory, "--device-memory"), achieved=args.achieved,
+        device_memory=args.device_memory, achieved=args.achieved,
         calibrate=tuple(args.calibrate), engines=parse_list("--engines", args.engines, allowed=ENGINES),
         stages=parse_list("--stages", args.stages, allowed=(0, 1, 2, 3), kind=int),
         offloads=parse_list("--offload", args.offload, allowed=OFFLOADS),
@@ -165,18 +168,15 @@ def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
         degrees=degrees_of(args), headroom_pct=args.headroom, attn=args.attn, top=args.top,
         show_dropped=args.show_dropped, ds_config=ds_config, confirm=args.confirm, steps=args.steps,
         warmup=args.warmup, nproc=per_node, run_args=tuple(args.run_args),
-        cpu_mem_limit=memory_cap(args.cpu_mem_limit), dry_run=args.dry_run)
+        cpu_mem_limit=args.cpu_mem_limit, dry_run=args.dry_run)
 
 
-def _tokens(text: str | None, seq_len: int, world: int) -> int:
-    if text is None:
+def _tokens(tokens: int | None, seq_len: int, world: int) -> int:
+    """``--global-batch`` (parsed), a whole number of sequences; default 8 sequences per rank."""
+    if tokens is None:
         return 8 * world * seq_len
-    try:
-        tokens = parse_size(text)
-    except ValueError:
-        raise UserError(f"--global-batch {text!r}: expected tokens, e.g. 4M or 1048576") from None
     if tokens % seq_len:
-        raise UserError(f"--global-batch {text} ({tokens} tokens) is not a whole number of --seq-len {seq_len} "
+        raise UserError(f"--global-batch {tokens} tokens is not a whole number of --seq-len {seq_len} "
                         f"sequences (e.g. {max(1, tokens // seq_len) * seq_len})")
     return tokens
 

@@ -16,8 +16,7 @@ from tabulate import tabulate
 
 from ds_bench.cluster import join, process_group
 from ds_bench.config import argcheck
-from ds_bench.config.parsers import parse_list, parse_size
-from ds_bench.config.run_checks import check_timeout
+from ds_bench.config.parsers import flag_type, parse_bytes, parse_count, parse_list
 from ds_bench.errors import UserError
 from ds_bench.measure import ceilings
 from ds_bench.record import store as results
@@ -31,17 +30,12 @@ def main(args: argparse.Namespace) -> int:
     device_type = "cuda" if torch.cuda.is_available() else "cpu"
     dtypes = parse_list("--dtypes", args.dtypes or ("bf16,fp32,fp16" if device_type == "cuda" else "bf16,fp32"),
                         tuple(ceilings.DTYPES))
-    sizes = parse_list("--sizes", args.sizes or DEFAULT_SIZES[device_type], kind=int)
-    try:
-        copy_bytes = parse_size(args.copy_bytes or DEFAULT_COPY[device_type])
-    except ValueError as e:
-        raise UserError(f"--copy-bytes {e}") from None
+    sizes = parse_list("--sizes", args.sizes or DEFAULT_SIZES[device_type], kind=flag_type(parse_count, "--sizes"))
+    copy_bytes = parse_bytes("--copy-bytes", args.copy_bytes or DEFAULT_COPY[device_type])
     if copy_bytes < 4 or not 0 < args.min_time_s <= 600 or args.repeats < 1:
         raise UserError(f"--copy-bytes must be >= 4, --min-time in (0, 600] s and --repeats >= 1; got "
                         f"{args.copy_bytes}, {args.min_time_s}, {args.repeats}")
     gemm_shapes = run_gemms(args.gpt2, args.tokens)
-    check_timeout("--dist-timeout", args.dist_timeout_s)
-    check_timeout("--connect-timeout", args.connect_timeout_s)
     argcheck.output_folder("--results", args.results)
     state = join.join(join.find_rendezvous(args.iface, args.dist_timeout_s), args.dist_timeout_s, args.connect_timeout_s)
     mine = measure(state, dtypes, sizes, copy_bytes, args.min_time_s, args.repeats, gemm_shapes)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from ds_bench.config.parsers import parse_list
+from ds_bench.config.parsers import flag_type, parse_count, parse_list
 from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
 from ds_bench.config.study_flags import axis_flags
@@ -24,8 +24,8 @@ OWNED = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup
 
 
 def seq_lens_of(text) -> tuple[int, ...]:
-    """``--seq-len``'s values, each a positive integer, repeats dropped; () when not given (pure)."""
-    return parse_list("--seq-len", str(text), kind=int) if text is not None else ()
+    """``--seq-len``'s values, each a count (``8k`` = 8192), repeats dropped; () when not given (pure)."""
+    return parse_list("--seq-len", str(text), kind=flag_type(parse_count, "--seq-len")) if text is not None else ()
 
 
 def seq_axis(text) -> tuple[int, ...]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ds_bench.config import argcheck
 from ds_bench.config.layout import ATTENTION, ENGINES, OFFLOADS, PRECISIONS, SWITCHES, Layout, parse_key
-from ds_bench.config.parsers import CONFIG_DIR, config_path, memory_cap, parse_list
+from ds_bench.config.parsers import CONFIG_DIR, config_path, flag_type, parse_count, parse_list, parse_memory
 from ds_bench.errors import UserError
 from ds_bench.config.study_flags import StudySpec, add_degree_arguments, add_job_arguments, add_switch_arguments, degrees_of
 from ds_bench.config.study_flags import job_options, run_flags_of, switches_of
@@ -115,20 +115,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--headroom", type=float, default=10.0, help="%% of memory the recommended point must leave")
     p.add_argument("--baseline", default=None, help="point key the diff column compares to (default: ZeRO-0, no offload)")
     p.add_argument("--no-prune", dest="prune", action="store_false", help="run points predicted not to fit")
-    p.add_argument("--max-micro-batch", type=int, default=1024, help="where --micro-batch auto stops doubling")
+    p.add_argument("--max-micro-batch", type=flag_type(parse_count, "--max-micro-batch"), default=1024,
+                   help="where --micro-batch auto stops doubling (default 1024)")
     p.add_argument("--prune-predicted", default=None, metavar="FILE",
                    help="gpt2, llama, moe: a results file with a `ds-bench plan` record (the newest of this workload, "
                         "size and world size): run only the --prune-keep points of the grid its model predicts the "
                         "most tokens/s per rank for, skip the others saying why (--point points always run)")
     p.add_argument("--prune-keep", type=int, default=3, metavar="K",
                    help="with --prune-predicted: points kept over the whole grid, not per family (default 3)")
-    p.add_argument("--cpu-mem-limit", default=None, metavar="SIZE", help="cap each CPU rank's memory, e.g. 3GiB")
+    p.add_argument("--cpu-mem-limit", type=flag_type(parse_memory, "--cpu-mem-limit"), default=None, metavar="SIZE",
+                   help="cap each CPU rank's memory, e.g. 3GiB (a unit is needed)")
     p.add_argument("--steps", type=int, default=20, help="steps per point, warm-up included (default 20)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--size", default=None, help="named model size of the workload")
-    p.add_argument("--seq-len", default=None,
-                   help="sequence length (gpt2, llama): one value goes to every point as it is; a list, e.g. "
-                        "1024,4096, is an axis: each point runs one (its key says seq=4096)")
+    p.add_argument("--seq-len", default=None, metavar="TOKENS",
+                   help="sequence length (gpt2, llama), e.g. 1024 or 8k (k = 2^10): one value goes to every point; a "
+                        "list, e.g. 1k,4k, is an axis: each point runs one (its key says seq=4096)")
     p.add_argument("--data", default=None, help="data path (default synthetic)")
     add_job_arguments(p, results="results/sweep.jsonl", master_port=29600)
 
@@ -165,7 +167,7 @@ def from_args(args: argparse.Namespace, run_tail: list[str], node: ComputeNode) 
         run_args=common_run_args(args, run_tail), nproc=args.nproc or node.default_ranks(), **job,
         steps=args.steps,
         warmup=args.warmup, repeats=args.repeats, headroom_pct=args.headroom, baseline=args.baseline, prune=args.prune,
-        max_micro_batch=args.max_micro_batch, cpu_mem_limit=memory_cap(args.cpu_mem_limit),
+        max_micro_batch=args.max_micro_batch, cpu_mem_limit=args.cpu_mem_limit,
         device_type=node.device_type, notes=tuple(notes), prune_predicted=args.prune_predicted,
         prune_keep=args.prune_keep, compute=node, dry_run=args.dry_run)
     _check_variants(spec)
