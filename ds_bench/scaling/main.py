@@ -30,6 +30,7 @@ import uuid
 from tqdm import tqdm
 
 from ds_bench.jobs import spawn
+from ds_bench.machine.compute_node import ComputeNode
 from ds_bench.jobs.runner import (
     INTERRUPTED,
     check_cluster,
@@ -74,7 +75,7 @@ def main(args: argparse.Namespace) -> int:
         f"(tag scaling:{sid}:...)"))
     if not finished:
         return INTERRUPTED
-    return record(spec, sid, rows, notes, threads)
+    return record(spec, sid, rows, notes, threads, node)
 
 
 def thread_setting(spec: ScalingSpec, environ, cores: int) -> tuple[dict[str, str] | None, int | None, str | None]:
@@ -139,17 +140,20 @@ def _write_hostfile(spec: ScalingSpec, sid: str, point: points.Placement) -> str
     return path
 
 
-def record(spec: ScalingSpec, sid: str, rows: list[ScalingRow], notes: list[str], threads: int | None) -> int:
-    """Append the scaling record, write the table and the plot, print them; 1 if any point failed."""
+def record(spec: ScalingSpec, sid: str, rows: list[ScalingRow], notes: list[str], threads: int | None,
+           node: ComputeNode) -> int:
+    """Append the scaling record, write the table and the plot, print them; 1 if any point failed. The machine is
+    the compute node's under Slurm (this one is the login node), else this one's."""
     rows, base = efficiency.with_efficiency(rows)
-    found = efficiency.notes(rows, _cores(), spec.device_type)
+    machine = _machine() if spec.slurm is None else {"cores": node.cpus, "compute_nodes": node.line()}
+    found = efficiency.notes(rows, machine["cores"] or _cores(), spec.device_type)
     notes = notes + found
     failed = [r for r in rows if r.status != "ok"]
     md, png = spec.output_path(".md"), spec.plot_path
     rec = ScalingRecord(**results.base_record(results.new_run_id(), spec.to_dict()), kind="scaling", scaling=sid,
                         status="failed" if failed else "ok", workload=spec.workload, ds_config=spec.ds_config,
                         launcher=spec.launcher, hostfile=spec.hostfile, device_type=spec.device_type,
-                        machine=_machine(), threads_per_rank=threads, micro_batch=spec.layout.micro_batch,
+                        machine=machine, threads_per_rank=threads, micro_batch=spec.layout.micro_batch,
                         grad_accum=spec.layout.grad_accum, baseline_world_size=base, points=rows, notes=notes,
                         runs=spec.runs_path, table=md, plot=png if base is not None else None)
     with open(md, "w", encoding="utf-8") as f:
