@@ -16,6 +16,7 @@ from tabulate import tabulate
 
 from ds_bench.cluster import join, process_group
 from ds_bench.config import argcheck
+from ds_bench.config.preflight import check_results_path
 from ds_bench.config.parsers import parse_list, parse_size
 from ds_bench.config.run_checks import check_timeout
 from ds_bench.errors import UserError
@@ -42,7 +43,7 @@ def main(args: argparse.Namespace) -> int:
     gemm_shapes = run_gemms(args.gpt2, args.tokens)
     check_timeout("--dist-timeout", args.dist_timeout_s)
     check_timeout("--connect-timeout", args.connect_timeout_s)
-    argcheck.output_folder("--results", args.results)
+    check_results_path(args.results)  # a missing folder is created with the record, as run and the studies do
     state = join.join(join.find_rendezvous(args.iface, args.dist_timeout_s), args.dist_timeout_s, args.connect_timeout_s)
     mine = measure(state, dtypes, sizes, copy_bytes, args.min_time_s, args.repeats, gemm_shapes)
     rows = [row for rank_rows in process_group.gather(mine) for row in rank_rows]
