@@ -540,6 +540,11 @@ CASES["sweep sequence-parallel for mnist"] = Case(cmd(*SWEEP, *MNIST, "--sequenc
                                                   r"--sequence-parallel: workload mnist is not a causal language model")
 CASES["sweep seq-len 0"] = Case(cmd(*SWEEP_GPT2, "--seq-len", "256,0"), r"--seq-len must be a positive integer, got 0$")
 CASES["sweep seq-len text"] = Case(cmd(*SWEEP_GPT2, "--seq-len", "long"), r"--seq-len 'long': expected a count such as 8192, 8k")
+CASES["sweep every point beyond the ranks"] = Case(
+    cmd(*SWEEP, "--workload", "llama", "--ds-config", "zero1.json", "--sequence-parallel", "3,5", "--nproc", "2",
+        "--micro-batch", "1", "--", "--size", "tiny"),
+    r"no point of this study can run at 2 rank\(s\): --sequence-parallel 3 does not divide the world size 2: .*; "
+    r"--sequence-parallel 5 does not divide the world size 2: ")
 CASES["sweep seq-len after -- beside its own"] = Case(cmd(*SWEEP_GPT2, "--seq-len", "64,128", "--", "--seq-len", "32"),
                                                       r"run argument --seq-len after '--': the sweep sets it per point")
 
@@ -834,6 +839,13 @@ CASES["capacity seq maximum below start"] = Case(capacity("--scale", "seq", "--s
 CASES["capacity seq start not sharded evenly"] = Case(
     capacity("--workload", "llama", "--scale", "seq", "--seq-len", "1001", "--sequence-parallel", "1,2"),
     r"--seq-len 1001 is not a multiple of 2 \(the --sequence-parallel degrees\)")
+CASES["capacity seq every layout beyond the ranks"] = Case(  # issue 45: was "--seq-len 512 is not a multiple of 3"
+    no_shape(capacity("--workload", "llama", "--size", "tiny", "--scale", "seq", "--seq-len", "512",
+                      "--sequence-parallel", "3", "--nproc", "2")),
+    r"no layout of this study can run at 2 rank\(s\): --sequence-parallel 3 does not divide the world size 2: ")
+CASES["capacity every layout beyond the ranks"] = Case(  # issue 45: was a "pp3 dp0" row, exit 1
+    capacity("--pipeline-stages", "3", "--nproc", "2"),
+    r"no layout of this study can run at 2 rank\(s\): --pipeline-stages 3 does not divide the world size 2: ")
 CASES["capacity size without seq"] = Case(no_shape(capacity("--size", "tiny")), r"--size is for --scale seq")
 CASES["capacity max-seq-len without seq"] = Case(capacity("--max-seq-len", "4096"), r"--max-seq-len is for --scale seq")
 
@@ -886,6 +898,9 @@ CASES["plan model fits no layout"] = Case(
     plan("--device", "V100", "--gpus-per-node", "1", "--size", "llama3.1-70b", "--seq-len", "8192",
          "--global-batch", "8192", "--precision", "fp16"), r"llama3.1-70b \(70.6B parameters\) fits no layout on 1 x 1 V100 .*the least any "
                                     r"layout needs is [0-9.]+ GiB per device")
+CASES["plan every degree beyond the world"] = Case(
+    plan("--device", "H100", "--gpus-per-node", "2", "--sequence-parallel", "3", "--confirm", "1"),
+    r"no candidate layout is left on 1 x 2 H100: --sequence-parallel 3 does not divide the world size 2$")
 CASES["plan cpu without peak"] = Case(plan("--device", "cpu"), r"CPU ranks have no datasheet peak")
 CASES["plan calibrate missing"] = Case(plan("--device", "H100", "--calibrate", "{tmp}/none.jsonl"),
                                        r"--calibrate .*none.jsonl: no such file")
@@ -1022,6 +1037,15 @@ def test_a_memory_cap_above_what_is_held_reaches_the_join(tmp_path, capsys, no_s
     code = cli.main(run("--cpu-mem-limit", "64GiB")(tmp_path))
     err = capsys.readouterr().err
     assert code != 2 and PASSED in err and "--cpu-mem-limit" not in err, err
+
+
+@pytest.mark.parametrize("command", ["roofline", "comm"])
+def test_a_results_folder_not_made_yet_reaches_the_join(command, tmp_path, capsys, no_side_effects):
+    """As ``run`` and the studies: ``--results results/x.jsonl`` where ``results/`` does not exist yet (a fresh clone)
+    passes the checks, the folder made with the record (issue 45: docs/plan.md's recipe stopped there, exit 2)."""
+    code = cli.main([command, "--results", str(tmp_path / "new" / "r.jsonl")])
+    err = capsys.readouterr().err
+    assert code != 2 and PASSED in err and "--results" not in err, err
 
 
 def test_autoep_names_the_versions_that_fail_together(tmp_path, capsys, no_side_effects):

@@ -176,8 +176,34 @@ def test_the_capacity_plan_lists_the_layouts_and_the_lengths(tmp_path, capsys):
                "sp2 z3 off=none fp32 mbs=1 tiled-mlp"]
     assert "layouts:\n" + "".join(f"  {k}\n" for k in layouts) in out
     assert ("sequence lengths of --size tiny (3.3M parameters): doubled from 1536 to at most 65536, then bisected "
-            "to a granularity of 256 (multiples of 2: every --sequence-parallel degree divides them)") in out
+            "to a granularity of 256 (multiples of 2: every --sequence-parallel degree of a layout not skipped divides them)"
+            ) in out
     assert "longest sequence of llama tiny: from 1536" in out and not (tmp_path / "c.jsonl").exists()
+
+
+def test_a_layout_the_ranks_cannot_hold_is_skipped_and_does_not_set_the_lengths(tmp_path, capsys):
+    """Issue 45: SP=3 on 2 ranks cannot run, so the lengths are multiples of the runnable layouts' degrees only
+    (512 is accepted: no SP=3 probe is made) and the SP=3 layout is skipped, saying why; every layout impossible
+    is bad input (tests/test_bad_inputs.py)."""
+    code = cli.main(["capacity", "--ds-config", "zero1.json", "--workload", "llama", "--size", "tiny", "--scale", "seq",
+                     "--seq-len", "512", "--sequence-parallel", "1,2,3", "--precision", "fp32", "--nproc", "2",
+                     "--results", str(tmp_path / "c.jsonl"), "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert ("  sp3 z1 off=none fp32 mbs=1  skipped: --sequence-parallel 3 does not divide the world size 2: every "
+            "data-parallel replica needs a whole sequence-parallel group\n") in out
+    assert "  sp2 z1 off=none fp32 mbs=1\n" in out and "(multiples of 2: " in out
+
+
+def test_a_skipped_layout_the_ranks_cannot_hold_has_no_data_parallel_degree_in_the_table():
+    """Issue 45: the row of SP=3 on 2 ranks said ``sp3 dp0``."""
+    point = Layout(1, "none", "fp32", 1, sequence_parallel=3).to_dict()
+    record = CapacityRecord.model_validate({
+        "kind": "capacity", "capacity": "c", "world_size": 2, "data_parallel_size": 0, "point": point,
+        "status": "skipped", "reason": "--sequence-parallel 3 does not divide the world size 2", "scale": "seq"})
+    assert capacity_table.layout_text(record) == "sp3 z1 off=none fp32 mbs=1"
+    whole = record.model_copy(update={"world_size": 6, "data_parallel_size": 2})
+    assert capacity_table.layout_text(whole) == "sp3 dp2 z1 off=none fp32 mbs=1"
 
 
 def test_the_table_names_lengths():

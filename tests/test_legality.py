@@ -69,10 +69,15 @@ def option_flags(rule, tmp_path) -> list[str]:
 
 def sweep_reason(layout: Layout, tmp_path, capsys, tail: list[str]) -> str:
     """What ``ds-bench sweep --dry-run`` says of the layout as a ``--point`` of a 2-rank sweep whose jobs all
-    get ``tail`` (run options after ``--``)."""
+    get ``tail`` (run options after ``--``): its skip reason, or, when the tail refuses every point of the sweep,
+    the one error line of a study with nothing to run (exit 2, issue 45), which names each distinct reason."""
     code = cli.main(["sweep", *workload(layout), "--ds-config", "ds_configs/zero1.json", "--nproc", str(WORLD),
                      "--results", str(tmp_path / "s.jsonl"), "--point", layout.key, "--dry-run", "--", *tail])
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    if code == 2:
+        [line] = [line for line in err.splitlines() if line.startswith("ds-bench: error: ")]
+        assert line.startswith(f"ds-bench: error: no point of this study can run at {WORLD} rank(s): "), line
+        return line
     assert code == 0, out
     [line] = [line for line in out.splitlines() if line.strip().startswith(f"point {layout.key}")]
     found = re.search(r"  skipped: (.*)$", line)
@@ -94,7 +99,8 @@ def test_run_and_sweep_say_the_same_sentence(rule, tmp_path, capsys, two_ranks, 
     assert legality.first_broken(rule.example, where) is rule, "the example must break its own rule first"
     said = rule.says(rule.example, where)
     assert run_line(rule, tmp_path, capsys) == said
-    assert sweep_reason(rule.example, tmp_path, capsys, option_flags(rule, tmp_path)) == said
+    by_sweep = sweep_reason(rule.example, tmp_path, capsys, option_flags(rule, tmp_path))
+    assert by_sweep == said or (by_sweep.startswith("ds-bench: error: ") and said in by_sweep), by_sweep
 
 
 def test_every_rule_is_data_with_a_source_and_a_sentence():
@@ -116,6 +122,23 @@ def test_capacity_skips_a_layout_with_the_tables_sentence(tmp_path, capsys, two_
     said = rule.says(Layout(2, "none", "fp32", 1, pipeline_stages=2), Where(WORLD))
     assert f"pp2 z2 off=none fp32 mbs=1  skipped: {said}" in out
     assert "pp2 z1 off=none fp32 mbs=1\n" in out
+
+
+def test_a_study_keeps_its_runnable_points_and_refuses_when_none_is_left():
+    """``perf.grid.runnable``: the points the table leaves, in order; none left is one line with each distinct
+    reason (issue 45: a study of impossible layouts exits 2 before anything is launched)."""
+    from ds_bench.errors import UserError
+    from ds_bench.perf.grid import runnable
+
+    plain, sp2, sp3 = (Layout(1, "none", "fp32", 1, sequence_parallel=s) for s in (1, 2, 3))
+    assert runnable([sp3, plain, sp2], Where(2), "layout") == [plain, sp2]
+    assert runnable([], Where(2), "point") == []
+    with pytest.raises(UserError) as e:
+        runnable([sp3, sp3.with_micro_batch(2), Layout(0, "optimizer", "fp32", 1)], Where(2), "point")
+    assert str(e.value) == ("no point of this study can run at 2 rank(s): --sequence-parallel 3 does not divide the "
+                            "world size 2: every data-parallel replica needs a whole sequence-parallel group; "
+                            "offload=optimizer with ZeRO stage 0: offloading (zero_optimization.offload_*) needs "
+                            "ZeRO stage 1, 2 or 3")
 
 
 def test_the_docs_list_every_rule():

@@ -57,7 +57,7 @@ def test_a_run_takes_the_newest_record_of_its_host(tmp_path, monkeypatch):
 @pytest.mark.parametrize("args,message", [
     (["--dtypes", "fp8"], "--dtypes"), (["--sizes", "0"], "must be a positive integer"),
     (["--min-time", "601s"], "--min-time in"), (["--min-time", "1"], "--min-time 1: give a unit"), (["--repeats", "0"], "--repeats >= 1"),
-    (["--copy-bytes", "lots"], "--copy-bytes"), (["--results", "/nonexistent/dir/r.jsonl"], "--results"),
+    (["--copy-bytes", "lots"], "--copy-bytes"), (["--results", "/etc/hostname/dir/r.jsonl"], "--results"),
     (["--gpt2", "huge"], "--gpt2 'huge' is unknown"), (["--tokens", "64"], "--tokens needs --gpt2"),
     (["--gpt2", "small", "--tokens", "0"], "--tokens must be a positive integer")])
 def test_bad_flags_are_one_line_before_joining(args, message, capsys):

@@ -112,7 +112,7 @@ def _plan_text(spec: CapacitySpec, world: int) -> str:
                                    f"{_experts(m)}): "
                                    f"doubled from {lengths.start} to at most {lengths.top}, then bisected to a "
                                    f"granularity of {lengths.step} (multiples of {lengths.multiple}: every "
-                                   "--sequence-parallel degree divides them)"])
+                                   "--sequence-parallel degree of a layout not skipped divides them)"])
     lines.append("family, smallest first:")
     lines += [f"  {m.name:<18} {m.params / 1e6:10.1f}M parameters{_experts(m)}  ({' '.join(m.run_args)})"
               for m in spec.members]

@@ -7,7 +7,8 @@ accumulation, parallel degrees, memory options) whose model is what the search v
 (``ds_bench.capacity.family``), or ``--scale seq``: one model's longest sequence (``capacity.seq_spec``). ``run``
 options after ``--`` pass to every probe, checked by ``run``'s own parser; the ones capacity sets itself are
 refused. A moe family's router is the tail's ``--experts`` / ``--top-k``, every ``--expert-parallel`` value
-dividing its experts (``Workload.check_study``).
+dividing its experts (``Workload.check_study``). A layout the legality table refuses at the world size is
+skipped, saying why, and sets no length; every layout refused: exit 2, one line (``perf.grid.runnable``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ds_bench.config.study_flags import StudySpec, add_degree_arguments, axis_fl
 from ds_bench.config.study_flags import job_options, run_flags_of, switches_of
 from ds_bench.jobs.compute_nodes import with_job_gpus
 from ds_bench.machine.compute_node import ComputeNode
-from ds_bench.perf.grid import families
+from ds_bench.perf.grid import families, runnable, study_where
 
 OWNED = {"micro_batch": "--micro-batch", "steps": "--steps", "warmup": "--warmup", "results": "--results",
          "tag": "--tag", "cpu_mem_limit": "--cpu-mem-limit", "size": "--size", "seq_len": "--seq-len",
@@ -70,13 +71,13 @@ class CapacitySpec(StudySpec):
     compute: ComputeNode | None = None
     """Where the probes run (``jobs.compute_nodes.for_study``); None: this machine."""
     dry_run: bool = False
+    seq_multiple: int = 1
+    """The least common multiple of what each layout not skipped slices a sequence by (``Layout.sequence_multiple``)."""
 
     @property
     def lengths(self) -> Lengths:
-        """``--scale seq``'s lengths: each a multiple of what every layout slices a sequence by
-        (``Layout.sequence_multiple``)."""
-        multiple = math.lcm(*(layout.sequence_multiple for layout in self.layouts))
-        return Lengths(self.seq_len, self.max_seq_len, self.seq_granularity, multiple)
+        """``--scale seq``'s lengths: each a multiple of ``seq_multiple``."""
+        return Lengths(self.seq_len, self.max_seq_len, self.seq_granularity, self.seq_multiple)
 
     def capacity_id(self) -> str:
         """What makes two searches comparable: config, family, run arguments, ranks, steps, memory cap; for
@@ -151,14 +152,27 @@ def from_args(args: argparse.Namespace, node: ComputeNode) -> CapacitySpec:
     run_args = _run_args(args)
     tail = run_flags_of(args.workload, run_args)
     router = (tail.experts, tail.top_k)
-    family, members, seq = _family(args, math.lcm(*(layout.sequence_multiple for layout in layouts)), router)
+    nproc, device_type = args.nproc or node.default_ranks(), node.device_type
+    kept = runnable(layouts, _where(args.workload, run_args, device_type, nproc, job), "layout")
+    multiple = math.lcm(*(layout.sequence_multiple for layout in kept))
+    family, members, seq = _family(args, multiple, router)
     _check_study(args, (*members[0].run_args, *run_args))
     return CapacitySpec(
         ds_config=path, base=base, layouts=layouts, members=tuple(members), family=family, workload=args.workload,
-        seq_len=args.seq_len, run_args=run_args, nproc=args.nproc or node.default_ranks(),
-        **job,
+        seq_len=args.seq_len, run_args=run_args, nproc=nproc, **job,
         steps=args.steps, warmup=args.warmup, cpu_mem_limit=args.cpu_mem_limit, prune=args.prune,
-        device_type=node.device_type, scale=args.scale, router=router, compute=node, dry_run=args.dry_run, **seq)
+        device_type=device_type, scale=args.scale, router=router, seq_multiple=multiple, compute=node,
+        dry_run=args.dry_run, **seq)
+
+
+def _where(workload: str, run_args: tuple[str, ...], device_type: str, nproc: int, job: dict):
+    """``study_where`` before the spec is built: the world of the job flags (``jobs.spawn.world_of``)."""
+    from types import SimpleNamespace
+
+    from ds_bench.jobs.spawn import world_of
+
+    world, _ = world_of(SimpleNamespace(nproc=nproc, **job))
+    return study_where(SimpleNamespace(workload=workload, run_args=run_args, device_type=device_type), world)
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
@@ -215,10 +229,8 @@ def _layouts(args: argparse.Namespace, base_stage: int, precision: str) -> tuple
     degrees = degrees_of(args)
     if precision not in PRECISIONS:
         raise UserError(f"--precision {precision!r} is not one of {', '.join(PRECISIONS)}")
-    switches = switches_of(args)
-    return tuple(f.with_micro_batch(args.micro_batch)
-                 for f in families(stages, offloads, (precision,), (args.grad_accum,), degrees=degrees,
-                                   switches=switches))
+    return tuple(f.with_micro_batch(args.micro_batch) for f in families(
+        stages, offloads, (precision,), (args.grad_accum,), degrees=degrees, switches=switches_of(args)))
 
 
 def _check_study(args: argparse.Namespace, first_probe: tuple[str, ...]) -> None:

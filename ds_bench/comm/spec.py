@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from ds_bench.comm.bandwidth import COLLECTIVES
 from ds_bench.config import argcheck
 from ds_bench.config.parsers import parse_bytes
+from ds_bench.config.preflight import check_results_path
 from ds_bench.config.run_flags import add_local_rank, add_rendezvous_arguments
 from ds_bench.errors import UserError
 
@@ -85,7 +86,7 @@ def from_args(args: argparse.Namespace) -> CommSpec:
     argcheck.at_least("--iters", args.iters, 1)
     if not (math.isfinite(args.slow_link_threshold) and 0 < args.slow_link_threshold < 100):
         raise UserError(f"--slow-link-threshold {args.slow_link_threshold:g}: expected a percentage between 0 and 100")
-    argcheck.output_folder("--results", args.results)
+    check_results_path(args.results)  # a missing folder is created with the record, as run and the studies do
     argcheck.output_folder("--plot", args.plot)
     plot = args.plot or os.path.splitext(args.results)[0] + "_busbw.png"
     return CommSpec(collectives=collectives, min_bytes=min_bytes, max_bytes=max_bytes,

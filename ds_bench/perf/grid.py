@@ -1,6 +1,6 @@
 """The grids of ``Layout``s: the one generator of the studies' points (a sweep's or a capacity search's families)
 and of ``plan``'s candidates (``ds_bench.perf.space``) (pure), which points a study skips and why
-(``skip_reason``), and ``--micro-batch auto``'s search.
+(``skip_reason``) and a study left with none, refused (``runnable``), and ``--micro-batch auto``'s search.
 
 Engines (``ds_bench.engines``): DeepSpeed points span every stage and offload; DDP is one family
 per precision and accumulation (stage 0, no offload: it replicates); FSDP takes the sweep's stages
@@ -16,6 +16,7 @@ import itertools
 from ds_bench.config import legality
 from ds_bench.config.layout import DEGREES, SWITCHES, Layout
 from ds_bench.config.legality import Where
+from ds_bench.errors import UserError
 
 
 def families(stages, offloads, precisions, grad_accums, engines=("deepspeed",), degrees: dict | None = None,
@@ -77,6 +78,18 @@ def skip_reason(point: Layout, where: Where) -> str | None:
     if reason is None and point.engine == "ddp" and point.stage != 0:
         reason = "DDP replicates everything: one point per precision, z0 off=none"
     return reason
+
+
+def runnable(points, where: Where, what: str) -> list[Layout]:
+    """The ``points`` a study can run at ``where`` (``skip_reason`` None), in order; the others it skips, saying
+    why. When none is left the study is bad input, refused before anything is launched: a ``UserError`` (exit 2),
+    one line with each distinct reason (each names its flag: ``--sequence-parallel 3 does not divide the world
+    size 2: ...``). ``what`` names the points: ``layout``, ``point``."""
+    reasons = [skip_reason(p, where) for p in points]
+    if points and all(reasons):
+        ranks = "" if where.world_size is None else f" at {where.world_size} rank(s)"
+        raise UserError(f"no {what} of this study can run{ranks}: " + "; ".join(dict.fromkeys(reasons)))
+    return [p for p, why in zip(points, reasons) if why is None]
 
 
 def next_auto_micro_batch(results: dict[int, str], limit: int) -> int | None:

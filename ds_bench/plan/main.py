@@ -56,6 +56,8 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(nothing_left(shape, spec, cluster, dropped))
     record = plan_record(spec, shape, cluster, ranked, dropped)
     print(plan_table.render(record))
+    for line in off_world(spec, cluster.world):
+        print(f"skipped: {line}; no candidate has it")
     if spec.show_dropped:
         print("\n".join(f"dropped {d.label}: {d.why}" for d in dropped))
     if spec.dry_run:
@@ -128,8 +130,20 @@ def nothing_left(shape, spec: PlanSpec, cluster: Cluster, dropped: list[Dropped]
         return (f"--global-batch {spec.global_batch_tokens} tokens ({spec.sequences} sequences of {spec.seq_len}) "
                 f"divides into no layout's replicas x micro-batch on {where}: give a multiple of the data-parallel "
                 f"degrees, e.g. {cluster.world * spec.seq_len} tokens")
+    if not dropped:  # no candidate had degrees that fit the world
+        return (f"no candidate layout is left on {where}: " + ("; ".join(off_world(spec, cluster.world)) or
+                f"no product of the parallel degrees asked divides the world size {cluster.world}"))
     reasons = "; ".join(f"{rule} ({n})" for rule, n in rules.most_common(3))
     return f"no candidate layout is left on {where}: {reasons} (--show-dropped says each)"
+
+
+def off_world(spec: PlanSpec, world: int) -> list[str]:
+    """Each parallel degree asked (``--sequence-parallel 3``) that does not divide the world: no candidate has it
+    (``perf.space.candidates``)."""
+    from ds_bench.config.layout import DEGREES
+
+    return [f"{d.flag} {v} does not divide the world size {world}" for d in DEGREES
+            for v in (spec.degrees.get(d.field) or ()) if world % v]
 
 
 def plan_record(spec: PlanSpec, shape, cluster: Cluster, ranked: list[Planned], dropped: list[Dropped]) -> PlanRecord:

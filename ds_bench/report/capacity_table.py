@@ -33,8 +33,11 @@ def params_text(n: int | None) -> str:
 
 
 def layout_text(r: CapacityRecord) -> str:
-    """The layout's key with its data-parallel degree, ``pp2 dp1 z1 off=none fp32 mbs=1`` (``Layout.label``)."""
-    return Layout.from_dict(r.point).label(r.data_parallel_size)
+    """The layout's key with its data-parallel degree, ``pp2 dp1 z1 off=none fp32 mbs=1`` (``Layout.label``); a
+    layout whose degrees do not divide the ranks (skipped) has none: its key alone."""
+    layout = Layout.from_dict(r.point)
+    dp, world = r.data_parallel_size, r.world_size
+    return layout.key if dp is not None and world and dp * layout.model_parallel != world else layout.label(dp)
 
 
 def row(r: CapacityRecord) -> list:

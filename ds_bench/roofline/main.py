@@ -17,6 +17,7 @@ from tabulate import tabulate
 from ds_bench.cluster import join, process_group
 from ds_bench.config import argcheck
 from ds_bench.config.parsers import flag_type, parse_bytes, parse_count, parse_list
+from ds_bench.config.preflight import check_results_path
 from ds_bench.errors import UserError
 from ds_bench.measure import ceilings
 from ds_bench.record import store as results
@@ -36,7 +37,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"--copy-bytes must be >= 4, --min-time in (0, 600] s and --repeats >= 1; got "
                         f"{args.copy_bytes}, {args.min_time_s}, {args.repeats}")
     gemm_shapes = run_gemms(args.gpt2, args.tokens)
-    argcheck.output_folder("--results", args.results)
+    check_results_path(args.results)  # a missing folder is created with the record, as run and the studies do
     state = join.join(join.find_rendezvous(args.iface, args.dist_timeout_s), args.dist_timeout_s, args.connect_timeout_s)
     mine = measure(state, dtypes, sizes, copy_bytes, args.min_time_s, args.repeats, gemm_shapes)
     rows = [row for rank_rows in process_group.gather(mine) for row in rank_rows]

@@ -30,6 +30,7 @@ def main(args: argparse.Namespace) -> int:
     if not args.dry_run:
         check_cluster(spec)  # before the memory per rank is asked of the nodes Slurm describes
     sweep = driver.Sweep(spec, base)
+    _check_runnable(sweep)
     if args.dry_run:
         print(dry_run_text(sweep))
         return 0
@@ -53,6 +54,16 @@ def _check_baseline(spec) -> None:
     keys += [p.key for p in spec.extra_points]
     if spec.baseline not in keys:
         raise UserError(f"--baseline {spec.baseline!r}: not a point of this sweep; points: {', '.join(keys)}")
+
+
+def _check_runnable(sweep) -> None:
+    """A sweep whose every family and point the legality table refuses at its ranks is bad input (exit 2, before
+    anything runs: ``perf.grid.runnable``); one with some left skips the others, each with its reason."""
+    from ds_bench.perf.grid import runnable
+
+    s = sweep.spec
+    points = [sweep.with_seq(f.with_micro_batch(1)) for f in s.families()] + [sweep.with_seq(p) for p in s.extra_points]
+    runnable(points, sweep.where, "point")
 
 
 def dry_run_text(sweep) -> str:
