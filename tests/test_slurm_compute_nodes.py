@@ -63,7 +63,7 @@ def test_a_sweep_for_the_cpu_partition_takes_bf16_from_its_features_and_a_flag_o
     out = study(slurm, [*SWEEP, "--workload", "mnist", "--partition", "cpu"])
     lines = out.splitlines()
     nodes_bf16 = not LOGIN_BF16
-    assert lines[0].startswith("compute nodes: partition cpu (1 node(s): hosta): CPU nodes, "
+    assert lines[0].startswith("compute nodes: partition cpu (1 node(s): hosta): no GPU, "
                                + ("bf16 native" if nodes_bf16 else "bf16 emulated")), out
     assert f"  z1 off=none {'bf16' if nodes_bf16 else 'fp32'}" in lines, out
     assert "--gpus-per-node" not in out

@@ -77,7 +77,7 @@ class ComputeNode:
             device = f"{self.gpus} GPU(s) per node ({self.gpu_name or 'type not known'}{memory})"
             bf16 = {True: "bf16 native", False: "no bf16 (pre-Ampere)", None: "bf16 assumed native"}[self.native_bf16]
         else:
-            device = "CPU nodes"
+            device = "no GPU"
             bf16 = {True: "bf16 native", False: "bf16 emulated (no avx512_bf16/amx_bf16)",
                     None: "bf16 support not known"}[self.native_bf16]
         parts = [device, bf16]
