@@ -886,6 +886,14 @@ CASES["plan unknown device without busbw"] = Case(
 CASES["plan peak nan"] = Case(plan("--device", "H100", "--peak-tflops", "nan"), r"--peak-tflops must be a positive number")
 CASES["plan confirm more than top"] = Case(plan("--device", "H100", "--gpus-per-node", "1", "--confirm", "5", "--top", "3"),
                                            r"--confirm 5 is more than --top 3")
+CASES["plan gpus-per-node 0"] = Case(plan("--device", "H100", "--gpus-per-node", "0"),
+                                     r"--gpus-per-node 0: the planned cluster's devices per node, at least 1")
+CASES["plan expert-parallel for a dense model"] = Case(
+    plan("--device", "H100", "--expert-parallel", "1,2"),
+    r"--expert-parallel 2: llama .* has no experts to place on ranks; expert parallelism needs a mixture of experts")
+CASES["plan device-memory without a unit"] = Case(
+    plan("--device", "TPU9", "--peak-tflops", "100", "--device-memory", "80", "--gpus-per-node", "8"),
+    r"--device-memory 80: give a unit, e.g. 80GiB")
 CASES["plan nodes 0"] = Case(plan("--device", "H100", "--nodes", "0"), r"--nodes must be a positive integer, got 0$")
 CASES["plan achieved 2"] = Case(plan("--device", "H100", "--achieved", "2"), r"--achieved must be in \(0, 1\]")
 CASES["plan batch not whole sequences"] = Case(plan("--device", "H100", "--global-batch", "1000"),

@@ -143,9 +143,9 @@ def for_study(args: argparse.Namespace) -> ComputeNode:
     try:
         node = node_of(parse_records(slurm_executor.sinfo("-N", "-o", NODE_FORMAT)), args.partition, gpu_memory)
     except UserError as e:  # the study's own check of the cluster (``runner.check_cluster``) says it, after the flags'
-        node = ComputeNode(gpus=args.gpus_per_node, native_bf16=None,
+        node = ComputeNode(gpus=args.gpus_per_node or 0, native_bf16=None,
                            where=f"partition {args.partition}" if args.partition else "the default partition",
-                           source=f"--gpus-per-node {args.gpus_per_node} alone; Slurm's node records not read: {e}")
+                           source=f"--gpus-per-node {args.gpus_per_node or 0} alone; Slurm's node records not read: {e}")
     if args.gpus_per_node and args.gpus_per_node != node.gpus:  # what each job asks for is what it gets
         node = dataclasses.replace(node, gpus=args.gpus_per_node, native_bf16=node.native_bf16 if node.gpus else None,
                                    source=f"{node.source} and --gpus-per-node")

@@ -116,6 +116,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "devices per node of the planned cluster (default: --nproc, else this machine's GPUs, else 8; --device cpu: "
         f"{CPU_RANKS} ranks); under "
         "--executor slurm also what each --confirm job asks for"))
+    p.set_defaults(gpus_per_node=None)  # left out, not 0: the planned cluster has at least one device per node
 
 
 def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
@@ -125,8 +126,9 @@ def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
     for flag, value in (("--top", args.top), ("--seq-len", args.seq_len), ("--nodes", args.nodes),
                         ("--confirm", args.confirm or None)):
         argcheck.at_least(flag, value, 1 if flag != "--confirm" else 0)
-    if args.gpus_per_node < 0:
-        raise UserError(f"--gpus-per-node must be positive, got {args.gpus_per_node}")
+    if args.gpus_per_node is not None and args.gpus_per_node < 1:
+        raise UserError(f"--gpus-per-node {args.gpus_per_node}: the planned cluster's devices per node, at least 1 "
+                        "(leave it out for --nproc, else this machine's GPUs, else 8)")
     if not 0 <= args.headroom < 100:
         raise UserError(f"--headroom must be in [0, 100) %, got {args.headroom}")
     if args.achieved is not None and not (math.isfinite(args.achieved) and 0 < args.achieved <= 1):
@@ -151,7 +153,8 @@ def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
                         "--executor slurm (or plan for this node: --nodes 1)")
     # --nodes and --gpus-per-node are the plan's cluster; under --executor slurm also what each job asks for
     local = args.executor == "local"
-    jobs = {**vars(args), **({"nodes": None, "gpus_per_node": 0} if local else {})}
+    jobs = {**vars(args), "gpus_per_node": args.gpus_per_node or 0,
+            **({"nodes": None, "gpus_per_node": 0} if local else {})}
     options = job_options(argparse.Namespace(**jobs))
     return PlanSpec(
         **options, workload=args.workload, size=args.size,
