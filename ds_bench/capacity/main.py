@@ -53,8 +53,9 @@ def main(args: argparse.Namespace) -> int:
     world, per_node = spawn.world_of(spec)
     capacity = rank_capacity(spec, per_node)
     size = "" if spec.scale == "seq" else f", {len(spec.members)} member(s)"
-    print(f"capacity {spec.capacity_id()}: {spec.family}{size}, {world} rank(s), "
-          f"{capacity / 2**30:.2f} GiB per rank, results {spec.results}", flush=True)
+    memory = f"{capacity / 2**30:.2f} GiB" if capacity != float("inf") else "memory not known"
+    print(f"capacity {spec.capacity_id()}: {spec.family}{size}, {world} rank(s), {memory} per rank, results "
+          f"{spec.results}", flush=True)
     if args.dry_run:
         print(dry_run_text(spec, world))
         return 0
