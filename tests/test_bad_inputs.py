@@ -600,7 +600,7 @@ CASES["sweep precision fp8"] = Case(cmd(*SWEEP, *MNIST, "--precision", "fp8"), r
 CASES["sweep micro-batch 0"] = Case(cmd(*SWEEP, *MNIST, "--micro-batch", "0,2"), r"--micro-batch '0,2': '0' must be a positive integer")
 CASES["sweep micro-batch text"] = Case(cmd(*SWEEP, *MNIST, "--micro-batch", "big"), r"--micro-batch 'big': 'big' is not an integer")
 CASES["sweep grad-accum 0"] = Case(cmd(*SWEEP, *MNIST, "--grad-accum", "0"), r"--grad-accum '0': '0' must be a positive integer")
-CASES["sweep timeout 0"] = Case(cmd(*SWEEP, *MNIST, "--timeout", "0s"), r"--timeout '0s': must be more than 0 seconds")
+CASES["sweep timeout 0"] = Case(cmd(*SWEEP, *MNIST, "--timeout", "0s"), r"--timeout '0s': must be at least 1 ms")
 CASES["sweep timeout unit"] = Case(cmd(*SWEEP, *MNIST, "--timeout", "5x"), r"--timeout '5x': expected a duration such as 90s, 15m, 1h or 1d")
 CASES["sweep nodes without slurm"] = Case(cmd(*SWEEP, *MNIST, "--nodes", "2"),
                                           r"--nodes is for Slurm jobs: add --executor slurm \(or leave it out\)")
@@ -684,7 +684,7 @@ for command, argv in [("run", run("--expect", "{tmp}/e.yaml")),
     CASES[f"{command} --expect binary"] = Case(
         with_file(with_file(argv, "x.jsonl", REPORT_LINE), "e.yaml", BINARY),
         r"^ds-bench: error: --expect .*/e\.yaml: not UTF-8 text \(byte 0x89 at offset 0\); expected a YAML expectations file$")
-CASES["doctor timeout"] = Case(cmd("doctor", "--dist-timeout", "0s"), r"--dist-timeout '0s': must be more than 0 seconds$")
+CASES["doctor timeout"] = Case(cmd("doctor", "--dist-timeout", "0s"), r"--dist-timeout '0s': must be at least 1 ms$")
 CASES["doctor connect timeout"] = Case(cmd("doctor", "--connect-timeout=-1s"), r"--connect-timeout '-1s': must be more than 0")
 CASES["doctor iface"] = Case(cmd("doctor", "--iface", "nosuch0"), r"interface 'nosuch0' .* does not exist")
 CASES["doctor json folder"] = Case(cmd("doctor", "--json", "{tmp}"), r"--json .*: is a folder")
@@ -708,7 +708,7 @@ CASES["comm expect not a number"] = Case(comm("--expect-busbw", "fast"), r"--exp
 CASES["comm expect zero"] = Case(comm("--expect-busbw", "all_gather=0"), r"--expect-busbw 'all_gather=0': expected GBPS")
 CASES["comm expect unmeasured"] = Case(comm("--collectives", "all_reduce", "--expect-busbw", "all_gather=5"), r"all_gather is not among the measured collectives \(all_reduce\)")
 CASES["comm results folder"] = Case(cmd("comm", "--results", "{tmp}"), r"--results .*: is a folder")
-CASES["comm dist-timeout"] = Case(comm("--dist-timeout", "0s"), r"--dist-timeout '0s': must be more than 0 seconds$")
+CASES["comm dist-timeout"] = Case(comm("--dist-timeout", "0s"), r"--dist-timeout '0s': must be at least 1 ms$")
 CASES["comm slow-link threshold 0"] = Case(comm("--pairs", "--slow-link-threshold", "0"), r"--slow-link-threshold 0: expected a percentage between 0 and 100")
 CASES["comm slow-link threshold nan"] = Case(comm("--pairs", "--slow-link-threshold", "nan"), r"--slow-link-threshold nan: expected a percentage")
 CASES["comm iface"] = Case(comm("--iface", "nosuch0"), r"interface 'nosuch0' .* does not exist")
@@ -757,7 +757,7 @@ CASES["scaling bad layout"] = Case(scaling("--", "--pipeline-stages", "1", "--en
                                    r"--engine ddp with --pipeline-stages 1: the pipeline is DeepSpeed's own engine")
 CASES["scaling missing config"] = Case(scaling("--ds-config", "nope.json"), r"--ds-config nope\.json: file not found")
 CASES["scaling unknown workload"] = Case(scaling("--workload", "bert"), r"--workload 'bert' is unknown")
-CASES["scaling timeout 0"] = Case(scaling("--timeout", "0s"), r"--timeout '0s': must be more than 0 seconds")
+CASES["scaling timeout 0"] = Case(scaling("--timeout", "0s"), r"--timeout '0s': must be at least 1 ms")
 CASES["scaling results folder"] = Case(scaling("--results", "{tmp}"), r"--results .*: is a folder")
 CASES["scaling plot folder missing"] = Case(scaling("--plot", "{tmp}/no/p.png"), r"--plot .*p\.png: folder .* does not exist")
 CASES["scaling owned run arg"] = Case(scaling("--", "--tag", "x"), r"run argument --tag after '--': ds-bench scaling sets it per point")
@@ -799,7 +799,7 @@ CASES["capacity owned run arg"] = Case(capacity("--", "--steps", "9"),
                                        r"run argument --steps after '--': ds-bench capacity sets it for every probe")
 CASES["capacity bad run args"] = Case(capacity("--", "--stepz", "3"), r"run arguments after '--' \(--stepz 3\): .*unrecognized")
 CASES["capacity results folder"] = Case(capacity("--results", "{tmp}"), r"--results .*: is a folder")
-CASES["capacity timeout 0"] = Case(capacity("--timeout", "0s"), r"--timeout '0s': must be more than 0 seconds")
+CASES["capacity timeout 0"] = Case(capacity("--timeout", "0s"), r"--timeout '0s': must be at least 1 ms")
 CASES["capacity tensor parallel gpt2"] = Case(capacity("--tensor-parallel", "1,2"),
                                              r"--tensor-parallel: DeepSpeed's AutoTP cannot shard workload gpt2")
 CASES["capacity tensor parallel 0"] = Case(capacity("--workload", "llama", "--tensor-parallel", "0"),
@@ -951,7 +951,7 @@ UNIT_CASES = {
     "run --dist-timeout bare": (run("--dist-timeout", "20"), no_duration_unit("--dist-timeout", "20")),
     "run --dist-timeout inf": (run("--dist-timeout", "inf"),
                                "--dist-timeout 'inf': expected a duration such as 90s, 15m, 1h or 1d"),
-    "run --connect-timeout 0s": (run("--connect-timeout", "0s"), "--connect-timeout '0s': must be more than 0 seconds"),
+    "run --connect-timeout 0s": (run("--connect-timeout", "0s"), "--connect-timeout '0s': must be at least 1 ms"),
     "run --step-timeout bare": (run("--step-timeout", "20"), no_duration_unit("--step-timeout", "20")),
     "run --step-timeout nan": (run("--step-timeout", "nan"),
                                "--step-timeout 'nan': expected a duration such as 90s, 15m, 1h or 1d"),

@@ -146,6 +146,19 @@ def test_the_sweeps_seq_len_is_an_axis_with_several_values_and_a_run_argument_wi
     assert _without_seq(("--seq-len=256",)) == () and _seq_arg(("--seq-len", "256", "--seq-len=512")) == "512"
 
 
+def test_a_run_seq_len_with_its_unit_after_the_dash_dash_reaches_the_points(tmp_path, capsys):
+    """``-- --seq-len 1k`` is a count as ``ds-bench run`` reads it; the sweep's legality rules read it alike."""
+    from ds_bench.machine.compute_node import ComputeNode
+    from ds_bench.sweep import driver
+    from ds_bench.sweep.spec import from_args
+
+    args = cli.parse(["sweep", "--workload", "gpt2", "--ds-config", "zero2.json", "--stages", "0", "--micro-batch", "1",
+                      "--results", str(tmp_path / "s.jsonl"), "--dry-run", "--", "--seq-len", "1k"])
+    spec, base = from_args(args, list(args.run_args), ComputeNode(gpus=0, native_bf16=True, cpus=2, memory_bytes=2**34))
+    sweep = driver.Sweep(spec, base)
+    assert sweep.with_seq(spec.families()[0].with_micro_batch(1)).seq_len == 1024
+
+
 def test_one_seq_len_keeps_the_sweeps_run_arguments_and_several_are_points(tmp_path, capsys):
     from ds_bench.machine.compute_node import ComputeNode
     from ds_bench.sweep.spec import from_args

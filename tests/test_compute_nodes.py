@@ -9,7 +9,15 @@ import argparse
 import pytest
 
 from ds_bench.errors import UserError
-from ds_bench.jobs.compute_nodes import cpu_bf16, gpu_memory, node_of, parse_gres, parse_records, with_job_gpus
+from ds_bench.jobs.compute_nodes import (
+    cpu_bf16,
+    gpu_bf16,
+    gpu_memory,
+    node_of,
+    parse_gres,
+    parse_records,
+    with_job_gpus,
+)
 from ds_bench.machine.compute_node import ComputeNode, parse_override, with_override
 
 GiB = 2**30
@@ -26,6 +34,7 @@ mix02|mixed|gpu:a100:2|(null)|64|100000
 @pytest.mark.parametrize("gres, expected", [
     ("gpu:h100:4(S:0-1)", (4, "h100")), ("gpu:2", (2, None)), ("(null)", (0, None)),
     ("gpu:v100:8,shard:16", (8, "v100")), ("gpu:a100:2(S:0),gpu:a100:2(S:1)", (4, "a100")), ("shard:8", (0, None)),
+    ("gpu:a100:4(S:0,2)", (4, "a100")), ("gpu:a100:4(S:0-1),gpu:a100:4", (8, "a100")),
 ])
 def test_gres_gives_the_gpus_and_their_type(gres, expected):
     assert parse_gres(gres) == expected
@@ -70,11 +79,11 @@ def test_a_partition_without_nodes_names_the_ones_there_are():
 
 def test_compute_node_overrides_the_records_and_a_gpu_family_gives_its_memory():
     cpu = node_of(parse_records(RECORDS), "cpu", gpu_memory)
-    gpu = with_override(cpu, parse_override("gpus=8, gpu=H200"), gpu_memory)
+    gpu = with_override(cpu, parse_override("gpus=8, gpu=H200"), gpu_memory, gpu_bf16)
     assert (gpu.gpus, gpu.gpu_name, gpu.gpu_memory_bytes, gpu.source) == (
         8, "H200", 140 * GiB, "Slurm's node records and --compute-node")
-    assert with_override(cpu, parse_override("bf16=emulated,memory=64GiB"), gpu_memory).rank_memory_bytes(2) == 32 * GiB
-    assert with_override(gpu, parse_override("gpus=0"), gpu_memory).device_type == "cpu"
+    assert with_override(cpu, parse_override("bf16=emulated,memory=64GiB"), gpu_memory, gpu_bf16).rank_memory_bytes(2) == 32 * GiB
+    assert with_override(gpu, parse_override("gpus=0"), gpu_memory, gpu_bf16).device_type == "cpu"
 
 
 @pytest.mark.parametrize("text, message", [
@@ -99,7 +108,7 @@ def test_a_memory_is_a_size_with_its_unit():
 
 def test_a_gpu_family_on_nodes_without_gpus_asks_for_their_count():
     with pytest.raises(UserError, match=r"gpu=H100 on nodes with no GPU known: give gpus=N too"):
-        with_override(ComputeNode(gpus=0, native_bf16=True), parse_override("gpu=H100"), gpu_memory)
+        with_override(ComputeNode(gpus=0, native_bf16=True), parse_override("gpu=H100"), gpu_memory, gpu_bf16)
 
 
 def test_slurm_jobs_ask_for_the_records_gpus_unless_gpus_per_node_says():
@@ -112,3 +121,50 @@ def test_slurm_jobs_ask_for_the_records_gpus_unless_gpus_per_node_says():
     given = argparse.Namespace(**{**slurm.__dict__, "gpus_per_node": 2})
     assert with_job_gpus({"slurm": SlurmOptions(**vars(given))}, node)["slurm"].gpus_per_node == 2
     assert with_job_gpus({"slurm": None}, node) == {"slurm": None}
+
+
+@pytest.mark.parametrize("name, bf16", [
+    ("h100", True), ("v100", False), ("tesla_v100-sxm2-32gb", False), ("tesla_t4", False), ("rtx6000ada", True),
+    ("nvidia_a100-sxm4-80gb", True), (None, None),
+])
+def test_a_gpu_type_anywhere_in_nvmls_name_says_its_bf16(name, bf16):
+    assert gpu_bf16(name) is bf16
+
+
+def test_nvmls_gpu_names_find_their_family_memory():
+    assert gpu_memory("nvidia_a100-sxm4-80gb") == 80 * GiB and gpu_memory("nvidia_h100_80gb_hbm3") == 80 * GiB
+    assert gpu_memory("big") is None
+
+
+MIXED = """\
+a1|mix|gpu:a100:4|(null)|64|512000
+v1|mix|gpu:v100:4|(null)|64|512000
+c1|part|gpu:a100:4|(null)|64|512000
+c2|part|(null)|(null)|64|1
+g1|gpu|gpu:h100:4|(null)|64|512000
+g2|gpu2|gpu:h100:4|(null)|64|512000
+g1|gpu2|gpu:h100:4|(null)|64|512000
+"""
+
+
+def test_mixed_gpu_types_take_the_least_bf16_and_a_node_without_gpus_leaves_no_type():
+    mix = node_of(parse_records(MIXED), "mix", gpu_memory)
+    assert (mix.gpus, mix.gpu_name, mix.native_bf16, mix.gpu_memory_bytes) == (4, None, False, None)
+    part = node_of(parse_records(MIXED), "part", gpu_memory)
+    assert (part.gpus, part.gpu_name, part.gpu_memory_bytes, part.memory_bytes) == (0, None, None, None)
+    assert with_override(part, parse_override("cpus=8"), gpu_memory, gpu_bf16).cpus == 8  # no gpu= asked for
+
+
+def test_a_partition_list_is_every_node_of_its_partitions_once():
+    node = node_of(parse_records(MIXED), "gpu,gpu2", gpu_memory)
+    assert (node.gpus, node.gpu_name) == (4, "h100")
+    assert node.where == "partition gpu,gpu2 (2 node(s): g1,g2)"
+
+
+def test_a_device_changed_by_the_flag_takes_its_own_bf16():
+    cpu = ComputeNode(gpus=0, native_bf16=False)
+    assert with_override(cpu, parse_override("gpus=4,gpu=H100"), gpu_memory, gpu_bf16).native_bf16 is True
+    gpu = ComputeNode(gpus=8, native_bf16=True, gpu_name="h100")
+    assert with_override(gpu, parse_override("gpu=V100"), gpu_memory, gpu_bf16).native_bf16 is False
+    assert with_override(gpu, parse_override("gpus=0"), gpu_memory, gpu_bf16).native_bf16 is None
+    assert with_override(cpu, parse_override("gpus=4,bf16=emulated"), gpu_memory, gpu_bf16).native_bf16 is False

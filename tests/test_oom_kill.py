@@ -38,8 +38,56 @@ file-rss:1000kB, shmem-rss:24kB, UID:0 pgtables:20000kB oom_score_adj:0
 
 def test_the_kernels_log_names_each_killed_pid_its_resident_memory_and_its_cause():
     kills = oom_kills.kernel_kills(KMSG)
-    assert kills[29945] == oom_kills.KernelKill(29945, (204160 + 6624) * 1024, "CONSTRAINT_MEMCG")
-    assert kills[812] == oom_kills.KernelKill(812, (8000000 + 1000 + 24) * 1024, None)
+    assert kills[29945] == oom_kills.KernelKill(29945, (204160 + 6624) * 1024, "CONSTRAINT_MEMCG", 14626265999)
+    assert kills[812] == oom_kills.KernelKill(812, (8000000 + 1000 + 24) * 1024, None, 14700000000)
+    assert list(oom_kills.kernel_kills(KMSG, since_us=14650000000)) == [812]  # a pid reused since is not that one
+
+
+def test_the_kernels_pids_are_ours_outside_a_pid_namespace_only():
+    assert oom_kills.pids_are_the_kernels("Name:\tpython\nNSpid:\t4242\n")
+    assert not oom_kills.pids_are_the_kernels("Name:\tpython\nNSpid:\t4242\t17\n")
+    assert oom_kills.pids_are_the_kernels("Name:\tpython\n")
+
+
+def _survivor(tmp_path, peers_gone: int, recorded: tuple[int, ...] = ()):
+    """Rank 0 of a run on this host whose ranks 1.. ``peers_gone`` have gone; ``recorded``: of them, those whose own
+    failed record is in the results file."""
+    import socket
+    from types import SimpleNamespace
+
+    host = socket.gethostname()
+    results = tmp_path / "runs.jsonl"
+    for rank in recorded:
+        results.open("a").write(json.dumps({"kind": "run", "status": "failed", "workload": "gpt2", "run_id": "r1",
+                                            "failure": {"kind": "terminated", "rank": rank}}) + "\n")
+    peers = [{"rank": r, "host": host, "pid": 100 + r} for r in range(peers_gone + 1)]
+    run = SimpleNamespace(peers=peers, run_id="r1", cfg=SimpleNamespace(results=str(results)),
+                          state=SimpleNamespace(rank=0), oom_counts=oom_kills.OomCounts(5, 2, "/cg", 1000.0))
+    return run, {r: "gone" for r in range(1, peers_gone + 1)}
+
+
+def test_a_gone_peer_is_oom_killed_only_on_its_own_evidence(tmp_path, monkeypatch):
+    """The decision of ``run.oom_victims.victims`` with the kernel's answers given: the log, where readable, must
+    name the peer's pid since the run joined; without it the cgroup's count must have risen by every peer gone;
+    a peer that recorded its own end is not a victim."""
+    from ds_bench.run import oom_victims
+
+    log = "3,9,5000,-;Memory cgroup out of memory: Killed process 102 (python) total-vm:1kB, anon-rss:1024kB, " \
+          "file-rss:0kB, shmem-rss:0kB\n"
+    monkeypatch.setattr(oom_kills, "read_counts", lambda: oom_kills.OomCounts(6, 3, "/cg", 9000.0))
+    monkeypatch.setattr(oom_kills, "logged_pids_are_ours", lambda: True)
+    monkeypatch.setattr(oom_kills, "read_kernel_log", lambda: log)
+    run, troubled = _survivor(tmp_path, 2)
+    assert sorted(oom_victims.victims(run, troubled)) == [2]  # rank 1 exited otherwise: the log names rank 2 only
+    assert oom_victims.reports_them(run, {2: None})
+    monkeypatch.setattr(oom_kills, "read_kernel_log", lambda: None)
+    assert oom_victims.victims(run, troubled) == {}  # 1 kill counted, 2 peers gone: which one is not known
+    for folder in ("one", "recorded"):
+        (tmp_path / folder).mkdir()
+    run, troubled = _survivor(tmp_path / "one", 1)
+    assert oom_victims.victims(run, troubled)[1].evidence == "oom_kill counters"
+    run, troubled = _survivor(tmp_path / "recorded", 1, recorded=(1,))
+    assert oom_victims.victims(run, troubled) == {}
 
 
 def test_the_counters_and_the_cgroup_file_of_v1_and_v2():

@@ -81,8 +81,9 @@ def test_a_duration_takes_s_m_h_d(text, seconds):
     ("1w", "--timeout '1w': expected a duration such as 90s, 15m, 1h or 1d"),
     ("inf", "--timeout 'inf': expected a duration such as 90s, 15m, 1h or 1d"),
     ("20ms", "--timeout '20ms': expected a duration such as 90s, 15m, 1h or 1d"),
-    ("0s", "--timeout '0s': must be more than 0 seconds"),
-    ("-5m", "--timeout '-5m': must be more than 0 seconds"),
+    ("0s", "--timeout '0s': must be at least 1 ms"),
+    ("-5m", "--timeout '-5m': must be at least 1 ms"),
+    ("0.0000001s", "--timeout '0.0000001s': must be at least 1 ms"),  # it would print as 0s to a job, which refuses it
 ])
 def test_a_duration_without_its_unit_is_refused(text, message):
     with pytest.raises(UserError) as e:

@@ -144,8 +144,8 @@ def parse_duration(flag: str, text: str) -> float:
     if not parsed or parsed[1] not in DURATION_UNITS:
         raise UserError(f"{flag} {text!r}: expected a duration such as 90s, 15m, 1h or 1d")
     seconds = parsed[0] * DURATION_UNITS[parsed[1]]
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise UserError(f"{flag} {text!r}: must be more than 0 seconds")
+    if not math.isfinite(seconds) or seconds < 0.001:
+        raise UserError(f"{flag} {text!r}: must be at least 1 ms")
     return seconds
 
 

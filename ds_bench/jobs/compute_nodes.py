@@ -62,8 +62,8 @@ def parse_records(text: str) -> list[NodeRecord]:
 def parse_gres(gres: str) -> tuple[int, str | None]:
     """``gpu:h100:4(S:0-1),shard:8`` -> (4, "h100"); ``gpu:2`` -> (2, None); ``(null)`` -> (0, None) (pure)."""
     count, kind = 0, None
-    for item in gres.split(","):
-        parts = re.sub(r"\(.*?\)", "", item).split(":")
+    for item in re.sub(r"\(.*?\)", "", gres).split(","):  # a socket list may hold commas: S:0,2
+        parts = item.split(":")
         if parts[0] != "gpu" or len(parts) < 2:
             continue
         n = _number(parts[-1])
@@ -86,31 +86,35 @@ def cpu_bf16(features: frozenset[str]) -> bool | None:
 
 
 def gpu_bf16(gpu_type: str | None) -> bool | None:
+    """False for a pre-Ampere GPU named anywhere in the type (``v100``, ``tesla_v100-sxm2-32gb``; ``rtx6000ada``
+    is Ada), True for another named type, None without one (pure)."""
     if gpu_type is None:
         return None
-    return False if any(gpu_type.startswith(old) for old in PRE_AMPERE) else True
+    words = re.split(r"[_\-\s]+", gpu_type.lower())
+    return not any(w.startswith(old) and not w.endswith("ada") for w in words for old in PRE_AMPERE)
 
 
 def node_of(records: list[NodeRecord], partition: str | None, gpu_memory_of) -> ComputeNode:
     """The partition's nodes (``partition`` None: the default one) as one ``ComputeNode``: the least of each figure
     (pure; ``gpu_memory_of``: GRES type -> one GPU's bytes or None)."""
-    chosen = [r for r in records if (r.partition == partition if partition else r.default)]
+    wanted = set(partition.split(",")) if partition else None  # sbatch takes a list: a job may land in any
+    chosen = list({r.name: r for r in records if (r.partition in wanted if wanted else r.default)}.values())
     if not chosen:
         known = ", ".join(sorted({r.partition for r in records})) or "none"
         raise UserError(f"--partition {partition}: Slurm lists no node in it (partitions: {known})" if partition
                         else "--executor slurm: Slurm names no default partition; give --partition")
     gpus = min(r.gpus for r in chosen)
     types = {r.gpu_type for r in chosen if r.gpus}
-    gpu_type = types.pop() if len(types) == 1 else None
-    bf16 = {gpu_bf16(gpu_type) if gpus else cpu_bf16(r.features) for r in chosen}
+    gpu_type = types.pop() if len(types) == 1 and gpus else None
+    bf16 = {gpu_bf16(r.gpu_type) if gpus else cpu_bf16(r.features) for r in chosen}
     differ = len({(r.gpus, r.gpu_type, r.features, r.cpus, r.memory_mb) for r in chosen}) > 1
     names = ",".join(r.name for r in chosen[:4]) + (",..." if len(chosen) > 4 else "")
     return ComputeNode(
         gpus=gpus, native_bf16=bf16.pop() if len(bf16) == 1 else (False if False in bf16 else None),
         cpus=_least(r.cpus for r in chosen),
-        memory_bytes=None if (mb := _least(r.memory_mb for r in chosen)) is None else mb * 2**20,
+        memory_bytes=None if (mb := _least(r.memory_mb for r in chosen)) is None or mb <= 1 else mb * 2**20,
         gpu_name=gpu_type, gpu_memory_bytes=gpu_memory_of(gpu_type) if gpu_type else None,
-        where=f"partition {chosen[0].partition} ({len(chosen)} node(s): {names}"
+        where=f"partition {partition or chosen[0].partition} ({len(chosen)} node(s): {names}"
               + ("; they differ: the least of each" if differ else "") + ")",
         source="Slurm's node records")
 
@@ -124,7 +128,7 @@ def gpu_memory(name: str | None) -> int | None:
     """One GPU's memory from its family in ``perf.devices`` (``h100``, ``NVIDIA H100 80GB HBM3``), else None."""
     from ds_bench.perf.devices import device_row
 
-    row = device_row(name) if name else None
+    row = device_row(re.sub(r"[_\-]+", " ", name)) if name else None  # nvml's names: nvidia_a100-sxm4-80gb
     return row.memory_bytes if row else None
 
 
@@ -139,17 +143,18 @@ def for_study(args: argparse.Namespace) -> ComputeNode:
         if args.hostfile and not _lists_this_host(args.hostfile):
             node = dataclasses.replace(node, where=f"this machine (not one of {args.hostfile}'s hosts: give "
                                                    f"--compute-node if they differ)")
-        return with_override(node, override, gpu_memory)
+        return with_override(node, override, gpu_memory, gpu_bf16)
     try:
         node = node_of(parse_records(slurm_executor.sinfo("-N", "-o", NODE_FORMAT)), args.partition, gpu_memory)
     except UserError as e:  # the study's own check of the cluster (``runner.check_cluster``) says it, after the flags'
-        node = ComputeNode(gpus=args.gpus_per_node or 0, native_bf16=None,
+        gpus = args.gpus_per_node or 0
+        node = ComputeNode(gpus=gpus, native_bf16=None,
                            where=f"partition {args.partition}" if args.partition else "the default partition",
-                           source=f"--gpus-per-node {args.gpus_per_node or 0} alone; Slurm's node records not read: {e}")
+                           source=f"--gpus-per-node {gpus} alone; Slurm's node records not read: {e}")
     if args.gpus_per_node and args.gpus_per_node != node.gpus:  # what each job asks for is what it gets
         node = dataclasses.replace(node, gpus=args.gpus_per_node, native_bf16=node.native_bf16 if node.gpus else None,
                                    source=f"{node.source} and --gpus-per-node")
-    return with_override(node, override, gpu_memory)
+    return with_override(node, override, gpu_memory, gpu_bf16)
 
 
 def with_job_gpus(job: dict, node: ComputeNode) -> dict:

@@ -36,7 +36,8 @@ from ds_bench.record.schema import Busy, RunRecord, ScalingRow, SweepPointRecord
 def classify(records: list[RunRecord], exit_code: int | None, timed_out: bool, timeout_s: float,
              oom_kills: int = 0) -> tuple[str, str | None]:
     """(status, reason) of one attempt (pure). ``oom_kills``: how much the host's OOM-kill count rose while it ran
-    (``machine.oom_kills``): a job that failed with no record then lost its rank to the OOM killer."""
+    (``machine.oom_kills``; the cgroup's count where readable, the host's else): a job that failed with no record
+    then lost its rank to the OOM killer."""
     if timed_out:
         return "timeout", f"no result within {timeout_s:g} s (--timeout); the point was stopped"
     failed = [r for r in records if r.status == "failed"]
@@ -50,7 +51,7 @@ def classify(records: list[RunRecord], exit_code: int | None, timed_out: bool, t
         return "crashed", own[0].error
     if oom_kills > 0:
         return "oom", (f"{describe_exit(exit_code)} with no record; the kernel's OOM killer ended {oom_kills} "
-                       "process(es) on this host meanwhile (/proc/vmstat oom_kill)")
+                       "process(es) of this study's cgroup (else this host) meanwhile")
     return "crashed", f"{describe_exit(exit_code)} with no record"
 
 

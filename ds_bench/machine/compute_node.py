@@ -136,9 +136,10 @@ def _override_value(text: str, key: str, value: str) -> dict:
     return {"gpu_name": value}
 
 
-def with_override(node: ComputeNode, fields: dict, gpu_memory_of) -> ComputeNode:
+def with_override(node: ComputeNode, fields: dict, gpu_memory_of, gpu_bf16) -> ComputeNode:
     """``node`` with ``--compute-node``'s figures; ``gpu=NAME`` also gives the GPU's memory (``gpu_memory_of``:
-    name -> bytes or None) unless ``gpu-memory`` does."""
+    name -> bytes or None) unless ``gpu-memory`` does; a device changed by ``gpus``/``gpu`` without ``bf16`` takes
+    its bf16 from the new device (``gpu_bf16``: name -> bool or None; CPU nodes: not known)."""
     if not fields:
         return node
     fields = dict(fields)
@@ -146,6 +147,9 @@ def with_override(node: ComputeNode, fields: dict, gpu_memory_of) -> ComputeNode
         fields["gpu_memory_bytes"] = gpu_memory_of(fields["gpu_name"])
     if fields.get("gpus") == 0:
         fields.update(gpu_name=None, gpu_memory_bytes=None)
+    if ("gpus" in fields or "gpu_name" in fields) and "native_bf16" not in fields:
+        gpus, name = fields.get("gpus", node.gpus), fields.get("gpu_name", node.gpu_name)
+        fields["native_bf16"] = gpu_bf16(name) if gpus else None
     changed = dataclasses.replace(node, **fields)
     if changed.gpu_name and not changed.gpus:
         raise UserError(f"{OVERRIDE_FLAG}: gpu={changed.gpu_name} on nodes with no GPU known: give gpus=N too")

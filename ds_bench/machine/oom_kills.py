@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass
 
 _COUNT = re.compile(r"^oom_kill (\d+)$", re.MULTILINE)
+_KMSG_TIME = re.compile(r"^\d+,\d+,(\d+),[^;]*;")
+"""A /dev/kmsg record's prefix: priority, sequence, microseconds since boot (CLOCK_MONOTONIC's), flags."""
 _KILLED = re.compile(r"Killed process (\d+) \(.*?\) total-vm:\d+kB, anon-rss:(\d+)kB, file-rss:(\d+)kB, "
                      r"shmem-rss:(\d+)kB")
 _CONSTRAINT = re.compile(r"oom-kill:constraint=(\w+),.*?,pid=(\d+),")
@@ -33,6 +36,8 @@ class OomCounts:
     kernel: int | None
     cgroup: int | None
     cgroup_path: str | None = None
+    at_us: float | None = None
+    """When they were read: CLOCK_MONOTONIC in microseconds, the clock of the kernel log's records."""
 
     def rise_since(self, before: OomCounts) -> tuple[int | None, int | None]:
         """(kernel, cgroup) kills since ``before``; None where either reading is missing."""
@@ -51,6 +56,8 @@ class KernelKill:
     """Anonymous + file + shared resident memory of the process at the kill."""
     constraint: str | None
     """``CONSTRAINT_MEMCG`` (a cgroup's limit), ``CONSTRAINT_NONE`` (the machine's memory), None: not logged."""
+    at_us: int | None = None
+    """When the kernel logged it (microseconds since boot); None: a log line without its /dev/kmsg prefix."""
 
 
 def oom_kill_count(text: str) -> int | None:
@@ -75,18 +82,42 @@ def cgroup_counter_file(proc_cgroup: str, root: str = "/sys/fs/cgroup") -> str |
     return os.path.join(base, unified.lstrip("/"), "memory.events")
 
 
-def kernel_kills(log: str) -> dict[int, KernelKill]:
-    """pid -> its kill, from kernel log text (pure)."""
+def kernel_kills(log: str, since_us: float | None = None) -> dict[int, KernelKill]:
+    """pid -> its kill, from kernel log text (pure); with ``since_us``, only kills logged from then on (a pid the
+    kernel reused since an older kill is not that process)."""
     constraints = {int(pid): constraint for constraint, pid in _CONSTRAINT.findall(log)}
-    return {int(pid): KernelKill(int(pid), (int(anon) + int(file) + int(shmem)) * 1024, constraints.get(int(pid)))
-            for pid, anon, file, shmem in _KILLED.findall(log)}
+    out = {}
+    for line in log.splitlines():
+        killed = _KILLED.search(line)
+        if not killed:
+            continue
+        stamp = _KMSG_TIME.match(line)
+        at_us = int(stamp.group(1)) if stamp else None
+        if since_us is not None and at_us is not None and at_us < since_us:
+            continue
+        pid, anon, file, shmem = map(int, killed.groups())
+        out[pid] = KernelKill(pid, (anon + file + shmem) * 1024, constraints.get(pid), at_us)
+    return out
+
+
+def pids_are_the_kernels(status: str) -> bool:
+    """Whether this process's pids are the ones the kernel logs: /proc/self/status's ``NSpid`` has one entry in
+    the initial pid namespace, one per namespace in a container (pure)."""
+    for line in status.splitlines():
+        if line.startswith("NSpid:"):
+            return len(line.split()) == 2
+    return True  # kernels before 4.1 have no NSpid: no namespaces to tell apart
 
 
 def read_counts() -> OomCounts:
     kernel = _read(lambda: oom_kill_count(_text("/proc/vmstat")))
     path = _read(lambda: cgroup_counter_file(_text("/proc/self/cgroup")))
     cgroup = _read(lambda: oom_kill_count(_text(path))) if path else None
-    return OomCounts(kernel, cgroup, path if cgroup is not None else None)
+    return OomCounts(kernel, cgroup, path if cgroup is not None else None, time.monotonic() * 1e6)
+
+
+def logged_pids_are_ours() -> bool:
+    return bool(_read(lambda: pids_are_the_kernels(_text("/proc/self/status"))))
 
 
 def read_kernel_log(limit: int = KMSG_RECORDS) -> str | None:
@@ -99,11 +130,14 @@ def read_kernel_log(limit: int = KMSG_RECORDS) -> str | None:
     try:
         for _ in range(limit):
             try:
-                records.append(os.read(fd, 8192).decode(errors="replace"))
+                record = os.read(fd, 8192)
             except BlockingIOError:  # the end of the buffer
                 break
             except BrokenPipeError:  # a record overwritten while reading: go on with the next
                 continue
+            if not record:  # a /dev/kmsg that is /dev/null (some containers)
+                break
+            records.append(record.decode(errors="replace"))
     except OSError:
         return None
     finally:

@@ -13,6 +13,7 @@ from ds_bench.config.layout import ENGINES, OFFLOADS, PRECISIONS
 from ds_bench.config.parsers import flag_type, parse_count, parse_list, parse_memory
 from ds_bench.config.study_flags import StudySpec, add_degree_arguments, add_job_arguments, degrees_of, job_options
 from ds_bench.errors import UserError
+from ds_bench.jobs.compute_nodes import with_job_gpus
 from ds_bench.machine.compute_node import ComputeNode
 from ds_bench.perf.devices import DEVICES
 
@@ -155,7 +156,7 @@ def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
     local = args.executor == "local"
     jobs = {**vars(args), "gpus_per_node": args.gpus_per_node or 0,
             **({"nodes": None, "gpus_per_node": 0} if local else {})}
-    options = job_options(argparse.Namespace(**jobs))
+    options = with_job_gpus(job_options(argparse.Namespace(**jobs)), node)  # Slurm: the nodes' GPUs, unless given
     return PlanSpec(
         **options, workload=args.workload, size=args.size,
         shape_flags={k: getattr(args, k) for k in ("layers", "hidden", "heads", "experts", "top_k")},

@@ -48,7 +48,7 @@ def record_failure(run: Started, error: BaseException | None = None, stalled_s: 
         troubled.update({rank: "oom" for rank in killed})
         reason, record = failure_record(run, error, stalled_s, troubled, signum)
         records = [record]
-        if killed and oom_victims.reports_them(run, troubled):
+        if killed and oom_victims.reports_them(run, killed):
             records += [oom_victims.victim_record(run, rank, kill, run_record) for rank, kill in sorted(killed.items())]
         try:
             for one in records:

@@ -19,6 +19,7 @@ import os
 
 from ds_bench.config.deepspeed.derive import write_derived
 from ds_bench.config.layout import Layout
+from ds_bench.config.parsers import parse_count
 from ds_bench.config.run_config import RunConfig
 from ds_bench.errors import UserError
 from ds_bench.jobs import ledger, spawn
@@ -150,7 +151,8 @@ class Sweep:
         ``--seq-len``, else ``ds-bench run``'s default."""
         if point.seq_len:
             return point
-        return dataclasses.replace(point, seq_len=int(_seq_arg(self.spec.run_args) or RunConfig.seq_len))
+        given = _seq_arg(self.spec.run_args)
+        return dataclasses.replace(point, seq_len=parse_count("--seq-len", given) if given else RunConfig.seq_len)
 
     def _config_rejected(self, point: Layout) -> str | None:
         from ds_bench import engines
