@@ -685,7 +685,7 @@ for command, argv in [("run", run("--expect", "{tmp}/e.yaml")),
         with_file(with_file(argv, "x.jsonl", REPORT_LINE), "e.yaml", BINARY),
         r"^ds-bench: error: --expect .*/e\.yaml: not UTF-8 text \(byte 0x89 at offset 0\); expected a YAML expectations file$")
 CASES["doctor timeout"] = Case(cmd("doctor", "--dist-timeout", "0s"), r"--dist-timeout '0s': must be at least 1 ms$")
-CASES["doctor connect timeout"] = Case(cmd("doctor", "--connect-timeout=-1s"), r"--connect-timeout '-1s': must be more than 0")
+CASES["doctor connect timeout"] = Case(cmd("doctor", "--connect-timeout=-1s"), r"--connect-timeout '-1s': must be at least 1 ms")
 CASES["doctor iface"] = Case(cmd("doctor", "--iface", "nosuch0"), r"interface 'nosuch0' .* does not exist")
 CASES["doctor json folder"] = Case(cmd("doctor", "--json", "{tmp}"), r"--json .*: is a folder")
 
