@@ -100,9 +100,8 @@ def run_attempt(spec, run_args: list[str], tag: str, log_path: str, job=None, en
         end = spawn.run_job(argv, log_path, spec.timeout_s, env=spawn.job_environment(job or spec, env))
     busy = probe.finish()
     runs = _runs_of(spec, tag)
-    kernel_rise, cgroup_rise = oom_kills.read_counts().rise_since(kills_before)  # the job's cgroup is this one's
-    rise = cgroup_rise if cgroup_rise is not None else kernel_rise
-    status, reason = outcome.classify(runs, end.exit_code, end.timed_out, spec.timeout_s, rise or 0)
+    kills = oom_kills.read_counts().kills_since(kills_before)  # the job's cgroup is this one's
+    status, reason = outcome.classify(runs, end.exit_code, end.timed_out, spec.timeout_s, kills or 0)
     return Attempt(status, reason, _chosen(runs), end, busy, log_path, tuple(runs), tag)
 
 

@@ -39,6 +39,12 @@ class OomCounts:
     at_us: float | None = None
     """When they were read: CLOCK_MONOTONIC in microseconds, the clock of the kernel log's records."""
 
+    def kills_since(self, before: OomCounts) -> int | None:
+        """The kills since ``before`` that count for this process: its cgroup's where readable (a Slurm job's, a
+        container's: its own), else the host's; None where neither is."""
+        kernel, cgroup = self.rise_since(before)
+        return cgroup if cgroup is not None else kernel
+
     def rise_since(self, before: OomCounts) -> tuple[int | None, int | None]:
         """(kernel, cgroup) kills since ``before``; None where either reading is missing."""
         def rise(now, then):

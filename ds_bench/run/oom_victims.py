@@ -26,9 +26,12 @@ def victims(run: Started, troubled: dict[int, str]) -> dict[int, OomKill]:
     killer ended, with the evidence: the kernel log's kill of that pid since the run joined, where the log is
     readable and its pids are ours; else the cgroup's (or the host's) count, risen by at least as many as are
     gone."""
-    recorded = _ranks_recorded(run)
-    gone = [p for p in run.peers if troubled.get(p["rank"]) == "gone" and p["rank"] not in recorded]
+    gone = [p for p in run.peers if troubled.get(p["rank"]) == "gone"]
     if not gone or run.oom_counts is None:
+        return {}
+    recorded = _ranks_recorded(run)  # read only now: most failures have no peer gone on this host
+    gone = [p for p in gone if p["rank"] not in recorded]
+    if not gone:
         return {}
     now = oom_kills.read_counts()
     kernel_rise, cgroup_rise = now.rise_since(run.oom_counts)
@@ -37,7 +40,7 @@ def victims(run: Started, troubled: dict[int, str]) -> dict[int, OomKill]:
         logged = oom_kills.kernel_kills(log, since_us=run.oom_counts.at_us)
         found = {p["rank"]: (p, logged[p["pid"]]) for p in gone if p["pid"] in logged}
     else:
-        rise = cgroup_rise if cgroup_rise is not None else kernel_rise
+        rise = now.kills_since(run.oom_counts)
         found = {p["rank"]: (p, None) for p in gone} if rise and rise >= len(gone) else {}
     out = {}
     for rank, (peer, kill) in found.items():
