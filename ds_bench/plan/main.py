@@ -34,9 +34,12 @@ def main(args: argparse.Namespace) -> int:
     shape = shapes.of_workload(spec.workload, spec.size, spec.shape_flags["layers"], spec.shape_flags["hidden"],
                                spec.shape_flags["heads"], spec.seq_len, spec.shape_flags["experts"],
                                spec.shape_flags["top_k"])
-    _check_degrees_fit(spec, shape)
-    cluster = cluster_for(spec)
     from ds_bench.workloads import REGISTRY
+
+    experts = [v for v in spec.degrees.get("expert_parallel", ()) if v > 1]
+    if experts:  # a dense model: named before the search, where every candidate would drop for other rules
+        REGISTRY[spec.workload].check_degrees({"expert_parallel": max(experts)})
+    cluster = cluster_for(spec)
 
     space = Space(spec.precision, spec.engines, spec.stages, spec.offloads, spec.micro_batches, spec.checkpointing,
                   {k: v for k, v in spec.degrees.items() if v}, spec.headroom_pct, spec.attn,
@@ -104,16 +107,6 @@ def cluster_for(spec: PlanSpec) -> Cluster:
         raise UserError(f"--device {spec.device}: {lacking} for {cluster.nodes} x {cluster.per_node} ranks; measure it "
                         "(ds-bench comm, then --calibrate its results, or an expectations file with comm busbw bounds)")
     return cluster
-
-
-def _check_degrees_fit(spec: PlanSpec, shape) -> None:
-    """A degree the model has nothing to split by is the user's bad input, named before the search: otherwise every
-    candidate with it drops for other rules and the one line left names none of them."""
-    experts = [v for v in spec.degrees.get("expert_parallel", ()) if v > 1]
-    if experts and not shape.experts:
-        raise UserError(f"--expert-parallel {','.join(map(str, experts))}: {spec.workload} "
-                        f"{spec.size or 'of these shapes'} has no experts to place on ranks; expert parallelism needs "
-                        "a mixture of experts (--workload moe)")
 
 
 def _local_memory(spec: PlanSpec) -> int | None:
