@@ -36,7 +36,7 @@ def distinct_rows(candidates: list[Candidate], k: int) -> list[int]:
     layout's micro-batch variants are predicted alike, and running two of them confirms one prediction twice."""
     seen, out = set(), []
     for i, c in enumerate(candidates):
-        family = (dataclasses.replace(c.layout, micro_batch=0, grad_accum=1).key, c.checkpointing)
+        family = (dataclasses.replace(c.layout, grad_accum=1).family, c.checkpointing)  # plan trades mbs for ga
         if family not in seen:
             seen.add(family)
             out.append(i)
