@@ -1,15 +1,17 @@
 """ds_bench.perf.states and ds_bench.perf.peak_memory: model-state formulas per stage, DeepSpeed's estimators
 for bf16 ZeRO 2/3, calibration, scaling with micro-batch and precision, fits/headroom (pure, inline numbers);
-the capacity of a CPU rank (``machine.device_memory``); and one real 2-rank check of predicted against
+the capacity of a CPU rank (``machine.compute_node.ComputeNode.rank_memory_bytes``); and one real 2-rank check of predicted against
 measured peaks."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import psutil
 import pytest
 
 from ds_bench.config.layout import Layout
-from ds_bench.machine.device_memory import device_capacity_bytes
+from ds_bench.machine.compute_node import this_machine
 from ds_bench.perf.peak_memory import Calibration, calibrate, fits, predict_peak_bytes
 from ds_bench.perf.states import ModelShape, model_states_bytes
 from ds_bench.record.schema import RunRecord
@@ -157,10 +159,9 @@ def test_fits_keeps_the_headroom_free():
 
 
 def test_device_capacity_on_cpu():
-    assert device_capacity_bytes("cpu", 2, cpu_mem_limit=4 * 2**30) == 4 * 2**30
-    assert device_capacity_bytes("cpu", 2) == psutil.virtual_memory().total // 2
-    with pytest.raises(ValueError, match="cuda and cpu"):
-        device_capacity_bytes("hpu", 1)
+    here = dataclasses.replace(this_machine(), gpus=0)  # its CPU ranks, on a GPU machine too
+    assert here.rank_memory_bytes(2, cpu_mem_limit=4 * 2**30) == 4 * 2**30
+    assert here.rank_memory_bytes(2) == psutil.virtual_memory().total // 2
 
 
 # Real runs. Factors measured on this machine (2 CPU ranks, fp32, mnist CNN, synthetic data): see

@@ -174,14 +174,10 @@ def _lists_this_host(hostfile: str) -> bool:
 
 
 def rank_capacity(spec, ranks_per_node: int) -> float:
-    """Memory one rank of a study may use (bytes), from its compute node (``spec.compute``; this machine's when the
+    """Memory one rank of a study may use (bytes), from its compute node (``spec.compute``; this machine when the
     spec has none). Not known (a GRES without a GPU type): the study's bad input, but for ``--dry-run``, which
     predicts nothing and gets infinity."""
-    from ds_bench.machine.device_memory import device_capacity_bytes
-
-    node = getattr(spec, "compute", None)
-    if node is None:
-        return device_capacity_bytes(spec.device_type, ranks_per_node, spec.cpu_mem_limit)
+    node = getattr(spec, "compute", None) or this_machine()
     known = node.rank_memory_bytes(ranks_per_node, spec.cpu_mem_limit)
     if known is not None:
         return known
