@@ -34,7 +34,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.netns import Result, TwoHosts, clean_env
+import pytest
+
+from tests.netns import Result, TwoHosts, clean_env, skip_reason, two_hosts
 
 CONTROLLER = "hosta"
 PARTITION = "bed"
@@ -291,6 +293,20 @@ def slurm_cluster(bed: TwoHosts, hosts: Sequence[str] = ("hosta", "hostb"), cpus
         for line in running_daemons(workdir):  # a daemon that forked away from its group
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(int(line.split()[1]), signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def module_bed(prefix: str, **options) -> Iterator[SlurmBed]:
+    """A test module's cluster: the two-host bed (network namespaces named from ``prefix``) running Slurm
+    (``slurm_cluster``'s ``options``), the module skipped with the reason where namespaces or Slurm cannot be had;
+    no daemon may outlive it."""
+    reason = skip_reason(prefix) or ensure_installed()
+    if reason:
+        pytest.skip(reason)
+    with two_hosts(prefix) as bed:
+        with slurm_cluster(bed, **options) as cluster:
+            yield cluster
+        assert running_daemons(cluster.workdir) == [], "a Slurm daemon outlived the bed"
 
 
 def _start_slurmd(bed: TwoHosts, workdir: Path, host: str) -> subprocess.Popen:

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from ds_bench.machine.cpu_features import this_cpu_has_native_bf16
-from tests.netns import skip_reason, two_hosts
-from tests.slurm_bed import ensure_installed, running_daemons, slurm_cluster
+from tests.slurm_bed import module_bed
 
 pytestmark = pytest.mark.dist
 
@@ -30,15 +29,10 @@ SWEEP = [sys.executable, "-m", "ds_bench", "sweep", "--ds-config", "ds_configs/z
 
 @pytest.fixture(scope="module")
 def slurm():
-    reason = skip_reason("dsbg") or ensure_installed()
-    if reason:
-        pytest.skip(reason)
-    with two_hosts("dsbg") as bed:
-        with slurm_cluster(bed, node_options={"hosta": f"Features={CPU_FEATURES}", "hostb": "Gres=gpu:h100:2"},
-                           partitions={"gpu": "hostb", "cpu": "hosta"},
-                           gres={"hostb": "Name=gpu Type=h100 Count=2"}) as cluster:
-            yield cluster
-        assert running_daemons(cluster.workdir) == [], "a Slurm daemon outlived the bed"
+    nodes = {"hosta": f"Features={CPU_FEATURES}", "hostb": "Gres=gpu:h100:2"}
+    with module_bed("dsbg", node_options=nodes, partitions={"gpu": "hostb", "cpu": "hosta"},
+                    gres={"hostb": "Name=gpu Type=h100 Count=2"}) as cluster:
+        yield cluster
 
 
 def study(slurm, argv: list[str]) -> str:

@@ -27,7 +27,7 @@ import yaml
 
 from tests import netns
 from tests.conftest import REPO, records
-from tests.netns import ADDRS, skip_reason, two_hosts
+from tests.netns import ADDRS
 
 pytestmark = pytest.mark.dist
 
@@ -39,17 +39,10 @@ FP32 = ["--set", "bf16.enabled=false"]  # emulated bf16 is ~20x slower on an AVX
 
 @pytest.fixture(scope="module")
 def slurm():
-    reason = skip_reason(PREFIX)
-    if reason:
-        pytest.skip(reason)
-    from tests import slurm_bed
+    from tests.slurm_bed import module_bed
 
-    reason = slurm_bed.ensure_installed()
-    if reason:
-        pytest.skip(reason)
-    with two_hosts(PREFIX) as bed, slurm_bed.slurm_cluster(bed) as cluster:
+    with module_bed(PREFIX) as cluster:
         yield cluster
-    assert slurm_bed.running_daemons(cluster.workdir) == [], "a Slurm daemon outlived the bed"
 
 
 def sbatch(slurm, script: str, args: list[str], env: dict[str, str], out: Path, timeout: float):

@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.netns import skip_reason, two_hosts
-from tests.slurm_bed import ensure_installed, running_daemons, slurm_cluster
+from tests.slurm_bed import module_bed
 
 pytestmark = pytest.mark.dist
 
@@ -33,13 +32,8 @@ SWEEP = [sys.executable, "-m", "ds_bench", "sweep", "--workload", "mnist", "--ds
 
 @pytest.fixture(scope="module")
 def slurm():
-    reason = skip_reason("dsbe") or ensure_installed()
-    if reason:
-        pytest.skip(reason)
-    with two_hosts("dsbe") as bed:
-        with slurm_cluster(bed) as cluster:
-            yield cluster
-        assert running_daemons(cluster.workdir) == [], "a Slurm daemon outlived the bed"
+    with module_bed("dsbe") as cluster:
+        yield cluster
 
 
 def records(path: Path, kind: str) -> list[dict]:
