@@ -908,7 +908,8 @@ CASES["plan model fits no layout"] = Case(
                                     r"layout needs is [0-9.]+ GiB per device")
 CASES["plan every degree beyond the world"] = Case(
     plan("--device", "H100", "--gpus-per-node", "2", "--sequence-parallel", "3", "--confirm", "1"),
-    r"no candidate layout is left on 1 x 2 H100: --sequence-parallel 3 does not divide the world size 2$")
+    r"no candidate layout is left on 1 x 2 H100: --sequence-parallel 3 does not divide the world size 2: every "
+    r"data-parallel replica needs a whole sequence-parallel group$")
 CASES["plan cpu without peak"] = Case(plan("--device", "cpu"), r"CPU ranks have no datasheet peak")
 CASES["plan calibrate missing"] = Case(plan("--device", "H100", "--calibrate", "{tmp}/none.jsonl"),
                                        r"--calibrate .*none.jsonl: no such file")

@@ -142,12 +142,15 @@ def nothing_left(shape, spec: PlanSpec, cluster: Cluster, dropped: list[Dropped]
 
 
 def off_world(spec: PlanSpec, world: int) -> list[str]:
-    """Each parallel degree asked (``--sequence-parallel 3``) that does not divide the world: no candidate has it
-    (``perf.space.candidates``)."""
-    from ds_bench.config.layout import DEGREES
+    """Each parallel degree asked (``--sequence-parallel 3``) that does not divide the world, in the legality table's
+    words for a layout with that degree alone: no candidate has it (``perf.space.candidates``)."""
+    from ds_bench.config import legality
+    from ds_bench.config.layout import DEGREES, Layout
 
-    return [f"{d.flag} {v} does not divide the world size {world}" for d in DEGREES
-            for v in (spec.degrees.get(d.field) or ()) if world % v]
+    where = legality.Where(world_size=world)
+    return [legality.violation(Layout(stage=1, offload="none", precision=spec.precision, micro_batch=1,
+                                      **{d.field: v}), where)
+            for d in DEGREES for v in (spec.degrees.get(d.field) or ()) if world % v]
 
 
 def plan_record(spec: PlanSpec, shape, cluster: Cluster, ranked: list[Planned], dropped: list[Dropped]) -> PlanRecord:
