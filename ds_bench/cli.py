@@ -19,7 +19,7 @@ import traceback
 
 from ds_bench.cluster.faults import Terminated
 from ds_bench.config.run_flags import Parser, add_local_rank
-from ds_bench.errors import UserError
+from ds_bench.errors import UserError, say
 from ds_bench.record import expect_gate
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         code = importlib.import_module(COMMANDS[args.command][0]).main(args)
         return code if gate is None else gate.close(code)
     except UserError as e:
-        print(f"ds-bench: error: {e}", file=sys.stderr, flush=True)
+        say(f"ds-bench: error: {e}")
         return UserError.exit_code
     except Terminated as e:  # recorded by the run when it had started; no traceback for a signal
         print(f"ds-bench: terminated by {e}", file=sys.stderr, flush=True)

@@ -1,5 +1,9 @@
 """Bad input: a one-line error naming what is wrong, exit code 2, no traceback, nothing recorded."""
 
+import shlex
+import subprocess
+import sys
+
 import pytest
 
 from tests.conftest import ds_bench, explain
@@ -81,3 +85,15 @@ def test_a_two_rank_failure_is_recorded_by_the_failing_ranks_under_one_run_id(tm
     assert 1 <= len(recs) <= 2 and len({r["run_id"] for r in recs}) == 1, recs
     assert all(r["status"] == "failed" and r["ds_config"]["optimizer"]["type"] == "Lamb" for r in recs)
     assert {r["error"].split(":")[0] for r in recs} <= {"rank 0", "rank 1"}
+
+
+def test_error_lines_of_ranks_sharing_one_stderr_pipe_never_run_together():
+    """Four processes print 500 error lines each into one pipe, as the ranks of a torchrun do when each refuses
+    the same input (``ds_bench.errors.say``). ``print`` wrote the text and its newline apart and two ranks' lines ran
+    together (the full tier's two-rank preflight test, CI 2026-11-29); in this test print spoiled ~1,800 of 8,000."""
+    line = "ds-bench: error: " + "x" * 200 + " end"
+    code = shlex.quote(f"from ds_bench.errors import say\nfor _ in range(500): say({line!r})")
+    ranks = " ".join(f"{shlex.quote(sys.executable)} -c {code} &" for _ in range(4))
+    proc = subprocess.run(["bash", "-c", f"{ranks} wait"], capture_output=True, text=True, timeout=60)
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 2000 and set(lines) == {line}, proc.stderr[:2000]

@@ -113,16 +113,21 @@ def test_the_command_exits_1_on_a_slower_match_and_0_when_the_same(tmp_path, cap
 def test_a_real_slowdown_is_caught_and_healthy_runs_are_called_the_same(tmp_path):
     """MNIST on one CPU rank pinned to core 0 (``taskset``, 1 thread), 3 runs per file; the slow file's runs share
     core 0 with a noisy neighbour (a busy loop pinned there: about half the core, as on a shared node). The runs
-    interleave (base, healthy, slow, base, ...), as a careful user measures on a shared machine: each file's runs
-    span the same stretch of the machine's time. Earlier versions slowed the runs by 1 intra-op thread instead of 2:
+    interleave, as a careful user measures on a shared machine: each file's runs span the same stretch of the
+    machine's time, and the order turns each round (base healthy slow, healthy slow base, slow base healthy) so that
+    no file always runs first or always follows the neighbour. Earlier versions slowed the runs by 1 intra-op thread instead of 2:
     while another xdist worker loaded both cores (a JIT op build beside it), the 1-thread runs were the faster
     (481 against 387 samples/s), since 2 threads on 2 busy cores wait for each other; a neighbour on the run's own
-    core slows it whatever the other core does. The threshold is 15%: the other worker's load moves healthy runs by
-    several percent. Measured: see the print (``pytest -s``) and docs/commands/report.md."""
+    core slows it whatever the other core does. The threshold is 25%: the neighbour halves the slow runs (-50%),
+    while healthy runs alone on the machine still came out +16.7% against base once (CI, 2026-11-29: 909-929
+    against 1007-1142 images/s, p 0.05), with the threshold at 15% and a fixed order. Measured: see the print
+    (``pytest -s``) and docs/commands/report.md."""
     neighbours = {"base": False, "healthy": False, "slow": True}
     paths = {name: tmp_path / f"{name}.jsonl" for name in neighbours}
-    for _ in range(3):
-        for name, path in paths.items():
+    names = list(paths)
+    for round_ in range(3):
+        for name in names[round_:] + names[:round_]:
+            path = paths[name]
             with noisy_neighbour(core=0, on=neighbours[name]):
                 proc = run_cmd(["taskset", "-c", "0", sys.executable, "-m", "ds_bench", "run", "--workload", "mnist",
                                 "--ds-config", "ds_configs/zero1.json", "--set", "bf16.enabled=false",
@@ -132,10 +137,10 @@ def test_a_real_slowdown_is_caught_and_healthy_runs_are_called_the_same(tmp_path
     assert all(len(records(path)) == 3 for path in paths.values())
     print({name: [round(r["metrics"]["samples_per_s"], 1) for r in records(path)] for name, path in paths.items()})
     base, healthy, slow = (str(paths[name]) for name in ("base", "healthy", "slow"))
-    same = ds_bench("compare", base, healthy, "--threshold", "15")
+    same = ds_bench("compare", base, healthy, "--threshold", "25")
     print(same.stdout)
     assert same.returncode == 0 and "same" in same.stdout, explain(same)
-    slower = ds_bench("compare", base, slow, "--threshold", "15")
+    slower = ds_bench("compare", base, slow, "--threshold", "25")
     print(slower.stdout)
     assert slower.returncode == 1 and "slower" in slower.stdout and "(single sample)" not in slower.stdout, explain(slower)
 

@@ -18,7 +18,7 @@ import re
 
 import hostlist
 
-from ds_bench.errors import UserError
+from ds_bench.errors import UserError, say
 
 _TASKS = re.compile(r"(\d+)(?:\(x(\d+)\))?")
 # Comma-separated, non-empty items of host-name characters and brackets; the library checks the brackets.
@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
     try:
         hosts = expand_nodelist(os.environ.get(var, "localhost"), var)
     except UserError as e:
-        print(f"ds-bench: error: {e}", file=sys.stderr, flush=True)
+        say(f"ds-bench: error: {e}")
         return UserError.exit_code
     print("\n".join(hosts))
     return 0
