@@ -894,6 +894,10 @@ CASES["plan expert-parallel for a dense model"] = Case(
 CASES["plan device-memory without a unit"] = Case(
     plan("--device", "TPU9", "--peak-tflops", "100", "--device-memory", "80", "--gpus-per-node", "8"),
     r"--device-memory 80: give a unit, e.g. 80GiB")
+CASES["plan confirm a fused loss"] = Case(plan("--workload", "gpt2", "--size", "tiny", "--device", "cpu", "--loss", "fused",
+                                             "--confirm", "1"),
+                                        r"--confirm with --loss fused: ds_bench's runs compute the upcast loss")
+CASES["plan loss unknown"] = Case(plan("--loss", "liger"), r"--loss: invalid choice: 'liger'")
 CASES["plan nodes 0"] = Case(plan("--device", "H100", "--nodes", "0"), r"--nodes must be a positive integer, got 0$")
 CASES["plan achieved 2"] = Case(plan("--device", "H100", "--achieved", "2"), r"--achieved must be in \(0, 1\]")
 CASES["plan batch not whole sequences"] = Case(plan("--device", "H100", "--global-batch", "1000"),

@@ -61,6 +61,32 @@ def test_a_gpt_block_keeps_korthikantis_bytes(tp):
     assert fused == pytest.approx(s * b * h * (10 + 24 / tp))
 
 
+def test_a_block_without_dropout_keeps_two_bytes_less_per_token_and_unit_and_a_tiled_mlp_keeps_no_intermediates():
+    """Korthikanti's 10 + 24/t of a 16-bit GPT block, less its two 1-byte dropout masks (MPT, Llama: no dropout);
+    DeepSpeed's TiledMLP recomputes the MLP's 16 bytes (two 4h tensors: GELU's input and output) in backward."""
+    gpt = shapes.of_workload("gpt2", "small", None, None, None, 1024)
+    plain = dataclasses.replace(gpt, dropout=False)
+    s, b, h = 1024, 4, gpt.hidden
+    assert memory.block_bytes(plain, Candidate(layout(micro_batch=b)), s, eager=False) == pytest.approx(s * b * h * 32)
+    tiled = Candidate(layout(micro_batch=b, tiled_mlp=True))
+    assert memory.block_bytes(plain, tiled, s, eager=False) == pytest.approx(s * b * h * 16)
+    assert gpt.flops_per_token(s, tiled_mlp=True) - gpt.flops_per_token(s) == 2 * gpt.layers * 2 * h * 4 * h
+
+
+def test_the_loss_holds_12_bytes_a_logit_upcast_2e_fused_and_one_tile_tiled():
+    """``perf.loss_memory``: HF's upcast loss keeps three fp32 [tokens x vocab] tensors, a fused kernel the logits
+    and their gradient in the compute precision; plan's logits term is that, over a TP rank's share of the vocab."""
+    from ds_bench.perf import loss_memory
+
+    assert loss_memory.loss_bytes(1000, 50_000, "bf16") == 1000 * 50_000 * 12
+    assert loss_memory.loss_bytes(1000, 50_000, "bf16", "fused") == 1000 * 50_000 * 4
+    assert loss_memory.loss_bytes(1000, 50_000, "fp32", "fused") == 1000 * 50_000 * 8
+    assert loss_memory.loss_bytes(65_536, 128_256, "bf16", "fused", tiled=True) < 2 ** 30  # tiles: upcast, small
+    gpt = shapes.of_workload("gpt2", "small", None, None, None, 1024)
+    c = Candidate(layout(micro_batch=4, tensor_parallel=2))
+    assert memory.logits_bytes(gpt, c, 1024, "fused") == 4 * 1024 * -(-gpt.vocab // 2) * 4
+
+
 def test_checkpointing_keeps_each_blocks_input_and_one_block():
     gpt = shapes.of_workload("gpt2", "small", None, None, None, 1024)
     c = Candidate(layout(micro_batch=2), checkpointing=True)

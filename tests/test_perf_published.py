@@ -1,26 +1,50 @@
-"""The plan model against published runs (``ds_bench/perf/published_runs.yaml``, each with its source): every
-run's predicted throughput within ``RATIO`` of its published one, with one achieved-fraction constant per device
-family fitted to these runs; the BigScience largest-fitting models predicted to fit and twice their blocks not;
-torchtitan's published memory between the model's full-checkpointing and no-checkpointing figures (pure, fast)."""
+"""The plan model against published runs (``ds_bench/perf/published_runs.yaml``, each with its source), out of
+sample: every run's predicted throughput, with the achieved fraction its family's *other* runs set
+(leave-one-out), within ``OUT_OF_SAMPLE`` of its published one; every run predicted to fit its device with the
+configuration it ran (its checkpointing, its loss, its dropout); the BigScience largest-fitting models predicted
+to fit and twice their blocks not (pure, fast)."""
 
 from __future__ import annotations
 
 import pytest
 
 from ds_bench.perf import published as P
-from ds_bench.perf.devices import DEVICES
+from ds_bench.perf.devices import DEVICES, GiB
 
-RATIO = (1 / 1.5, 1.5)
-"""Predicted / published tokens per second per GPU. Measured over the 22 runs: 0.83 (BigScience 78B on 256 V100)
-to 1.49 (torchtitan's 8B on 128 H100, 500 W parts whose peak is below the datasheet's); 20 of 22 within 1.35x."""
+OUT_OF_SAMPLE = (0.78, 1.47)
+"""Predicted / published tokens per second per GPU, each run predicted with the median fraction of its family's
+other runs. Measured over the 24 runs (docs/plan.md, 2026-11-29): 0.780 (BigScience 78B on 256 V100) to 1.465
+(torchtitan's 8B on 128 H100, 500 W parts whose peak is below the datasheet's). The band is that spread, no
+wider."""
 
 RUNS = [r["id"] for r in P.runs()]
 
 
 @pytest.mark.parametrize("run_id", RUNS)
-def test_throughput_within_the_stated_ratio(run_id):
-    row = P.row(P.run(run_id))
-    assert RATIO[0] <= row["ratio"] <= RATIO[1], row
+def test_throughput_out_of_sample_within_the_measured_spread(run_id):
+    r = P.run(run_id)
+    row = P.row(r)
+    assert OUT_OF_SAMPLE[0] <= row["ratio"] <= OUT_OF_SAMPLE[1], row
+    assert P.out_of_sample_achieved(r) != pytest.approx(P.needed_achieved(r), abs=1e-9)  # not its own fraction
+
+
+def test_a_runs_out_of_sample_fraction_is_the_median_of_its_familys_other_runs():
+    r = P.run("llmfoundry_mpt_1b_seq2048_64_h100")
+    others = sorted(P.needed_achieved(o) for o in P.runs() if P.family(o) == "H100" and o["id"] != r["id"])
+    assert len(others) == 9 and P.out_of_sample_achieved(r) == others[4]
+
+
+MODELLED = [r["id"] for r in P.runs() if r["layout"]["checkpointing"] in ("none", "full")]
+
+
+@pytest.mark.parametrize("run_id", MODELLED)
+def test_every_run_fits_its_device_with_the_configuration_it_ran(run_id):
+    """It ran, so the model must not call it out of memory. llm-foundry's 1.3B at micro-batch 20 (no checkpointing,
+    64 H100) and 6.8B at 32K tokens (full checkpointing, 8 H100) were "fits no layout" (90.0 and 78.8 GiB) while
+    the loss was counted at HF's fp32 upcast, 12 bytes per logit, and GPT-2's dropout masks in a model without
+    dropout: llm-foundry's fused cross entropy keeps 4 (bf16 logits and their gradient)."""
+    r = P.run(run_id)
+    assert P.memory(r).total <= P.cluster(r).memory_bytes, P.row(r)
 
 
 def test_every_run_names_its_source():
@@ -60,8 +84,7 @@ def test_selective_checkpointing_memory_lies_between_full_and_none(run_id):
 
 
 def test_the_seed_runs_are_held():
-    """The issue's named runs: BigScience 430 ms (16 V100) and 1,439 ms (64 V100), torchtitan 5,762 tokens/s."""
+    """The issue's named runs: BigScience 430 ms (16 V100) and 1,439 ms (64 V100), out of sample."""
     ms = {i: P.row(P.run(i)).get("predicted_ms") for i in ("bigscience_v100_16gpu_7.5b", "bigscience_v100_64gpu_30b")}
-    assert 430 / 1.5 <= ms["bigscience_v100_16gpu_7.5b"] <= 430 * 1.5
-    assert 1439.3 / 1.5 <= ms["bigscience_v100_64gpu_30b"] <= 1439.3 * 1.5
-    assert P.published_tokens_per_s_per_gpu(P.run("torchtitan_llama3.1_8b_8_h100")) == 5762
+    assert 430 / OUT_OF_SAMPLE[1] <= ms["bigscience_v100_16gpu_7.5b"] <= 430 / OUT_OF_SAMPLE[0]
+    assert 1439.3 / OUT_OF_SAMPLE[1] <= ms["bigscience_v100_64gpu_30b"] <= 1439.3 / OUT_OF_SAMPLE[0]

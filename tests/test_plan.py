@@ -142,3 +142,43 @@ def test_confirm_takes_distinct_layouts_not_a_layouts_micro_batch_twins():
     assert distinct_rows(rows, 2) == [0, 2]
     assert distinct_rows(rows, 5) == [0, 2, 3]
     assert distinct_rows(rows, 1) == [0]
+
+
+ISSUE_RUNS = {
+    "1.3B, micro-batch 20, 64 H100": ["--layers", "24", "--hidden", "2048", "--heads", "16", "--seq-len", "2048",
+                                      "--global-batch", "2621440", "--nodes", "8", "--micro-batch", "20",
+                                      "--activation-checkpointing", "off"],
+    "6.8B, 32K tokens, 8 H100": ["--layers", "32", "--hidden", "4096", "--heads", "32", "--seq-len", "32768",
+                                 "--global-batch", "1048576", "--nodes", "1", "--micro-batch", "2",
+                                 "--activation-checkpointing", "on"],
+}
+"""llm-foundry's H100 rows (docs/plan.md, ``ds_bench/perf/published_runs.yaml``) that plan called "fits no layout"."""
+
+
+@pytest.mark.parametrize("run", ISSUE_RUNS)
+def test_a_run_people_made_is_feasible_with_the_loss_and_dropout_it_ran(run, capsys):
+    """FSDP full shard over every GPU, bf16, no tiling. With HF's upcast loss and GPT-2's dropout (plan's defaults
+    for gpt2) it fits no layout, as it did before the loss was explicit; with llm-foundry's fused cross entropy and
+    MPT's no dropout it fits, and its row is the run's layout."""
+    argv = ["plan", "--workload", "gpt2", *ISSUE_RUNS[run], "--device", "H100", "--gpus-per-node", "8",
+            "--engines", "fsdp", "--stages", "3", "--tensor-parallel", "1", "--pipeline-stages", "1",
+            "--sequence-parallel", "1", "--offload", "none", "--tiled-mlp", "off", "--tiled-loss", "off", "--dry-run"]
+    assert cli.main(argv) == 2
+    assert "fits no layout" in capsys.readouterr().err
+    assert cli.main([*argv, "--loss", "fused", "--dropout", "off"]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 1 candidates fit" in out and "fsdp dp" in out
+
+
+def test_tiled_loss_and_tiled_mlp_are_candidates_beside_the_untiled(capsys):
+    """Llama 3.1 8B at 64K tokens on 8 H100: the upcast loss's 12-byte logits of 64K tokens x 128K vocabulary
+    (94 GiB) fit no untiled layout without tensor parallelism; tiled, they do. The rows name the tiling they take."""
+    argv = ["plan", "--workload", "llama", "--size", "llama3.1-8b", "--seq-len", "64k", "--global-batch", "512k",
+            "--device", "H100", "--gpus-per-node", "8", "--offload", "none", "--stages", "3",
+            "--sequence-parallel", "1", "--dry-run", "--show-dropped"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    ranked = [line for line in out.splitlines() if line[:1].isdigit() and "  " in line[:5]]
+    assert "tiled-loss ckpt" in ranked[0] and any("tiled-mlp tiled-loss ckpt" in line for line in ranked), out
+    assert "dropped dp8 z3 off=none bf16 mbs=1 ckpt: needs 141.5 GiB per rank" in out  # the untiled twin
+    assert "dropped dp8 z3 off=none bf16 mbs=1 tiled-mlp ckpt: needs 134.5 GiB" in out

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from ds_bench import engines
+from ds_bench.cluster.rendezvous import free_port
 from ds_bench.config.run_config import RunConfig
 from ds_bench.engines import zero_init
 from ds_bench.workloads import build_workload
@@ -63,7 +64,8 @@ def runs(tmp_path_factory):
     out = {}
     for stage, port in PORTS.items():
         results = tmp_path_factory.mktemp(f"zinit{stage}") / "r.jsonl"
-        proc = run_cmd(["torchrun", "--nproc_per_node", "2", "--master_port", port, "-m", "ds_bench", "run",
+        proc = run_cmd(["torchrun", "--nproc_per_node", "2", "--master_port", str(free_port(int(port))), "-m",
+                        "ds_bench", "run",
                         "--workload", "gpt2", *SHAPE, "--micro-batch", "1", "--ds-config",
                         str(REPO / "ds_configs" / f"zero{stage}.json"), "--set", "bf16.enabled=false",
                         "--steps", "4", "--warmup", "1", "--results", str(results)], timeout=400, **OFFLINE)

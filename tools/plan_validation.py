@@ -25,7 +25,7 @@ import sys
 SHAPE = {"gpt2": ["--layers", "4", "--hidden", "256", "--heads", "4"],
          "llama": ["--layers", "4", "--hidden", "256", "--heads", "4"],
          "moe": ["--layers", "2", "--hidden", "256", "--heads", "4", "--experts", "4", "--top-k", "2"]}
-FIXED = ["--offload", "none", "--activation-checkpointing", "off", "--seq-len", "256"]
+FIXED = ["--offload", "none", "--activation-checkpointing", "off", "--tiled-mlp", "off", "--tiled-loss", "off", "--seq-len", "256"]
 
 
 def families(world: int, quick: bool) -> list[tuple[str, list[str]]]:

@@ -17,7 +17,7 @@ from ds_bench.perf.devices import DEVICES  # noqa: E402
 
 
 def rows() -> list[str]:
-    out = ["| run | hardware | model | layout | published | predicted | ratio | fit / memory | source |",
+    out = ["| run | hardware | model | layout | published | predicted (out of sample) | ratio | fit / memory | source |",
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in published.table():
         pub, pred = f"{r['published']:,.1f} tok/s/GPU", f"{r['predicted']:,.1f}"

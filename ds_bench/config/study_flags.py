@@ -215,11 +215,11 @@ def run_flags_of(workload: str, run_args) -> argparse.Namespace:
     return flags
 
 
-def add_switch_arguments(p: argparse.ArgumentParser, what: str = "point") -> None:
+def add_switch_arguments(p: argparse.ArgumentParser, what: str = "point", default: str = "off") -> None:
     """One ``off|on|off,on`` flag per memory option, e.g. ``--tiled-mlp off,on``."""
     for s in SWITCHES:
-        p.add_argument(f"--{s.word}", dest=s.field, default="off", metavar="off|on|off,on",
-                       help=f"off, on or off,on: {s.what}, per {what} (default off; labels {s.word})")
+        p.add_argument(f"--{s.word}", dest=s.field, default=default, metavar="off|on|off,on",
+                       help=f"off, on or off,on: {s.what}, per {what} (default {default}; labels {s.word})")
 
 
 def switches_of(args: argparse.Namespace) -> dict[str, tuple[bool, ...]]:

@@ -19,9 +19,10 @@ InfiniBand/Omni-Path rate shared by its GPUs at ~90% of line rate (NDR 400 Gb/s:
 nccl-tests#290).
 
 ``achieved`` is fitted to published runs (``perf.published``: the median over a family's runs of the fraction
-each needs for the model to reproduce its throughput): V100 from BigScience's six Megatron-LM runs on Jean
+each needs for the model to reproduce its throughput; each run's ratio out of sample, with the median of the
+family's other runs, is in docs/plan.md): V100 from BigScience's six Megatron-LM runs on Jean
 Zay, A100 from BLOOM-176B, torchtitan's two 64-A100 Llama 3 rows and llm-foundry's five MPT rows, H100 from
-torchtitan's two Llama 3.1 8B rows and llm-foundry's six MPT rows; H200 takes the H100's (the same GH100
+torchtitan's two Llama 3.1 8B rows and llm-foundry's eight MPT rows; H200 takes the H100's (the same GH100
 compute); MI300X's is not fitted (no published run here).
 """
 
@@ -53,8 +54,8 @@ DEVICES: dict[str, Device] = {d.family.lower(): d for d in (
     Device("V100-32GB", 32 * GiB, 900, 125, 0.9 * 12.5 * 4 / 4, 0.42, reserve_bytes=int(1.5 * GiB), host_GBps=12),
     Device("A100", 80 * GiB, 2039, 200, 0.9 * 25, 0.69),
     Device("A100-40GB", 40 * GiB, 1555, 200, 0.9 * 25, 0.69),
-    Device("H100", 80 * GiB, 3350, 480, 0.9 * 50, 0.49),
-    Device("H200", 140 * GiB, 4800, 480, 0.9 * 50, 0.49),
+    Device("H100", 80 * GiB, 3350, 480, 0.9 * 50, 0.47),
+    Device("H200", 140 * GiB, 4800, 480, 0.9 * 50, 0.47),
     Device("MI300X", 192 * GiB, 5300, 300, 0.9 * 50, 0.35),
 )}
 """The families ``--device`` names; another device needs ``--peak-tflops`` and ``--device-memory``."""

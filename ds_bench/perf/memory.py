@@ -16,12 +16,16 @@ activations it keeps for backward, the loss's logits, and what the process holds
   output dropout masks 2 tau h bytes where the model has dropout; attention scores only for eager attention,
   E a/(t S) T^2 b (+ mask and
   dropout output with dropout); a fused kernel (sdpa, flash) keeps O(T). GPT-2 small at T = 1024, 2 bytes:
-  34 + 5 a T / h bytes per token and hidden unit, their eq. 1.
+  34 + 5 a T / h bytes per token and hidden unit, their eq. 1. Dropout is the model's (``Transformer.dropout``:
+  GPT-2 and Megatron's GPT train with it; Llama and MPT without).
+  With DeepSpeed's TiledMLP (``--tiled-mlp``, ALST) the MLP keeps only its input (already counted): its
+  intermediates are recomputed tile by tile in backward, one tile's live at a time (not counted).
   With activation checkpointing a block keeps only its input (E tau h) and one block's whole working set is
   live again in backward. A 1F1B pipeline's first stage holds P micro-batches of its L/P blocks in flight
   (their sec. 4.2.3): L blocks' worth; without a pipeline, one micro-batch of all L.
-- **logits**: the loss's [tokens x vocabulary / t] tensors, ``perf.seq_memory.LOSS_ELEMENT_BYTES`` (12) per
-  element, on the last stage.
+- **logits**: the loss's [tokens x vocabulary / t] tensors on the last stage, ``perf.loss_memory.loss_bytes``
+  of the loss's implementation (``upcast``, HF's and ds_bench's: 12 bytes per element; ``fused``: 2 E), or of
+  one tile with ``--tiled-loss``.
 - **reserve**: the device family's (``perf.devices``) or this cluster's measured baseline.
 Not modelled: allocator fragmentation beyond the reserve, communication buckets beyond DeepSpeed's estimator
 factor, the peak of building the model (ZeRO-3 without ``zero_init`` builds it whole on every rank).
@@ -34,7 +38,7 @@ from dataclasses import dataclass
 
 from ds_bench.perf.candidate import Candidate
 from ds_bench.perf.devices import Cluster
-from ds_bench.perf.seq_memory import LOSS_ELEMENT_BYTES
+from ds_bench.perf.loss_memory import loss_bytes
 from ds_bench.perf.shapes import Transformer
 from ds_bench.perf.states import ELEMENT_BYTES, ModelShape, model_states_bytes
 
@@ -81,6 +85,8 @@ def block_bytes(shape: Transformer, candidate: Candidate, seq_len: int, eager: b
     attention = e * tau * (2 * shape.q_width + 2 * shape.kv_width) / t
     if shape.experts:
         mlp = e * tau * shape.top_k * (h + 4 * f) + 4 * tau * shape.experts
+    elif layout.tiled_mlp:
+        mlp = 0.0
     else:
         mlp = e * tau * (2 if shape.mlp == "gelu" else 4) * f / t
     scores = 0.0
@@ -102,12 +108,14 @@ def activation_bytes(shape: Transformer, candidate: Candidate, seq_len: int, eag
     return int(layers * one_block)
 
 
-def logits_bytes(shape: Transformer, candidate: Candidate, seq_len: int) -> int:
+def logits_bytes(shape: Transformer, candidate: Candidate, seq_len: int, loss: str = "upcast") -> int:
     layout = candidate.layout
     tokens = layout.micro_batch * seq_len // layout.sequence_parallel
-    return tokens * -(-shape.vocab // layout.tensor_parallel) * LOSS_ELEMENT_BYTES
+    return loss_bytes(tokens, -(-shape.vocab // layout.tensor_parallel), layout.precision, loss, layout.tiled_loss)
 
 
-def memory(shape: Transformer, candidate: Candidate, seq_len: int, cluster: Cluster, eager: bool = False) -> Memory:
+def memory(shape: Transformer, candidate: Candidate, seq_len: int, cluster: Cluster, eager: bool = False,
+           loss: str = "upcast") -> Memory:
+    """One rank's memory (module docstring); ``loss``: how the untiled loss is computed (``perf.loss_memory``)."""
     return Memory(states_bytes(shape, candidate, cluster), activation_bytes(shape, candidate, seq_len, eager),
-                  logits_bytes(shape, candidate, seq_len), cluster.reserve_bytes)
+                  logits_bytes(shape, candidate, seq_len, loss), cluster.reserve_bytes)

@@ -9,13 +9,8 @@
 - **states(T)**: the model states, ``perf.states.model_states_bytes`` (the caller's): they do not change
   with the sequence, except GPT-2's learned positions past 1,024 (its member at T counts them).
 - **loss(T)**: the cross entropy's [tokens x vocabulary] tensors, the one term that is not per token in
-  every layout. ``ds_bench.engines.tiling._cross_entropy_sum`` (and HF's ``ForCausalLMLoss``) upcasts the
-  logits (``logits.float()``) and takes ``log_softmax``, whose fp32 output autograd keeps; backward begins
-  with the activations all held and makes the fp32 gradient of the log-probabilities and, from both, the
-  fp32 gradient of the logits: three fp32 tensors, ``LOSS_ELEMENT_BYTES`` = 12 per element, in either
-  precision (forward's logits + upcast + log-probabilities, 2 + 4 + 4 in bf16 and 4 + 4 in fp32, are less).
-  With ``--tiled-loss`` only one tile of tokens is whole at a time (``engines.tiling.loss_tiles``: at most
-  ``LOSS_TILE_BYTES`` of fp32 logits), so loss(T) stops growing once a tile is full.
+  every layout: ``perf.loss_memory.loss_bytes`` of ds_bench's own loss (upcast, 12 bytes per element), or of one
+  tile with ``--tiled-loss``, where it stops growing once a tile is full.
 - **per_token** and **fixed**, from the probes that ran ok (``calibrate``): with one, per_token = (peak -
   baseline - states - loss) / tokens and fixed = 0, which counts the step's fixed cost as per-token memory and
   so over-predicts longer sequences (``perf.peak_memory``: 1.2-1.8x along micro-batches); with two or more, the
@@ -30,9 +25,7 @@ import math
 from dataclasses import dataclass
 
 from ds_bench.config.layout import Layout
-
-LOSS_ELEMENT_BYTES = 12
-"""Bytes per [token x vocabulary] element the loss holds at its peak (module docstring)."""
+from ds_bench.perf import loss_memory
 
 
 @dataclass(frozen=True)
@@ -59,20 +52,10 @@ def tokens_per_rank(layout: Layout, seq_len: int) -> int:
 
 
 def loss_bytes(layout: Layout, seq_len: int, vocab: int) -> int:
-    """The loss's [tokens x vocabulary] tensors one rank holds at its peak: of all its tokens, or of one loss
-    tile with ``--tiled-loss``."""
-    tokens = tokens_per_rank(layout, seq_len)
-    if layout.tiled_loss:
-        tokens = math.ceil(tokens / loss_tiles(tokens, vocab))
-    return tokens * vocab * LOSS_ELEMENT_BYTES
-
-
-def loss_tiles(tokens: int, vocab: int) -> int:
-    """How many tiles ``--tiled-loss`` cuts a rank's tokens into (``ds_bench.engines.tiling.loss_tiles``, imported
-    when called: that module imports torch, which a dry run need not)."""
-    from ds_bench.engines.tiling import loss_tiles as tiles
-
-    return tiles(tokens, vocab)
+    """The loss's tensors one rank of ds_bench's run holds at its peak (``perf.loss_memory``: its upcast loss, of
+    all its tokens or of one tile with ``--tiled-loss``)."""
+    return loss_memory.loss_bytes(tokens_per_rank(layout, seq_len), vocab, layout.precision, "upcast",
+                                  layout.tiled_loss)
 
 
 def calibrate(probes: list[SeqProbe], layout: Layout, vocab: int) -> SeqCalibration | None:

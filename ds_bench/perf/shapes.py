@@ -106,11 +106,15 @@ class Transformer:
             mlp = (2 if self.mlp == "gelu" else 3) * d * f
         return self.layers * (attention + mlp) + self.vocab * d
 
-    def flops_per_token(self, seq_len: int, recompute: bool = False) -> float:
+    def flops_per_token(self, seq_len: int, recompute: bool = False, tiled_mlp: bool = False) -> float:
         """Training FLOPs per token (module docstring); ``recompute``: with activation checkpointing's extra
-        forward of the blocks (hardware FLOPs; MFU still counts the model FLOPs)."""
+        forward of the blocks; ``tiled_mlp``: with DeepSpeed's TiledMLP, whose backward computes each dense MLP's
+        forward again, tile by tile (also under checkpointing: the recomputed block's MLP is tiled too). Both are
+        hardware FLOPs; MFU still counts the model FLOPs."""
         attention = 12.0 * self.layers * self.q_width * seq_len
         model = 6.0 * self.matmul_params() + attention
+        if tiled_mlp and not self.experts:
+            model += 2.0 * self.layers * (2 if self.mlp == "gelu" else 3) * self.hidden * self.ffn
         if not recompute:
             return model
         return model + 2.0 * (self.matmul_params() - self.vocab * self.hidden) + attention / 3

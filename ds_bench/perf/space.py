@@ -2,7 +2,8 @@
 tokens/s per rank (``perf.step``) or dropped with why (pure apart from reading the workload's capabilities).
 
 A candidate is DP x TP x PP x SP x EP (degrees whose product of TP, PP and SP divides the world; EP divides the
-world and the experts) x engine x ZeRO stage x offload x micro-batch x activation checkpointing. It is dropped,
+world and the experts) x engine x ZeRO stage x offload x ALST's tiled MLP and tiled loss x micro-batch x
+activation checkpointing. It is dropped,
 in this order, when:
 1. the legality table refuses it (``config.legality``: the rule's sentence), or the workload's model cannot be
    split so (``Workload.check_degrees``; a pipeline deeper than the blocks, TP not dividing the heads, KV heads
@@ -44,6 +45,10 @@ class Space:
     offloads: tuple[str, ...] = OFFLOADS
     micro_batches: tuple[int, ...] | None = None
     checkpointing: tuple[bool, ...] = (False, True)
+    switches: dict[str, tuple[bool, ...]] | None = None
+    """``SWITCHES`` field -> the values to try (ALST's tiled MLP and loss); None: off only."""
+    loss: str = "upcast"
+    """How the untiled loss is computed (``perf.loss_memory``)."""
     degrees: dict[str, tuple[int, ...]] | None = None
     """Degree field -> the values to try; None: every divisor the model and the world allow."""
     headroom_pct: float = 10.0
@@ -95,7 +100,8 @@ def candidates(shape: Transformer, cluster: Cluster, space: Space, sequences: in
     world = cluster.world
     out = []
     for family in grid.families(space.stages, space.offloads, (space.precision,), (1,), space.engines,
-                                degree_values(shape, cluster, space), attns=(space.attn,), every_engine_alike=True):
+                                degree_values(shape, cluster, space), attns=(space.attn,), switches=space.switches,
+                                every_engine_alike=True):
         split = math.prod(d.size(family) for d in DEGREES if d.splits_replica)
         if world % split or any(world % d.size(family) for d in DEGREES):
             continue
@@ -158,7 +164,7 @@ def search(shape: Transformer, cluster: Cluster, space: Space, seq_len: int, seq
             dropped.append(Dropped(label, "batch", f"{sequences} sequences do not divide into "
                                    f"{c.replicas(world)} replicas x micro-batch {c.layout.micro_batch}"))
             continue
-        need = mem.memory(shape, c, seq_len, cluster, space.eager or c.layout.attn == "eager")
+        need = mem.memory(shape, c, seq_len, cluster, space.eager or c.layout.attn == "eager", space.loss)
         if need.total > capacity:
             over = need.total - capacity
             dropped.append(Dropped(label, "memory", f"needs {need.total / GiB:.1f} GiB per rank, {over / GiB:.1f} GiB "

@@ -3,7 +3,7 @@
     step = compute + exposed communication + pipeline bubble + optimizer
 
 - **compute** = tokens per step x FLOPs per token (``perf.shapes``; with activation checkpointing the recomputed
-  forward too) / ranks / (peak x achieved fraction). A third of the model FLOPs is the forward, the rest the
+  forward too, with ``--tiled-mlp`` the MLP's forward again) / ranks / (peak x achieved fraction). A third of the model FLOPs is the forward, the rest the
   backward (recomputation counts with the backward).
 - **communication**, each collective's bus bytes per step over the busbw of the link its group spans
   (``perf.devices.Cluster.busbw``; bus bytes as nccl-tests defines them, ``perf.bus_bytes``):
@@ -110,13 +110,14 @@ def step(shape: Transformer, candidate: Candidate, seq_len: int, sequences: int,
     m = micro_steps(candidate, sequences, world)
     if m is None:
         raise ValueError(f"{sequences} sequences do not divide over {candidate.label(world)}")
-    flops = sequences * seq_len * shape.flops_per_token(seq_len, candidate.checkpointing) / world
+    hardware = shape.flops_per_token(seq_len, candidate.checkpointing, layout.tiled_mlp)
+    flops = sequences * seq_len * hardware / world
     balanced = flops / (cluster.peak_tflops * 1e12 * cluster.achieved)
     p = layout.pipeline_stages
     share = busiest_stage_share(shape, p, seq_len, candidate.checkpointing)
     compute = balanced * p * share
     bubble = (1 - share) * balanced * p / m if p > 1 else 0.0
-    forward = compute * shape.flops_per_token(seq_len) / 3 / shape.flops_per_token(seq_len, candidate.checkpointing)
+    forward = compute * shape.flops_per_token(seq_len) / 3 / hardware
     moved = collectives(shape, candidate, seq_len, m, cluster, tp_style)
     comm = {name: seconds for name, (_, seconds) in moved.items()}
     exposed = exposed_times(comm, candidate, cluster, compute, forward)

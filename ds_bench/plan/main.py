@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import os
 
 from ds_bench.errors import UserError
@@ -41,9 +42,11 @@ def main(args: argparse.Namespace) -> int:
         REGISTRY[spec.workload].check_degrees({"expert_parallel": max(experts)})
     cluster = cluster_for(spec)
 
+    if spec.dropout is not None:
+        shape = dataclasses.replace(shape, dropout=spec.dropout)
     space = Space(spec.precision, spec.engines, spec.stages, spec.offloads, spec.micro_batches, spec.checkpointing,
-                  {k: v for k, v in spec.degrees.items() if v}, spec.headroom_pct, spec.attn,
-                  eager=spec.attn == "eager" or cluster.device_type == "cpu")
+                  spec.switches, spec.loss, {k: v for k, v in spec.degrees.items() if v}, spec.headroom_pct,
+                  spec.attn, eager=spec.attn == "eager" or cluster.device_type == "cpu")
     if spec.confirm and not spec.dry_run:
         from ds_bench.jobs.runner import check_cluster
 

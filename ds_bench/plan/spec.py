@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 from ds_bench.config import argcheck
 from ds_bench.config.layout import ENGINES, OFFLOADS, PRECISIONS
 from ds_bench.config.parsers import flag_type, parse_count, parse_list, parse_memory
-from ds_bench.config.study_flags import StudySpec, add_degree_arguments, add_job_arguments, degrees_of, job_options
+from ds_bench.config.study_flags import StudySpec, add_degree_arguments, add_job_arguments, add_switch_arguments
+from ds_bench.config.study_flags import degrees_of, job_options, switches_of
 from ds_bench.errors import UserError
 from ds_bench.jobs.compute_nodes import with_job_gpus
 from ds_bench.machine.compute_node import ComputeNode
 from ds_bench.perf.devices import DEVICES
+from ds_bench.perf.loss_memory import LOSSES
 
 WORKLOADS = ("llama", "gpt2", "moe")
 DEFAULT_SEQ = {"gpt2": 1024, "llama": 2048, "moe": 2048}
@@ -43,6 +45,11 @@ class PlanSpec(StudySpec):
     offloads: tuple[str, ...] = OFFLOADS
     micro_batches: tuple[int, ...] | None = None
     checkpointing: tuple[bool, ...] = (False, True)
+    switches: dict = field(default_factory=dict)
+    """Each memory option's values (``config.study_flags.switches_of``): ``{"tiled_loss": (False, True)}``."""
+    loss: str = "upcast"
+    dropout: bool | None = None
+    """Whether the model keeps dropout masks; None: the workload's (GPT-2 does, Llama does not)."""
     degrees: dict = field(default_factory=dict)
     headroom_pct: float = 10.0
     attn: str = ""
@@ -97,6 +104,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--micro-batch", default="auto", help="e.g. 1,2,4 (default auto: powers of two)")
     a.add_argument("--activation-checkpointing", default="off,on", metavar="off|on|off,on",
                    help="recompute each block's activations in backward (default off,on)")
+    add_switch_arguments(a, what="candidate", default="off,on")
+    a.add_argument("--loss", default="upcast", choices=LOSSES,
+                   help="how the loss is computed without --tiled-loss: upcast (HF's and ds_bench's: fp32 logits, "
+                        "12 bytes per logit) or fused (a fused cross-entropy kernel, e.g. flash-attn's or Liger's: "
+                        "2 x the precision's bytes; ds_bench's runs cannot confirm it) (default upcast)")
+    a.add_argument("--dropout", default=None, choices=("on", "off"),
+                   help="whether the model trains with dropout (its masks are kept for backward; default: the "
+                        "workload's: gpt2 on, llama and moe off)")
     add_degree_arguments(a, "candidate", default="auto")
     a.add_argument("--attn", default="", help="attention kernel (default: the workload's; eager keeps T x T scores)")
     a.add_argument("--headroom", type=float, default=10.0, help="%% of device memory a candidate must leave free")
@@ -136,6 +151,9 @@ def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
         raise UserError(f"--achieved must be in (0, 1], got {args.achieved}")
     if args.peak_tflops is not None and not (math.isfinite(args.peak_tflops) and args.peak_tflops > 0):
         raise UserError(f"--peak-tflops must be a positive number, got {args.peak_tflops}")
+    if args.confirm and args.loss != "upcast":
+        raise UserError(f"--confirm with --loss {args.loss}: ds_bench's runs compute the upcast loss (or --tiled-loss), "
+                        "so they cannot confirm a plan for another loss; leave out --confirm or --loss")
     if args.confirm and args.confirm > args.top:
         raise UserError(f"--confirm {args.confirm} is more than --top {args.top}: the confirmed layouts are the ranked "
                         f"rows (--top {args.confirm} or more)")
@@ -169,6 +187,7 @@ def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
         micro_batches=None if args.micro_batch == "auto" else parse_list("--micro-batch", args.micro_batch, kind=int),
         checkpointing=tuple(v == "on" for v in parse_list("--activation-checkpointing", args.activation_checkpointing,
                                                           allowed=("off", "on"))),
+        switches=switches_of(args), loss=args.loss, dropout=None if args.dropout is None else args.dropout == "on",
         degrees=degrees_of(args), headroom_pct=args.headroom, attn=args.attn, top=args.top,
         show_dropped=args.show_dropped, ds_config=ds_config, confirm=args.confirm, steps=args.steps,
         warmup=args.warmup, nproc=per_node, run_args=tuple(args.run_args),
