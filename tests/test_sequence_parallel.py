@@ -143,3 +143,26 @@ def test_the_tiled_mlp_gives_the_plain_mlp_and_its_gradients():
         torch.testing.assert_close(out[1][1][name], g, rtol=1e-4, atol=1e-6, msg=name)
     plain = LlamaForCausalLM(config)
     assert "forward" not in vars(plain.model.layers[0].mlp)  # the class is untouched
+
+
+def test_the_tiled_mlp_of_gpt2_at_micro_batch_2_gives_the_plain_mlp_and_its_gradients():
+    """GPT-2's MLP (HF ``Conv1D``: ``x.view(-1, h)``) on TiledMLP's tiles of a [2, 256, 64] batch: each tile a strided
+    view of the sequence dimension, which crashed at step 0 ("view size is not compatible"; plan's confirm of
+    ``dp2 z1 fp32 mbs=4 tiled-mlp``, 2026-11-29) until the tile is made contiguous (``tiling._on_contiguous``)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=256, resid_pdrop=0.0,
+                        embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+    ids = torch.randint(0, 128, (2, 256), generator=torch.Generator().manual_seed(1))
+    out = []
+    for tiled in (False, True):
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(config)
+        if tiled:
+            assert tiling.tile_mlps(model) == 2
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        out.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    assert out[0][0] == pytest.approx(float(out[1][0]), rel=1e-6)
+    for name, g in out[0][1].items():
+        torch.testing.assert_close(out[1][1][name], g, rtol=1e-4, atol=1e-6, msg=name)

@@ -6,8 +6,12 @@ on those ranks, calibrated with those records, and print predicted beside measur
     python tools/plan_validation.py --worlds 1,2,4 --out /tmp/planval
     python tools/plan_validation.py --worlds 1,2,4 --out /tmp/planval --table-only   # re-predict, no runs
     python tools/plan_validation.py --worlds 2 --quick         # what tests/test_plan_validation.py runs
+    python tools/plan_validation.py --worlds 2 --terms         # each memory option on and off (the test's other)
 
-Each plan run is restricted to one family of layouts by its axis flags; ``--steps`` steps per run (warm-up
+``--terms``: one GPT-2 layout with ALST's tiled MLP and tiled loss each on and off, at 4,096 tokens per rank (a
+loss larger than one tile), and a second table: per option, the predicted and the measured difference in peak
+memory between the layouts without and with it (the term the option removes). Each plan run is restricted to one
+family of layouts by its axis flags; ``--steps`` steps per run (warm-up
 ``--warmup``). The table pairs each layout's measured step (the ``--confirm`` run) with the prediction of the model
 as it is now (``plan`` run again, no job, from the same calibration), so a change to the model is re-checked
 without running anything again (``--table-only``). Exits 1 when a confirm run failed.
@@ -28,8 +32,16 @@ SHAPE = {"gpt2": ["--layers", "4", "--hidden", "256", "--heads", "4"],
 FIXED = ["--offload", "none", "--activation-checkpointing", "off", "--tiled-mlp", "off", "--tiled-loss", "off", "--seq-len", "256"]
 
 
-def families(world: int, quick: bool) -> list[tuple[str, list[str]]]:
+TERMS = ["--stages", "1", "--pipeline-stages", "1", "--micro-batch", "4", "--seq-len", "1024", "--tiled-mlp", "off,on",
+         "--tiled-loss", "off,on"]
+"""The ``--terms`` family: 4 sequences of 1,024 tokens per rank (``--global-batch`` set per world)."""
+SWITCH_WORDS = ("tiled-mlp", "tiled-loss")
+
+
+def families(world: int, quick: bool, terms: bool = False) -> list[tuple[str, list[str]]]:
     """(workload, axis flags) of each plan run at ``world`` ranks."""
+    if terms:
+        return [("gpt2", [*TERMS, "--global-batch", str(world * 4 * 1024)])]
     degrees = [d for d in (1, 2, 4) if world % d == 0]
     pp = ",".join(str(d) for d in degrees if d <= 4)
     stage = "1" if world > 1 else "0"
@@ -65,6 +77,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="GPT-2 layouts only")
+    p.add_argument("--terms", action="store_true", help="the memory options on and off only (module docstring)")
     p.add_argument("--table-only", action="store_true", help="no runs: the table of what --out holds")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -72,10 +85,10 @@ def main() -> int:
     for world in [int(w) for w in args.worlds.split(",")]:
         cal = os.path.join(args.out, f"calibration_w{world}.jsonl") if args.table_only else calibrate(world, args.out,
                                                                                                       log)
-        for workload, axes in families(world, args.quick):
+        for workload, axes in families(world, args.quick, args.terms):
             results = os.path.join(args.out, f"plan_{workload}_w{world}.jsonl")
-            argv = [sys.executable, "-m", "ds_bench", "plan", "--workload", workload, *SHAPE[workload], *FIXED, *axes,
-                    "--global-batch", str(world * 4 * 256), "--device", "cpu", "--nproc", str(world),
+            argv = [sys.executable, "-m", "ds_bench", "plan", "--workload", workload, *SHAPE[workload], *FIXED,
+                    "--global-batch", str(world * 4 * 256), *axes, "--device", "cpu", "--nproc", str(world),
                     "--calibrate", cal, "--launcher", "torchrun", "--top", "99"]
             if not args.table_only:
                 status |= run([*argv, "--confirm", "99", "--steps", str(args.steps), "--warmup", str(args.warmup),
@@ -93,7 +106,30 @@ def main() -> int:
     if ratios:
         print(f"\nmedian predicted/measured {statistics.median(ratios):.2f} over {len(ratios)} layouts, "
               f"range {min(ratios):.2f}-{max(ratios):.2f}")
+    if args.terms:
+        print("\n| ranks | option | layout without it | predicted GiB saved | measured GiB saved |\n"
+              "| --- | --- | --- | --- | --- |")
+        for r in term_rows(rows):
+            print("| " + " | ".join(r) + " |")
     return 1 if status else 0
+
+
+def term_rows(rows: list[list[str]]) -> list[list[str]]:
+    """Per memory option and layout without it: the predicted and measured peak memory it saves (GiB), from the
+    rows of the same layout with and without the option's word."""
+    by_label = {(r[0], r[2]): r for r in rows}
+    out = []
+    for (world, label), off in by_label.items():
+        words = label.split()
+        for word in SWITCH_WORDS:
+            if word in words:
+                continue
+            on_words = [w for w in words if w not in SWITCH_WORDS] + [w for w in SWITCH_WORDS if w in words or w == word]
+            on = by_label.get((world, " ".join(on_words)))
+            if on is None or "-" in (off[7], on[7]):
+                continue
+            out.append([world, word, label, f"{float(off[6]) - float(on[6]):.2f}", f"{float(off[7]) - float(on[7]):.2f}"])
+    return out
 
 
 def table_rows(results: str, predicted: str, world: int, workload: str) -> list[list[str]]:

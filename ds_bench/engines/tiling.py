@@ -43,10 +43,22 @@ def tile_mlps(model: torch.nn.Module) -> int:
 
         def tiled(self, x, plain=plain):
             shards = max(1, math.ceil(x.shape[-2] / x.shape[-1]))
-            return TiledMLP.apply(plain, self, x, shards, list(self.parameters()))
+            return TiledMLP.apply(_on_contiguous(plain), self, x, shards, list(self.parameters()))
 
         mlp.forward = types.MethodType(tiled, mlp)
     return len(mlps)
+
+
+def _on_contiguous(forward):
+    """``forward`` on a contiguous copy of its input: TiledMLP cuts the sequence dimension of [batch, tokens, h], so
+    with a micro-batch above 1 each tile is a strided view, which GPT-2's ``Conv1D`` (``x.view(-1, h)``) refuses
+    ("view size is not compatible with input tensor's size and stride"); Llama's ``nn.Linear`` takes it as is. The
+    copy is one tile's."""
+
+    def run(self, x):
+        return forward(self, x.contiguous())
+
+    return run
 
 
 def checkpoint_offload():
