@@ -898,6 +898,11 @@ CASES["plan confirm a fused loss"] = Case(plan("--workload", "gpt2", "--size", "
                                              "--confirm", "1"),
                                         r"--confirm with --loss fused: ds_bench's runs compute the upcast loss")
 CASES["plan loss unknown"] = Case(plan("--loss", "liger"), r"--loss: invalid choice: 'liger'")
+CASES["plan nvlink domain not whole nodes"] = Case(plan("--device", "GB200", "--nvlink-domain", "6"),
+                                                   r"--nvlink-domain 6: GPUs one NVLink fabric joins, a whole number "
+                                                   r"of nodes of --gpus-per-node 4 \(e.g. 4\)")
+CASES["plan nvlink domain on cpu"] = Case(plan("--device", "cpu", "--nvlink-domain", "8"),
+                                          r"--nvlink-domain 8: CPU ranks have no NVLink")
 CASES["plan nodes 0"] = Case(plan("--device", "H100", "--nodes", "0"), r"--nodes must be a positive integer, got 0$")
 CASES["plan achieved 2"] = Case(plan("--device", "H100", "--achieved", "2"), r"--achieved must be in \(0, 1\]")
 CASES["plan batch not whole sequences"] = Case(plan("--device", "H100", "--global-batch", "1000"),

@@ -133,6 +133,28 @@ def test_groups_inside_a_node_use_its_busbw_and_across_nodes_their_share_of_the_
     assert cluster.busbw("all_reduce", 8, True) == pytest.approx(min(480, 8 * cluster.nic_GBps))
 
 
+def test_a_gb200_nvl72_group_across_hosts_stays_on_nvlink_inside_its_72_gpus():
+    """GB200 NVL72: hosts of 4, one NVLink domain of 72 (18 hosts). A group of 8 (two hosts), or of the whole 72,
+    runs at the domain's busbw; one of 144 (two racks) leaves it for the network. ``--nvlink-domain 4`` (hosts of 4
+    on InfiniBand) sends the same group of 8 to the network."""
+    from ds_bench.perf.devices import Cluster
+
+    rack = cluster_of("GB200", 36, 4, "bf16")
+    assert (rack.per_node, rack.domain, rack.nvlink_domain) == (4, 72, 72)
+    assert step.group(8, 1, rack) == (4, False) and step.group(72, 1, rack) == (4, False)
+    assert step.group(144, 1, rack) == (4, True)
+    assert step.group(2, 72, rack) == (1, True)  # one rank in each rack
+    hosts = cluster_of("GB200", 36, 4, "bf16", nvlink_domain=4)
+    assert step.group(8, 1, hosts) == (4, True)
+    assert Cluster.from_dict(rack.to_dict()).domain == 72
+    llama = shapes.of_workload("llama", "llama3.1-70b", None, None, None, 8192)
+    c = Candidate(layout(stage=1, tensor_parallel=8, micro_batch=1, grad_accum=8))
+    on_nvlink, on_ib = (step.step(llama, c, 8192, 144, cl).exposed_s["tp_all_reduce"] for cl in (rack, hosts))
+    assert on_ib / on_nvlink == pytest.approx(835 / (4 * rack.nic_GBps), rel=0.01)
+    tp = space.degree_values(llama, rack, space.Space())["tensor_parallel"]
+    assert 8 in tp and 72 in tp  # TP may span hosts inside the domain
+
+
 def test_zero3_gathers_hide_behind_gpu_compute_but_not_on_cpu_ranks():
     llama = shapes.of_workload("llama", "llama3.2-1b", None, None, None, 2048)
     c = Candidate(layout(stage=3, micro_batch=4, grad_accum=2))

@@ -11,9 +11,10 @@ from ds_bench.perf.devices import DEVICES, Cluster, Device, device_row
 
 
 def cluster_of(device: str, nodes: int, per_node: int, precision: str, *, peak: float | None = None,
-               memory_bytes: int | None = None) -> Cluster:
-    """A cluster from a family's datasheet row (``--device``), its figures overridden by ``peak`` (TFLOP/s) and
-    ``memory_bytes``; a ``UserError`` naming what is missing for a device the table does not know."""
+               memory_bytes: int | None = None, nvlink_domain: int | None = None) -> Cluster:
+    """A cluster from a family's datasheet row (``--device``), its figures overridden by ``peak`` (TFLOP/s),
+    ``memory_bytes`` and ``nvlink_domain`` (GPUs one NVLink fabric joins); a ``UserError`` naming what is missing
+    for a device the table does not know."""
     if nodes < 1 or per_node < 1:
         raise UserError(f"--nodes {nodes} and --gpus-per-node {per_node} must be positive")
     row = device_row(device)
@@ -31,8 +32,10 @@ def cluster_of(device: str, nodes: int, per_node: int, precision: str, *, peak: 
     sources = {"peak_tflops": f"{row.family} {precision} dense peak (ds_bench.measure.peaks)" if not peak
                or peak == table_peak else "--peak-tflops", "memory": "--device-memory" if memory_bytes else
                f"{row.family} datasheet", "busbw": f"{row.family} nccl-tests-level defaults (docs/plan.md)",
-               "achieved": f"{row.family} family constant (docs/plan.md)"}
+               "achieved": f"{row.unfitted} constant: no published {row.family} run to fit one (docs/plan.md)"
+               if row.unfitted else f"{row.family} family constant (docs/plan.md)"}
     return Cluster(nodes, per_node, "cuda", row.family, memory, peak, row.achieved,
                    {"all_reduce": row.intra_busbw_GBps} if row.intra_busbw_GBps else {},
                    (row.nic_GBps or None) if nodes > 1 else None, row.hbm_GBps, row.host_GBps,
-                   row.reserve_bytes, sources)
+                   row.reserve_bytes, sources,
+                   nvlink_domain=row.nvlink_domain if nvlink_domain is None else nvlink_domain)

@@ -18,12 +18,29 @@ bigscience experiments/bandwidth/single_node_16gb_all_reduce_bench.txt); per-GPU
 InfiniBand/Omni-Path rate shared by its GPUs at ~90% of line rate (NDR 400 Gb/s: 46-48 GB/s per NIC,
 nccl-tests#290).
 
+The 2026 parts (none has a published training run here, so none has a fitted ``achieved``: the NVIDIA ones take
+the H100's, MI355X the MI300X's; give ``--achieved`` or ``--calibrate`` a run record of yours):
+- **B200** (HGX, 8 per host): 179 GiB usable (nvidia-smi's total on an HGX B200, docs.vultr.com's hardware
+  overview; 192 GiB of HBM3e built, glennklockwood.com/garden/processors/B200), 8 TB/s; all_reduce busbw over
+  8 B200 830 GB/s measured (NVIDIA/nccl#1807: "Ours is 830+"), NVLink 5 at 900 GB/s a direction; one 400 Gb/s
+  ConnectX-7 per GPU (NVIDIA/nccl-tests#389's 8xB200 nodes) at 90%; host copies at 50 GB/s, 40% of PCIe Gen6
+  x16's 128 GB/s a direction (as the H100's 25 is of Gen5's 64).
+- **B300** (HGX Blackwell Ultra): 288 GB of HBM3e (glennklockwood.com/garden/processors/B300), taken as 288 x 10^9
+  bytes = 268 GiB until an nvidia-smi total is seen, 8 TB/s; NVLink 5 and host copies as the B200's; one
+  800 Gb/s ConnectX-8 per GPU.
+- **GB200** (NVL72 rack: 18 hosts of 4 GPUs, one NVLink domain of 72): 186 GB per GPU (13.4 TB over 72), 185 GiB
+  here, 8 TB/s; all_reduce busbw over all 72 GPUs 835-847 GB/s at 4-8 GB messages (coreweave/nccl-tests#43, a
+  full rack), the figure every group inside the domain gets; one 400 Gb/s NIC per GPU beyond it; host copies
+  over NVLink-C2C to the Grace CPU at 180 GB/s, 40% of its 450 a direction.
+- **MI355X** (8 per host): 288 GB of HBM3E (AMD; the MI300X's 192 GB is 192 GiB to ROCm), 8 TB/s; intra-node
+  busbw as the MI300X row's (the same seven Infinity Fabric links per GPU; not measured here), 400 Gb/s a GPU.
+
 ``achieved`` is fitted to published runs (``perf.published``: the median over a family's runs of the fraction
 each needs for the model to reproduce its throughput; each run's ratio out of sample, with the median of the
 family's other runs, is in docs/plan.md): V100 from BigScience's six Megatron-LM runs on Jean
 Zay, A100 from BLOOM-176B, torchtitan's two 64-A100 Llama 3 rows and llm-foundry's five MPT rows, H100 from
 torchtitan's two Llama 3.1 8B rows and llm-foundry's eight MPT rows; H200 takes the H100's (the same GH100
-compute); MI300X's is not fitted (no published run here).
+compute); MI300X's is not fitted (no published run here), nor are the 2026 parts' (above).
 """
 
 from __future__ import annotations
@@ -47,6 +64,13 @@ class Device:
     reserve_bytes: int = int(2.5 * GiB)
     host_GBps: float = 25.0
     """Host <-> device bytes per second, GB/s (PCIe), for offload traffic."""
+    per_node: int = 8
+    """GPUs per host (``--gpus-per-node``'s default for this family)."""
+    unfitted: str = ""
+    """Whose ``achieved`` a family with no published run here takes (``H100``); empty: fitted to its own runs."""
+    nvlink_domain: int = 0
+    """GPUs one NVLink switch fabric joins (``intra_busbw_GBps`` inside it); 0: the host's GPUs. GB200 NVL72: 72
+    GPUs over 18 hosts of 4."""
 
 
 DEVICES: dict[str, Device] = {d.family.lower(): d for d in (
@@ -56,7 +80,12 @@ DEVICES: dict[str, Device] = {d.family.lower(): d for d in (
     Device("A100-40GB", 40 * GiB, 1555, 200, 0.9 * 25, 0.69),
     Device("H100", 80 * GiB, 3350, 480, 0.9 * 50, 0.47),
     Device("H200", 140 * GiB, 4800, 480, 0.9 * 50, 0.47),
-    Device("MI300X", 192 * GiB, 5300, 300, 0.9 * 50, 0.35),
+    Device("MI300X", 192 * GiB, 5300, 300, 0.9 * 50, 0.35, unfitted="an assumed"),
+    Device("B200", 179 * GiB, 8000, 830, 0.9 * 50, 0.47, host_GBps=50, unfitted="the H100's"),
+    Device("B300", 268 * GiB, 8000, 830, 0.9 * 100, 0.47, host_GBps=50, unfitted="the H100's"),
+    Device("GB200", 185 * GiB, 8000, 835, 0.9 * 50, 0.47, host_GBps=180, unfitted="the H100's", per_node=4,
+           nvlink_domain=72),
+    Device("MI355X", 288 * GiB, 8000, 300, 0.9 * 50, 0.35, host_GBps=50, unfitted="the MI300X's"),
 )}
 """The families ``--device`` names; another device needs ``--peak-tflops`` and ``--device-memory``."""
 
@@ -89,10 +118,18 @@ class Cluster:
     curves: dict[str, list[list[float]]] = field(default_factory=dict)
     """``intra:<collective>`` / ``inter:<collective>`` -> [[message bytes, busbw GB/s], ...] a comm record measured
     (inter: per rank a group has on each node): small messages' latency, which one large-message figure hides."""
+    nvlink_domain: int = 0
+    """GPUs one NVLink fabric joins, a multiple of ``per_node`` (0: one node's). A group inside it runs at
+    ``intra_busbw_GBps`` even across hosts; beyond it, at the network's share."""
 
     @property
     def world(self) -> int:
         return self.nodes * self.per_node
+
+    @property
+    def domain(self) -> int:
+        """Ranks one fast (intra-node or NVLink) fabric joins: the NVLink domain, else a node, at most the world."""
+        return min(self.world, max(self.nvlink_domain, self.per_node))
 
     def busbw(self, collective: str, per_node: int, spans_nodes: bool, message_bytes: float | None = None) -> float:
         """GB/s a group's ``collective`` reaches: inside a node the node's busbw; across nodes the network share of
@@ -133,7 +170,8 @@ class Cluster:
                 "achieved": self.achieved, "intra_busbw_GBps": dict(self.intra_busbw_GBps), "nic_GBps": self.nic_GBps,
                 "hbm_GBps": self.hbm_GBps, "host_GBps": self.host_GBps, "reserve_bytes": self.reserve_bytes,
                 "sources": dict(self.sources), "mfu_peak_tflops": self.mfu_peak_tflops,
-                "curves": {k: [list(p) for p in v] for k, v in self.curves.items()}}
+                "curves": {k: [list(p) for p in v] for k, v in self.curves.items()},
+                "nvlink_domain": self.nvlink_domain}
 
     @classmethod
     def from_dict(cls, d: dict) -> Cluster:
@@ -153,7 +191,8 @@ class Cluster:
                    None if d.get("nic_GBps") is None else float(d["nic_GBps"]), float(d["hbm_GBps"]), float(host),
                    int(d["reserve_bytes"]), {str(k): str(v) for k, v in (d.get("sources") or {}).items()},
                    None if d.get("mfu_peak_tflops") is None else float(d["mfu_peak_tflops"]),
-                   {str(k): [[float(a), float(b)] for a, b in v] for k, v in (d.get("curves") or {}).items()})
+                   {str(k): [[float(a), float(b)] for a, b in v] for k, v in (d.get("curves") or {}).items()},
+                   int(d.get("nvlink_domain") or 0))
 
 
 def at_size(curve: list[list[float]], message_bytes: float) -> float:

@@ -10,7 +10,8 @@ in this order, when:
    or MLP, SP not dividing the heads or the sequence, EP not dividing the experts);
 2. the global batch does not divide into its replicas x micro-batch;
 3. its predicted memory per rank (``perf.memory``) exceeds the device's less the headroom: by how much.
-TP is kept inside a node (its all-reduces are on the critical path: Narayanan et al. 2021, sec. 3.3).
+TP is kept inside a node, or an NVLink domain that spans hosts (``Cluster.domain``; its all-reduces are on the
+critical path: Narayanan et al. 2021, sec. 3.3).
 """
 
 from __future__ import annotations
@@ -81,12 +82,12 @@ def divisors(n: int) -> list[int]:
 
 
 def degree_values(shape: Transformer, cluster: Cluster, space: Space) -> dict[str, list[int]]:
-    """Each registered degree's values: the space's, else by its ``Degree.candidates`` (TP within a node, PP up to
-    the blocks, SP any divisor of the world, EP one that divides the experts; every value beyond 1 only for a model
-    that has the engine: the caller's legality check says why)."""
+    """Each registered degree's values: the space's, else by its ``Degree.candidates`` (TP within a node or NVLink
+    domain, PP up to the blocks, SP any divisor of the world, EP one that divides the experts; every value beyond 1
+    only for a model that has the engine: the caller's legality check says why)."""
     world = cluster.world
     given = space.degrees or {}
-    default = {"node": lambda: divisors(cluster.per_node),
+    default = {"node": lambda: divisors(cluster.domain),
                "world": lambda: divisors(world),
                "layers": lambda: [d for d in divisors(world) if d <= shape.layers],
                "experts": lambda: [d for d in divisors(world) if shape.experts and shape.experts % d == 0] or [1]}

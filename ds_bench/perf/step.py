@@ -97,9 +97,11 @@ def micro_steps(candidate: Candidate, sequences: int, world: int) -> int | None:
 
 
 def group(size: int, stride: int, cluster: Cluster) -> tuple[int, bool]:
-    """(the group's ranks on each node, whether it spans nodes) for ranks r, r + stride, ... in rank order."""
+    """(the group's ranks on each node, whether it leaves the fast fabric) for ranks r, r + stride, ... in rank
+    order: a group inside one NVLink domain (``Cluster.domain``: a node, or GB200 NVL72's 72 GPUs over 18 hosts)
+    runs at its busbw even across hosts; beyond it, at the network's share of its ranks on each node."""
     g = cluster.per_node
-    spans = size > 1 and cluster.nodes > 1 and stride * size > g
+    spans = size > 1 and cluster.world > cluster.domain and stride * size > cluster.domain
     return (1 if stride >= g else min(size, g // stride)), spans
 
 

@@ -98,7 +98,7 @@ def cluster_for(spec: PlanSpec) -> Cluster:
     else:
         memory = spec.device_memory or _local_memory(spec)
         cluster = cluster_of(spec.device, spec.nodes, spec.per_node, spec.precision, peak=spec.peak_tflops,
-                             memory_bytes=memory)
+                             memory_bytes=memory, nvlink_domain=spec.nvlink_domain)
     cluster = calibrate.apply(cluster, figures)
     if spec.peak_tflops:
         cluster = cluster.with_figures(peak_tflops=spec.peak_tflops,

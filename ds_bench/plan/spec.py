@@ -16,7 +16,7 @@ from ds_bench.config.study_flags import degrees_of, job_options, switches_of
 from ds_bench.errors import UserError
 from ds_bench.jobs.compute_nodes import with_job_gpus
 from ds_bench.machine.compute_node import ComputeNode
-from ds_bench.perf.devices import DEVICES
+from ds_bench.perf.devices import DEVICES, device_row
 from ds_bench.perf.loss_memory import LOSSES
 
 WORKLOADS = ("llama", "gpt2", "moe")
@@ -38,6 +38,8 @@ class PlanSpec(StudySpec):
     per_node: int = CPU_RANKS
     peak_tflops: float | None = None
     device_memory: int | None = None
+    nvlink_domain: int | None = None
+    """GPUs one NVLink fabric joins; None: the device's (GB200: 72), else a node's."""
     achieved: float | None = None
     calibrate: tuple[str, ...] = ()
     engines: tuple[str, ...] = ("deepspeed",)
@@ -92,6 +94,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--peak-tflops", type=float, default=None, help="dense peak TFLOP/s per device at --precision")
     c.add_argument("--device-memory", type=flag_type(parse_memory, "--device-memory"), default=None, metavar="SIZE",
                    help="memory per device with its unit, e.g. 80GiB (GiB = 2^30, GB = 10^9)")
+    c.add_argument("--nvlink-domain", type=int, default=None, metavar="GPUS",
+                   help="GPUs one NVLink fabric joins, a multiple of --gpus-per-node: tensor, sequence and expert "
+                        "groups inside it run at the intra-node busbw across hosts (default: the device's, GB200 "
+                        "72 over hosts of 4; else one node)")
     c.add_argument("--achieved", type=float, default=None,
                    help="fraction of the peak a training step's compute achieves (default: the family's constant)")
     c.add_argument("--calibrate", action="append", default=[], metavar="FILE",
@@ -159,7 +165,8 @@ def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
                         f"rows (--top {args.confirm} or more)")
     device = args.device or _compute_device(node)
     cpu = device.lower() == "cpu"
-    per_node = args.gpus_per_node or args.nproc or (CPU_RANKS if cpu else node.gpus or 8)
+    per_node = args.gpus_per_node or args.nproc or (CPU_RANKS if cpu else _gpus_per_node(args.device, device, node))
+    _check_domain(args.nvlink_domain, per_node, cpu)
     seq_len = args.seq_len or DEFAULT_SEQ[args.workload]
     nodes = args.nodes or 1
     tokens = _tokens(args.global_batch, seq_len, nodes * per_node)
@@ -180,7 +187,7 @@ def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
         shape_flags={k: getattr(args, k) for k in ("layers", "hidden", "heads", "experts", "top_k")},
         seq_len=seq_len, global_batch_tokens=tokens, precision=args.precision or ("fp32" if cpu else "bf16"),
         device=device, nodes=nodes, per_node=per_node, peak_tflops=args.peak_tflops,
-        device_memory=args.device_memory, achieved=args.achieved,
+        device_memory=args.device_memory, nvlink_domain=args.nvlink_domain, achieved=args.achieved,
         calibrate=tuple(args.calibrate), engines=parse_list("--engines", args.engines, allowed=ENGINES),
         stages=parse_list("--stages", args.stages, allowed=(0, 1, 2, 3), kind=int),
         offloads=parse_list("--offload", args.offload, allowed=OFFLOADS),
@@ -192,6 +199,25 @@ def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
         show_dropped=args.show_dropped, ds_config=ds_config, confirm=args.confirm, steps=args.steps,
         warmup=args.warmup, nproc=per_node, run_args=tuple(args.run_args),
         cpu_mem_limit=args.cpu_mem_limit, dry_run=args.dry_run)
+
+
+def _gpus_per_node(given: str | None, device: str, node: ComputeNode) -> int:
+    """GPUs per node when ``--gpus-per-node`` is left out: the compute nodes' when the plan is for their own GPU
+    (no ``--device``), else the named family's host (8; GB200's 4)."""
+    row = device_row(device)
+    if node.gpus and not given:
+        return node.gpus
+    return row.per_node if row else (node.gpus or 8)
+
+
+def _check_domain(domain: int | None, per_node: int, cpu: bool) -> None:
+    if domain is None:
+        return
+    if cpu:
+        raise UserError(f"--nvlink-domain {domain}: CPU ranks have no NVLink; leave it out with --device cpu")
+    if domain < per_node or domain % per_node:
+        raise UserError(f"--nvlink-domain {domain}: GPUs one NVLink fabric joins, a whole number of nodes of "
+                        f"--gpus-per-node {per_node} (e.g. {per_node * max(1, domain // per_node)})")
 
 
 def _tokens(tokens: int | None, seq_len: int, world: int) -> int:

@@ -20,11 +20,15 @@ def header(r: PlanRecord) -> str:
     c = r.cluster
     intra = ", ".join(f"{k} {v:.3g}" for k, v in c.get("intra_busbw_GBps", {}).items()) or "-"
     nic = f"{c['nic_GBps']:.3g} GB/s per rank across nodes" if c.get("nic_GBps") else "one node"
+    domain = c.get("nvlink_domain") or 0
+    where = f"an NVLink domain of {domain} GPUs" if domain > c["per_node"] else "a node"
+    if domain > c["per_node"] and c.get("nic_GBps"):
+        nic = f"{c['nic_GBps']:.3g} GB/s per rank beyond it"
     sources = "; ".join(f"{k}: {v}" for k, v in c.get("sources", {}).items())
     return (f"plan: {r.workload} {r.size} ({r.params / 1e9:.3g}B parameters), seq {r.seq_len}, global batch "
             f"{r.global_batch_tokens:,} tokens ({r.sequences} sequences), {r.precision}\n"
             f"cluster: {c['nodes']} x {c['per_node']} {c['device']}, {c['memory_bytes'] / GiB:.1f} GiB each, peak "
-            f"{c['peak_tflops']:.4g} TFLOP/s x achieved {c['achieved']:.2f}, busbw in a node {intra} GB/s, {nic}\n"
+            f"{c['peak_tflops']:.4g} TFLOP/s x achieved {c['achieved']:.2f}, busbw in {where} {intra} GB/s, {nic}\n"
             f"figures from: {sources}\n"
             f"{r.feasible} of {r.candidates} candidates fit and are legal; the best {len(r.ranked)}:")
 
