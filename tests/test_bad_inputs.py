@@ -903,6 +903,11 @@ CASES["plan nvlink domain not whole nodes"] = Case(plan("--device", "GB200", "--
                                                    r"of nodes of --gpus-per-node 4 \(e.g. 4\)")
 CASES["plan nvlink domain on cpu"] = Case(plan("--device", "cpu", "--nvlink-domain", "8"),
                                           r"--nvlink-domain 8: CPU ranks have no NVLink")
+CASES["plan scale layers confirm a named size"] = Case(
+    plan("--workload", "gpt2", "--size", "tiny", "--device", "cpu", "--scale", "layers", "--confirm", "1"),
+    r"--confirm with --scale layers runs each answer as a custom shape: give the model as --layers, --hidden and "
+    r"--heads")
+CASES["plan scale unknown"] = Case(plan("--scale", "width"), r"--scale: invalid choice: 'width'")
 CASES["plan nodes 0"] = Case(plan("--device", "H100", "--nodes", "0"), r"--nodes must be a positive integer, got 0$")
 CASES["plan achieved 2"] = Case(plan("--device", "H100", "--achieved", "2"), r"--achieved must be in \(0, 1\]")
 CASES["plan batch not whole sequences"] = Case(plan("--device", "H100", "--global-batch", "1000"),

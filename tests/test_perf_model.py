@@ -16,7 +16,7 @@ from ds_bench.perf.candidate import Candidate
 from ds_bench.perf.datasheet import cluster_of
 from ds_bench.perf.devices import cpu_cluster
 from ds_bench.record.schema import CommRecord, CommRow, RooflineRecord, RooflineRow
-from ds_bench.workloads import flops, gpt2_shapes, llama_shapes, moe_shapes
+from ds_bench.workloads import REGISTRY, flops, gpt2_shapes, llama_shapes, moe_shapes
 
 
 def layout(**kw) -> Layout:
@@ -244,3 +244,19 @@ def test_ulysses_degrees_the_kv_heads_do_not_fit_are_dropped():
     why = space.model_reason(llama, layout(sequence_parallel=3), 3072, REGISTRY["llama"])
     assert why and "8 KV heads" in why
     assert space.model_reason(llama, layout(sequence_parallel=4), 3072, REGISTRY["llama"]) is None
+
+
+def test_offloaded_states_must_fit_the_nodes_host_memory():
+    """Llama 3.1 70B over 16 H100 at ZeRO-3: offloading the optimizer keeps 16 bytes a parameter of each rank's
+    partition on its host (fp32 master, gradient, two moments), 8 ranks a node: 565 GB a node. With 2 TiB hosts
+    those layouts are candidates; with 256 GiB they are dropped as ``host memory``, saying how much."""
+    llama = shapes.of_workload("llama", "llama3.1-70b", None, None, None, 4096)
+    s = space.Space(stages=(3,), offloads=("optimizer",), micro_batches=(1,), checkpointing=(True,),
+                    degrees={"tensor_parallel": (1,), "pipeline_stages": (1,), "sequence_parallel": (1,)})
+    roomy = cluster_of("H100", 2, 8, "bf16")
+    ranked, _ = space.search(llama, roomy, s, 4096, 16, REGISTRY["llama"])
+    assert ranked and ranked[0].memory.host * 8 == pytest.approx(16 * llama.params / 2, rel=1e-6)
+    tight = dataclasses.replace(roomy, host_memory_bytes=256 * 2 ** 30)
+    ranked, dropped = space.search(llama, tight, s, 4096, 16, REGISTRY["llama"])
+    assert not ranked and {d.rule for d in dropped} == {"host memory"}
+    assert "GiB to each node's host" in dropped[0].why

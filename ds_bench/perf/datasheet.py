@@ -37,5 +37,5 @@ def cluster_of(device: str, nodes: int, per_node: int, precision: str, *, peak: 
     return Cluster(nodes, per_node, "cuda", row.family, memory, peak, row.achieved,
                    {"all_reduce": row.intra_busbw_GBps} if row.intra_busbw_GBps else {},
                    (row.nic_GBps or None) if nodes > 1 else None, row.hbm_GBps, row.host_GBps,
-                   row.reserve_bytes, sources,
+                   row.reserve_bytes, sources, host_memory_bytes=row.host_memory_bytes,
                    nvlink_domain=row.nvlink_domain if nvlink_domain is None else nvlink_domain)

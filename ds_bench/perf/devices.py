@@ -66,6 +66,10 @@ class Device:
     """Host <-> device bytes per second, GB/s (PCIe), for offload traffic."""
     per_node: int = 8
     """GPUs per host (``--gpus-per-node``'s default for this family)."""
+    host_memory_bytes: int = 2048 * GiB
+    """A host's memory, shared by its GPUs' offloaded states: 2 TB, the DGX H100's and DGX B200's (NVIDIA DGX
+    datasheets), for every family but GB200 (two Grace CPUs of 480 GB LPDDR5X per 4-GPU host); ``plan
+    --host-memory`` gives a cluster's own."""
     unfitted: str = ""
     """Whose ``achieved`` a family with no published run here takes (``H100``); empty: fitted to its own runs."""
     nvlink_domain: int = 0
@@ -83,8 +87,8 @@ DEVICES: dict[str, Device] = {d.family.lower(): d for d in (
     Device("MI300X", 192 * GiB, 5300, 300, 0.9 * 50, 0.35, unfitted="an assumed"),
     Device("B200", 179 * GiB, 8000, 830, 0.9 * 50, 0.47, host_GBps=50, unfitted="the H100's"),
     Device("B300", 268 * GiB, 8000, 830, 0.9 * 100, 0.47, host_GBps=50, unfitted="the H100's"),
-    Device("GB200", 185 * GiB, 8000, 835, 0.9 * 50, 0.47, host_GBps=180, unfitted="the H100's", per_node=4,
-           nvlink_domain=72),
+    Device("GB200", 185 * GiB, 8000, 835, 0.9 * 50, 0.47, host_GBps=180, host_memory_bytes=960 * GiB,
+           unfitted="the H100's", per_node=4, nvlink_domain=72),
     Device("MI355X", 288 * GiB, 8000, 300, 0.9 * 50, 0.35, host_GBps=50, unfitted="the MI300X's"),
 )}
 """The families ``--device`` names; another device needs ``--peak-tflops`` and ``--device-memory``."""
@@ -118,6 +122,8 @@ class Cluster:
     curves: dict[str, list[list[float]]] = field(default_factory=dict)
     """``intra:<collective>`` / ``inter:<collective>`` -> [[message bytes, busbw GB/s], ...] a comm record measured
     (inter: per rank a group has on each node): small messages' latency, which one large-message figure hides."""
+    host_memory_bytes: int = 0
+    """A node's host memory, which its ranks' offloaded states share; 0: not known (not checked)."""
     nvlink_domain: int = 0
     """GPUs one NVLink fabric joins, a multiple of ``per_node`` (0: one node's). A group inside it runs at
     ``intra_busbw_GBps`` even across hosts; beyond it, at the network's share."""
@@ -171,7 +177,7 @@ class Cluster:
                 "hbm_GBps": self.hbm_GBps, "host_GBps": self.host_GBps, "reserve_bytes": self.reserve_bytes,
                 "sources": dict(self.sources), "mfu_peak_tflops": self.mfu_peak_tflops,
                 "curves": {k: [list(p) for p in v] for k, v in self.curves.items()},
-                "nvlink_domain": self.nvlink_domain}
+                "nvlink_domain": self.nvlink_domain, "host_memory_bytes": self.host_memory_bytes}
 
     @classmethod
     def from_dict(cls, d: dict) -> Cluster:
@@ -192,7 +198,7 @@ class Cluster:
                    int(d["reserve_bytes"]), {str(k): str(v) for k, v in (d.get("sources") or {}).items()},
                    None if d.get("mfu_peak_tflops") is None else float(d["mfu_peak_tflops"]),
                    {str(k): [[float(a), float(b)] for a, b in v] for k, v in (d.get("curves") or {}).items()},
-                   int(d.get("nvlink_domain") or 0))
+                   int(d.get("host_memory_bytes") or 0), int(d.get("nvlink_domain") or 0))
 
 
 def at_size(curve: list[list[float]], message_bytes: float) -> float:

@@ -27,6 +27,9 @@ activations it keeps for backward, the loss's logits, and what the process holds
   of the loss's implementation (``upcast``, HF's and ds_bench's: 12 bytes per element; ``fused``: 2 E), or of
   one tile with ``--tiled-loss``.
 - **reserve**: the device family's (``perf.devices``) or this cluster's measured baseline.
+- **host** (apart from the total): what offload keeps of the states in the node's host memory once training runs
+  (``perf.states.offloaded_bytes``: 16 or 18 bytes per parameter of the rank's partition), which the node's ranks
+  share (``Cluster.host_memory_bytes``).
 Not modelled: allocator fragmentation beyond the reserve, communication buckets beyond DeepSpeed's estimator
 factor, the peak of building the model (ZeRO-3 without ``zero_init`` builds it whole on every rank).
 """
@@ -40,7 +43,7 @@ from ds_bench.perf.candidate import Candidate
 from ds_bench.perf.devices import Cluster
 from ds_bench.perf.loss_memory import loss_bytes
 from ds_bench.perf.shapes import Transformer
-from ds_bench.perf.states import ELEMENT_BYTES, ModelShape, model_states_bytes
+from ds_bench.perf.states import ELEMENT_BYTES, ModelShape, model_states_bytes, offloaded_bytes
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class Memory:
     activations: int
     logits: int
     reserve: int
+    host: int = 0
+    """Host memory the rank's offloaded states take (GPU ranks; on CPU ranks they are in ``states``)."""
 
     @property
     def total(self) -> int:
@@ -64,12 +69,17 @@ def stage_shape(shape: Transformer, stages: int) -> ModelShape:
     return ModelShape(blocks + embeddings, shape.largest_layer_params, expert)
 
 
-def states_bytes(shape: Transformer, candidate: Candidate, cluster: Cluster) -> int:
+def states_bytes(shape: Transformer, candidate: Candidate, cluster: Cluster, host: bool = False) -> int:
+    """The rank's model states on its device (``host``: what offload keeps of them in host memory instead; 0 on
+    CPU ranks, whose device is the host)."""
     layout = candidate.layout
     p = layout.pipeline_stages
     stage = 0 if layout.engine == "ddp" else layout.stage
     as_deepspeed = dataclasses.replace(layout, engine="deepspeed", stage=stage, pipeline_stages=1)
     per_node = max(1, min(cluster.per_node, cluster.world // p))
+    if host:
+        on_host = offloaded_bytes(stage_shape(shape, p), as_deepspeed, cluster.world // p, per_node)
+        return 0 if cluster.device_type == "cpu" else on_host
     return model_states_bytes(stage_shape(shape, p), as_deepspeed, cluster.world // p, per_node, cluster.device_type)
 
 
@@ -118,4 +128,5 @@ def memory(shape: Transformer, candidate: Candidate, seq_len: int, cluster: Clus
            loss: str = "upcast") -> Memory:
     """One rank's memory (module docstring); ``loss``: how the untiled loss is computed (``perf.loss_memory``)."""
     return Memory(states_bytes(shape, candidate, cluster), activation_bytes(shape, candidate, seq_len, eager),
-                  logits_bytes(shape, candidate, seq_len, loss), cluster.reserve_bytes)
+                  logits_bytes(shape, candidate, seq_len, loss), cluster.reserve_bytes,
+                  states_bytes(shape, candidate, cluster, host=True))

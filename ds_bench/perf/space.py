@@ -9,7 +9,8 @@ in this order, when:
    split so (``Workload.check_degrees``; a pipeline deeper than the blocks, TP not dividing the heads, KV heads
    or MLP, SP not dividing the heads or the sequence, EP not dividing the experts);
 2. the global batch does not divide into its replicas x micro-batch;
-3. its predicted memory per rank (``perf.memory``) exceeds the device's less the headroom: by how much.
+3. its predicted memory per rank (``perf.memory``) exceeds the device's less the headroom, or its offloaded states
+   the node's host memory (``overflow``): by how much.
 TP is kept inside a node, or an NVLink domain that spans hosts (``Cluster.domain``; its all-reduces are on the
 critical path: Narayanan et al. 2021, sec. 3.3).
 """
@@ -72,7 +73,7 @@ class Planned:
 class Dropped:
     label: str
     rule: str
-    """What it is grouped under: the legality rule's name, ``model``, ``batch`` or ``memory``."""
+    """What it is grouped under: the legality rule's name, ``model``, ``batch``, ``memory`` or ``host memory``."""
     why: str
     excess_bytes: int = 0
 
@@ -140,14 +141,14 @@ def model_reason(shape: Transformer, layout: Layout, seq_len: int, workload_cls)
     return None
 
 
-def search(shape: Transformer, cluster: Cluster, space: Space, seq_len: int, sequences: int,
-           workload_cls, run_options: frozenset[str] = frozenset()) -> tuple[list[Planned], list[Dropped]]:
-    """Every candidate ranked (best first) or dropped (module docstring); ``run_options``: what every run of the
-    plan sets beyond its layout (``config.legality.run_options`` of the ``--`` tail), which the rules refuse too."""
-    world, ranked, dropped = cluster.world, [], []
+def screen(shape: Transformer, cluster: Cluster, space: Space, seq_len: int, sequences: int, workload_cls,
+           run_options: frozenset[str] = frozenset()) -> tuple[list[Candidate], list[Dropped]]:
+    """The candidates the legality table, the model and the batch allow (steps 1-2 of the module docstring), and
+    the ones dropped with why; ``run_options``: what every run of the plan sets beyond its layout
+    (``config.legality.run_options`` of the ``--`` tail), which the rules refuse too."""
+    world, kept, dropped = cluster.world, [], []
     where = Where(world, cluster.device_type, run_options,
                   frozenset({"expert_parallel"}) if shape.experts else frozenset())  # a moe model's layer at EP = 1
-    capacity = cluster.memory_bytes * (1 - space.headroom_pct / 100)
     for c in candidates(shape, cluster, space, sequences):
         label = c.label(world)
         layout = dataclasses.replace(c.layout, seq_len=seq_len)
@@ -165,15 +166,53 @@ def search(shape: Transformer, cluster: Cluster, space: Space, seq_len: int, seq
             dropped.append(Dropped(label, "batch", f"{sequences} sequences do not divide into "
                                    f"{c.replicas(world)} replicas x micro-batch {c.layout.micro_batch}"))
             continue
+        kept.append(c)
+    return kept, dropped
+
+
+def usable_bytes(cluster: Cluster, space: Space) -> float:
+    """A device's memory less the space's headroom: what a candidate's prediction must stay within."""
+    return cluster.memory_bytes * (1 - space.headroom_pct / 100)
+
+
+def overflow(need: mem.Memory, cluster: Cluster, space: Space) -> tuple[str, str, int] | None:
+    """(rule, why, bytes over) when ``need`` does not fit: ``memory``, the device's usable memory; ``host memory``,
+    the node's, which its ranks' offloaded states share (``Cluster.host_memory_bytes`` less the same headroom;
+    unknown: unchecked)."""
+    capacity = usable_bytes(cluster, space)
+    if need.total > capacity:
+        over = need.total - capacity
+        return ("memory", f"needs {need.total / GiB:.1f} GiB per rank, {over / GiB:.1f} GiB over the "
+                f"{capacity / GiB:.1f} GiB usable", int(over))
+    host = cluster.host_memory_bytes * (1 - space.headroom_pct / 100)
+    if cluster.host_memory_bytes and need.host * cluster.per_node > host:
+        over = need.host * cluster.per_node - host
+        return ("host memory", f"offloads {need.host * cluster.per_node / GiB:,.0f} GiB to each node's host, "
+                f"{over / GiB:,.0f} GiB over its {host / GiB:,.0f} GiB usable", int(over))
+    return None
+
+
+def predicted(shape: Transformer, c: Candidate, cluster: Cluster, space: Space, seq_len: int,
+              sequences: int) -> Planned:
+    """One candidate's memory and step (``perf.memory``, ``perf.step``), its tokens/s per rank and MFU."""
+    need = mem.memory(shape, c, seq_len, cluster, space.eager or c.layout.attn == "eager", space.loss)
+    st = timing.step(shape, c, seq_len, sequences, cluster, space.tp_style)
+    tokens = sequences * seq_len / cluster.world / st.total_s
+    mfu = tokens * shape.flops_per_token(seq_len) / ((cluster.mfu_peak_tflops or cluster.peak_tflops) * 1e12)
+    return Planned(c, st, need, tokens, mfu)
+
+
+def search(shape: Transformer, cluster: Cluster, space: Space, seq_len: int, sequences: int,
+           workload_cls, run_options: frozenset[str] = frozenset()) -> tuple[list[Planned], list[Dropped]]:
+    """Every candidate ranked (best first) or dropped (module docstring; ``screen``, then the memory)."""
+    kept, dropped = screen(shape, cluster, space, seq_len, sequences, workload_cls, run_options)
+    ranked = []
+    for c in kept:
         need = mem.memory(shape, c, seq_len, cluster, space.eager or c.layout.attn == "eager", space.loss)
-        if need.total > capacity:
-            over = need.total - capacity
-            dropped.append(Dropped(label, "memory", f"needs {need.total / GiB:.1f} GiB per rank, {over / GiB:.1f} GiB "
-                                   f"over the {capacity / GiB:.1f} GiB usable", over))
+        over = overflow(need, cluster, space)
+        if over:
+            dropped.append(Dropped(c.label(cluster.world), *over))
             continue
-        st = timing.step(shape, c, seq_len, sequences, cluster, space.tp_style)
-        tokens = sequences * seq_len / world / st.total_s
-        mfu = tokens * shape.flops_per_token(seq_len) / ((cluster.mfu_peak_tflops or cluster.peak_tflops) * 1e12)
-        ranked.append(Planned(c, st, need, tokens, mfu))
+        ranked.append(predicted(shape, c, cluster, space, seq_len, sequences))
     ranked.sort(key=lambda p: (-p.tokens_per_s_per_rank, p.memory.total))
     return ranked, dropped

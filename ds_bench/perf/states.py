@@ -83,6 +83,26 @@ def model_states_bytes(shape: ModelShape, point: Layout, world_size: int, ranks_
     return int(device + host_per_rank) if device_type == "cpu" else int(device)
 
 
+OFFLOADED_BYTES = {"optimizer": 16, "all": 18}
+"""Bytes per parameter of a rank's partition that offload keeps in host memory once training runs: the fp32 master
+parameters, their gradients and Adam's two moments (ZeRO-Offload, Ren et al. 2021, sec. 4.1: 16), with
+``offload=all`` the parameters' 16-bit copy as well (ZeRO-Infinity, Rajbhandari et al. 2021: +2). DeepSpeed's
+estimators (above) give more, the peak of building the model whole on every rank's host before it is partitioned,
+which ``zero_init`` avoids."""
+
+
+def offloaded_bytes(shape: ModelShape, point: Layout, world_size: int, ranks_per_node: int) -> int:
+    """What offload keeps of one rank's model states in host memory once training runs (``OFFLOADED_BYTES`` per
+    parameter of each group ZeRO partitions apart, its TP share over its ranks); 0 without offload."""
+    if point.offload == "none" or point.stage == 0:
+        return 0
+    total = 0.0
+    for group, n, per_node in expert_parallel_groups(shape, point.expert_parallel, world_size, ranks_per_node):
+        share, ranks, _ = tensor_parallel_share(group, point.tensor_parallel, n, per_node)
+        total += OFFLOADED_BYTES[point.offload] * share.params / ranks
+    return int(total)
+
+
 def _states(shape: ModelShape, point: Layout, n: int, ranks_per_node: int) -> tuple[float, float]:
     """(device bytes per rank, host bytes per rank): the sum over the groups ZeRO partitions apart."""
     parts = [_group_states(*group, point) for group in expert_parallel_groups(shape, point.expert_parallel, n,

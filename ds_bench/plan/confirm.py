@@ -16,14 +16,19 @@ from ds_bench.jobs import runner
 from ds_bench.perf.candidate import Candidate
 from ds_bench.perf.space import Planned
 from ds_bench.plan.spec import PlanSpec
-from ds_bench.record.plan_schema import Confirmed, PlanRecord
+from ds_bench.record.plan_schema import Confirmed, PlanRecord, ScaledTo
 
 BAND = 2.0
 """A prediction within BAND x of its measurement either way is not flagged (docs/plan.md: what was measured)."""
 
 
-def shape_args(spec: PlanSpec) -> list[str]:
-    """The ``ds-bench run`` flags that build the plan's model at its sequence length."""
+def shape_args(spec: PlanSpec, scaled: ScaledTo | None = None) -> list[str]:
+    """The ``ds-bench run`` flags that build the plan's model at its sequence length, or ``--scale``'s answer
+    (``plan.scale.answer_args``)."""
+    if scaled is not None:
+        from ds_bench.plan.scale import answer_args
+
+        return answer_args(spec, scaled)
     out = ["--size", spec.size] if spec.size else []
     for name, value in spec.shape_flags.items():
         if value is not None:
@@ -61,7 +66,8 @@ def confirm(spec: PlanSpec, record: PlanRecord, ranked: list[Planned]) -> int:
         key = planned.candidate.label(spec.world)
         config = write_derived(os.path.join(folder, runner.slug(key) + ".json"), base, layout)
         tag = runner.new_tag("plan", key)
-        extra = (*shape_args(spec), *(["--activation-checkpointing"] if planned.candidate.checkpointing else []))
+        extra = (*shape_args(spec, row.scaled),
+                 *(["--activation-checkpointing"] if planned.candidate.checkpointing else []))
         argv = runner.run_argv(spec, tag, config, layout, extra)
         attempt = runner.run_attempt(spec, argv, tag, os.path.join(folder, tag + ".log"))
         row.confirmed = measured(attempt, row.step_s)

@@ -58,10 +58,18 @@ def main(args: argparse.Namespace) -> int:
     from ds_bench.config.study_flags import run_flags_of
 
     options = run_options(run_flags_of(spec.workload, spec.run_args))
-    ranked, dropped = search(shape, cluster, space, spec.seq_len, spec.sequences, REGISTRY[spec.workload], options)
+    scaled = None
+    if spec.scale:
+        from ds_bench.plan import scale
+
+        found, dropped = scale.answers(spec, shape, cluster, space, REGISTRY[spec.workload], options)
+        ranked, scaled = [a.planned for a in found], [scale.scaled_to(a) for a in found]
+    else:
+        ranked, dropped = search(shape, cluster, space, spec.seq_len, spec.sequences, REGISTRY[spec.workload],
+                                 options)
     if not ranked:
         raise UserError(nothing_left(shape, spec, cluster, dropped))
-    record = plan_record(spec, shape, cluster, ranked, dropped)
+    record = plan_record(spec, shape, cluster, ranked, dropped, scaled)
     print(plan_table.render(record))
     for line in off_world(spec, cluster.world):
         print(f"skipped: {line}; no candidate has it")
@@ -72,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
     record.recommended_config = write_config(spec, ranked[0])
     print(f"recommended layout's DeepSpeed config: {record.recommended_config}; run it with "
           f"ds-bench run --workload {spec.workload} --ds-config {record.recommended_config} "
-          + " ".join([*shape_args(spec), *ranked[0].candidate.run_flags()]))
+          + " ".join([*shape_args(spec, record.ranked[0].scaled), *ranked[0].candidate.run_flags()]))
     status = 0
     if spec.confirm:
         from ds_bench.plan.confirm import confirm
@@ -100,6 +108,9 @@ def cluster_for(spec: PlanSpec) -> Cluster:
         cluster = cluster_of(spec.device, spec.nodes, spec.per_node, spec.precision, peak=spec.peak_tflops,
                              memory_bytes=memory, nvlink_domain=spec.nvlink_domain)
     cluster = calibrate.apply(cluster, figures)
+    if spec.host_memory and cluster.device_type != "cpu":
+        cluster = cluster.with_figures(host_memory_bytes=spec.host_memory,
+                                       sources={**cluster.sources, "host_memory": "--host-memory"})
     if spec.peak_tflops:
         cluster = cluster.with_figures(peak_tflops=spec.peak_tflops,
                                        sources={**cluster.sources, "peak_tflops": "--peak-tflops"})
@@ -133,6 +144,11 @@ def nothing_left(shape, spec: PlanSpec, cluster: Cluster, dropped: list[Dropped]
                 f"({usable / GiB:.1f} GiB usable per device): the least any layout needs is "
                 f"{(usable + closest.excess_bytes) / GiB:.1f} GiB per device ({closest.label}); more devices, "
                 "offload or a shorter --seq-len")
+    if rules.get("host memory"):
+        closest = min((d for d in dropped if d.rule == "host memory"), key=lambda d: d.excess_bytes)
+        return (f"{shape.label} ({shape.params / 1e9:.3g}B parameters) fits no layout on {where}: the offloading ones "
+                f"overflow a node's host memory ({closest.label}: {closest.why}); --host-memory, more nodes or "
+                "less offload")
     if rules.get("batch"):
         return (f"--global-batch {spec.global_batch_tokens} tokens ({spec.sequences} sequences of {spec.seq_len}) "
                 f"divides into no layout's replicas x micro-batch on {where}: give a multiple of the data-parallel "
@@ -156,14 +172,18 @@ def off_world(spec: PlanSpec, world: int) -> list[str]:
             for d in DEGREES for v in (spec.degrees.get(d.field) or ()) if world % v]
 
 
-def plan_record(spec: PlanSpec, shape, cluster: Cluster, ranked: list[Planned], dropped: list[Dropped]) -> PlanRecord:
+def plan_record(spec: PlanSpec, shape, cluster: Cluster, ranked: list[Planned], dropped: list[Dropped],
+                scaled: list | None = None) -> PlanRecord:
+    """The ``plan`` record; ``scaled``: with ``--scale``, each ranked row's member (``PlanRow.scaled``)."""
     base = store.base_record(store.new_run_id(), {"argv": "plan", **{k: str(v) for k, v in vars(spec).items()}})
+    rows = [row(i + 1, p, cluster.world) for i, p in enumerate(ranked[:spec.top])]
+    for r, s in zip(rows, scaled or []):
+        r.scaled = s
     return PlanRecord(kind="plan", status="ok", workload=spec.workload, size=shape.label, params=shape.params,
                       seq_len=spec.seq_len, global_batch_tokens=spec.global_batch_tokens, sequences=spec.sequences,
                       precision=spec.precision, cluster=cluster.to_dict(), candidates=len(ranked) + len(dropped),
-                      feasible=len(ranked),
-                      ranked=[row(i + 1, p, cluster.world) for i, p in enumerate(ranked[:spec.top])],
-                      dropped=groups(dropped), **{k: v for k, v in base.items() if k in PlanRecord.model_fields})
+                      feasible=len(ranked), ranked=rows, dropped=groups(dropped), scale=spec.scale,
+                      **{k: v for k, v in base.items() if k in PlanRecord.model_fields})
 
 
 def row(rank: int, p: Planned, world: int) -> PlanRow:
@@ -182,7 +202,7 @@ def groups(dropped: list[Dropped]) -> list[DroppedGroup]:
         by_rule[d.rule].append(d)
     out = []
     for rule, items in sorted(by_rule.items(), key=lambda kv: -len(kv[1])):
-        shown = sorted(items, key=lambda d: d.excess_bytes)[:EXAMPLES] if rule == "memory" else items[:EXAMPLES]
+        shown = sorted(items, key=lambda d: d.excess_bytes)[:EXAMPLES] if "memory" in rule else items[:EXAMPLES]
         out.append(DroppedGroup(rule=rule, count=len(items), examples=[f"{d.label}: {d.why}" for d in shown]))
     return out
 

@@ -40,6 +40,8 @@ class PlanSpec(StudySpec):
     device_memory: int | None = None
     nvlink_domain: int | None = None
     """GPUs one NVLink fabric joins; None: the device's (GB200: 72), else a node's."""
+    host_memory: int | None = None
+    """A node's host memory, bytes, which offloaded states share; None: the device's host (2 TB; GB200 960 GB)."""
     achieved: float | None = None
     calibrate: tuple[str, ...] = ()
     engines: tuple[str, ...] = ("deepspeed",)
@@ -50,6 +52,8 @@ class PlanSpec(StudySpec):
     switches: dict = field(default_factory=dict)
     """Each memory option's values (``config.study_flags.switches_of``): ``{"tiled_loss": (False, True)}``."""
     loss: str = "upcast"
+    scale: str | None = None
+    """``--scale``: ``layers``, ``hidden`` or ``seq`` (``ds_bench.plan.scale``); None: rank layouts at the size given."""
     dropout: bool | None = None
     """Whether the model keeps dropout masks; None: the workload's (GPT-2 does, Llama does not)."""
     degrees: dict = field(default_factory=dict)
@@ -94,6 +98,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--peak-tflops", type=float, default=None, help="dense peak TFLOP/s per device at --precision")
     c.add_argument("--device-memory", type=flag_type(parse_memory, "--device-memory"), default=None, metavar="SIZE",
                    help="memory per device with its unit, e.g. 80GiB (GiB = 2^30, GB = 10^9)")
+    c.add_argument("--host-memory", type=flag_type(parse_memory, "--host-memory"), default=None, metavar="SIZE",
+                   help="a node's host memory, which its GPUs' offloaded states share, e.g. 2TiB (default: the "
+                        "device's host, 2 TiB; GB200 960 GiB)")
     c.add_argument("--nvlink-domain", type=int, default=None, metavar="GPUS",
                    help="GPUs one NVLink fabric joins, a multiple of --gpus-per-node: tensor, sequence and expert "
                         "groups inside it run at the intra-node busbw across hosts (default: the device's, GB200 "
@@ -121,6 +128,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_degree_arguments(a, "candidate", default="auto")
     a.add_argument("--attn", default="", help="attention kernel (default: the workload's; eager keeps T x T scores)")
     a.add_argument("--headroom", type=float, default=10.0, help="%% of device memory a candidate must leave free")
+    a.add_argument("--scale", default=None, choices=("layers", "hidden", "seq"),
+                   help="answer another question per layout: the most blocks, the widest model or the longest "
+                        "sequence that fits (seq: one sequence per replica per step), ranked with its tokens/s there")
     o = p.add_argument_group("output and --confirm")
     o.add_argument("--top", type=int, default=10, help="ranked candidates printed and recorded (default 10)")
     o.add_argument("--show-dropped", action="store_true", help="print every dropped candidate with why")
@@ -160,6 +170,9 @@ def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
     if args.confirm and args.loss != "upcast":
         raise UserError(f"--confirm with --loss {args.loss}: ds_bench's runs compute the upcast loss (or --tiled-loss), "
                         "so they cannot confirm a plan for another loss; leave out --confirm or --loss")
+    if args.confirm and args.scale in ("layers", "hidden") and not all((args.layers, args.hidden, args.heads)):
+        raise UserError(f"--confirm with --scale {args.scale} runs each answer as a custom shape: give the model as "
+                        "--layers, --hidden and --heads (a named --size's members are not ds-bench run sizes)")
     if args.confirm and args.confirm > args.top:
         raise UserError(f"--confirm {args.confirm} is more than --top {args.top}: the confirmed layouts are the ranked "
                         f"rows (--top {args.confirm} or more)")
@@ -187,14 +200,14 @@ def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
         shape_flags={k: getattr(args, k) for k in ("layers", "hidden", "heads", "experts", "top_k")},
         seq_len=seq_len, global_batch_tokens=tokens, precision=args.precision or ("fp32" if cpu else "bf16"),
         device=device, nodes=nodes, per_node=per_node, peak_tflops=args.peak_tflops,
-        device_memory=args.device_memory, nvlink_domain=args.nvlink_domain, achieved=args.achieved,
+        device_memory=args.device_memory, nvlink_domain=args.nvlink_domain, host_memory=args.host_memory, achieved=args.achieved,
         calibrate=tuple(args.calibrate), engines=parse_list("--engines", args.engines, allowed=ENGINES),
         stages=parse_list("--stages", args.stages, allowed=(0, 1, 2, 3), kind=int),
         offloads=parse_list("--offload", args.offload, allowed=OFFLOADS),
         micro_batches=None if args.micro_batch == "auto" else parse_list("--micro-batch", args.micro_batch, kind=int),
         checkpointing=tuple(v == "on" for v in parse_list("--activation-checkpointing", args.activation_checkpointing,
                                                           allowed=("off", "on"))),
-        switches=switches_of(args), loss=args.loss, dropout=None if args.dropout is None else args.dropout == "on",
+        switches=switches_of(args), loss=args.loss, scale=args.scale, dropout=None if args.dropout is None else args.dropout == "on",
         degrees=degrees_of(args), headroom_pct=args.headroom, attn=args.attn, top=args.top,
         show_dropped=args.show_dropped, ds_config=ds_config, confirm=args.confirm, steps=args.steps,
         warmup=args.warmup, nproc=per_node, run_args=tuple(args.run_args),

@@ -29,6 +29,23 @@ class Confirmed(Block):
     """The ratio is outside the plan's stated band (``ds_bench.plan.confirm.BAND``)."""
 
 
+class ScaledTo(Block):
+    """``--scale``: the largest member of the model family this row's layout fits (``ds_bench.perf.scale``)."""
+
+    axis: str
+    """``layers``, ``hidden`` or ``seq``."""
+    value: int
+    params: int
+    layers: int
+    hidden: int
+    heads: int
+    seq_len: int
+    sequences: int
+    """Per step at that size (``seq``: one per data-parallel replica)."""
+    capped: bool = False
+    """It fit at the search's limit (``perf.scale.LIMIT``): the largest is at least ``value``."""
+
+
 class PlanRow(Block):
     """One ranked candidate's prediction (``ds_bench.perf.step``, ``ds_bench.perf.memory``)."""
 
@@ -54,6 +71,7 @@ class PlanRow(Block):
     activations_bytes: int
     logits_bytes: int
     reserve_bytes: int
+    scaled: ScaledTo | None = None
     confirmed: Confirmed | None = None
 
 
@@ -89,4 +107,6 @@ class PlanRecord(Stamped):
     recommended_config: str | None = None
     """The best layout's DeepSpeed config, as written (portable)."""
     confirm_median_ratio: float | None = None
+    scale: str | None = None
+    """``--scale``'s axis: each row is its layout's largest member along it (``PlanRow.scaled``)."""
     notes: list[str] = Field(default_factory=list)

@@ -30,7 +30,10 @@ def header(r: PlanRecord) -> str:
             f"cluster: {c['nodes']} x {c['per_node']} {c['device']}, {c['memory_bytes'] / GiB:.1f} GiB each, peak "
             f"{c['peak_tflops']:.4g} TFLOP/s x achieved {c['achieved']:.2f}, busbw in {where} {intra} GB/s, {nic}\n"
             f"figures from: {sources}\n"
-            f"{r.feasible} of {r.candidates} candidates fit and are legal; the best {len(r.ranked)}:")
+            + (f"--scale {r.scale}: each layout's largest member of the family"
+               + (", one sequence per data-parallel replica per step" if r.scale == "seq" else
+                  ", the global batch as given") + "\n" if r.scale else "")
+            + f"{r.feasible} of {r.candidates} candidates fit and are legal; the best {len(r.ranked)}:")
 
 
 def ranked(r: PlanRecord) -> str:
@@ -38,12 +41,28 @@ def ranked(r: PlanRecord) -> str:
     for row in r.ranked:
         comm = sum(row.exposed_s.values())
         busiest = max(row.exposed_s.items(), key=lambda kv: kv[1], default=("", 0.0))
-        rows.append([row.rank, row.label, number(row.tokens_per_s_per_rank), f"{row.mfu:.1%}",
-                     ms(row.step_s), ms(row.compute_s), ms(comm, 3)
+        rows.append([row.rank, row.label, *([largest(row)] if r.scale else []), number(row.tokens_per_s_per_rank),
+                     f"{row.mfu:.1%}", ms(row.step_s), ms(row.compute_s), ms(comm, 3)
                      + (f" ({busiest[0]})" if busiest[1] > 0 else ""), ms(row.bubble_s, 3),
                      ms(row.optimizer_s, 3), f"{row.memory_bytes / GiB:.2f}"])
-    return tabulate(rows, headers=["#", "layout", "tokens/s/rank", "MFU", "step ms", "compute", "exposed comm",
-                                   "bubble", "optimizer", "GiB/rank"], disable_numparse=True)
+    return tabulate(rows, headers=["#", "layout", *([f"largest ({r.scale})"] if r.scale else []), "tokens/s/rank",
+                                   "MFU", "step ms", "compute", "exposed comm", "bubble", "optimizer", "GiB/rank"],
+                    disable_numparse=True)
+
+
+def largest(row) -> str:
+    """``--scale``'s answer of a row: ``96 blocks (140B)``, ``h 12,288 (96 heads, 110B)``, ``262,144 tokens``."""
+    s = row.scaled
+    if s is None:
+        return "-"
+    params = next(f"{s.params / scale:.3g}{unit}" for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1, ""))
+                  if s.params >= scale or unit == "")
+    at_least = ">= " if s.capped else ""
+    if s.axis == "layers":
+        return f"{at_least}{s.layers} blocks ({params})"
+    if s.axis == "hidden":
+        return f"{at_least}h {s.hidden:,} ({s.heads} heads, {params})"
+    return f"{at_least}{s.seq_len:,} tokens"
 
 
 def dropped(r: PlanRecord) -> str:
