@@ -121,18 +121,12 @@ def test_the_tiled_loss_is_the_plain_loss_and_gradient_in_many_tiles(monkeypatch
         torch.testing.assert_close(tiled[name], g, rtol=1e-5, atol=1e-7, msg=name)
 
 
-def test_the_tiled_mlp_gives_the_plain_mlp_and_its_gradients():
-    """``--tiled-mlp`` (DeepSpeed's ``TiledMLP``, 4 tiles of a 256-token sequence at hidden 64): the same output
-    and weight gradients as the plain MLP, and only the model's own instances are patched."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, use_cache=False)
-    ids = torch.randint(0, 128, (1, 256), generator=torch.Generator().manual_seed(1))
+def assert_tiled_mlp_is_the_plain_one(build, ids):
+    """``build()``'s loss and every weight gradient, with every block's MLP tiled (``tiling.tile_mlps``) and not."""
     out = []
     for tiled in (False, True):
         torch.manual_seed(0)
-        model = LlamaForCausalLM(config)
+        model = build()
         if tiled:
             assert tiling.tile_mlps(model) == 2
         loss = model(input_ids=ids, labels=ids).loss
@@ -141,6 +135,17 @@ def test_the_tiled_mlp_gives_the_plain_mlp_and_its_gradients():
     assert out[0][0] == pytest.approx(float(out[1][0]), rel=1e-6)
     for name, g in out[0][1].items():
         torch.testing.assert_close(out[1][1][name], g, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_the_tiled_mlp_gives_the_plain_mlp_and_its_gradients():
+    """``--tiled-mlp`` (DeepSpeed's ``TiledMLP``, 4 tiles of a 256-token sequence at hidden 64): the same output
+    and weight gradients as the plain MLP, and only the model's own instances are patched."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, use_cache=False)
+    ids = torch.randint(0, 128, (1, 256), generator=torch.Generator().manual_seed(1))
+    assert_tiled_mlp_is_the_plain_one(lambda: LlamaForCausalLM(config), ids)
     plain = LlamaForCausalLM(config)
     assert "forward" not in vars(plain.model.layers[0].mlp)  # the class is untouched
 
@@ -154,15 +159,4 @@ def test_the_tiled_mlp_of_gpt2_at_micro_batch_2_gives_the_plain_mlp_and_its_grad
     config = GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=256, resid_pdrop=0.0,
                         embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
     ids = torch.randint(0, 128, (2, 256), generator=torch.Generator().manual_seed(1))
-    out = []
-    for tiled in (False, True):
-        torch.manual_seed(0)
-        model = GPT2LMHeadModel(config)
-        if tiled:
-            assert tiling.tile_mlps(model) == 2
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        out.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
-    assert out[0][0] == pytest.approx(float(out[1][0]), rel=1e-6)
-    for name, g in out[0][1].items():
-        torch.testing.assert_close(out[1][1][name], g, rtol=1e-4, atol=1e-6, msg=name)
+    assert_tiled_mlp_is_the_plain_one(lambda: GPT2LMHeadModel(config), ids)
