@@ -908,6 +908,8 @@ CASES["plan scale layers confirm a named size"] = Case(
     r"--confirm with --scale layers runs each answer as a custom shape: give the model as --layers, --hidden and "
     r"--heads")
 CASES["plan scale unknown"] = Case(plan("--scale", "width"), r"--scale: invalid choice: 'width'")
+CASES["plan checkpoint offload maybe"] = Case(plan("--device", "H100", "--checkpoint-offload", "maybe"),
+                                             r"--checkpoint-offload 'maybe': 'maybe' is not one of off, on")
 CASES["plan nodes 0"] = Case(plan("--device", "H100", "--nodes", "0"), r"--nodes must be a positive integer, got 0$")
 CASES["plan achieved 2"] = Case(plan("--device", "H100", "--achieved", "2"), r"--achieved must be in \(0, 1\]")
 CASES["plan batch not whole sequences"] = Case(plan("--device", "H100", "--global-batch", "1000"),

@@ -86,8 +86,10 @@ def test_a_compiled_run_records_its_compile_apart_from_its_steps(runs):
     assert c["frames_compiled"] >= c["graphs"] and c["inside_window"] == 0
     assert s["compile_s"] == pytest.approx(c["compile_s"], rel=0.05)  # rank 0's, all of it in the warm-up
     assert s["warmup_s"] >= 0 and s["total_s"] > s["compile_s"]
-    # compiling is out of the window: the steps sum to the window's wall time, and none took a compile's seconds
-    assert abs(m["rank_steps_vs_wall_pct"]) < 2, m
+    # compiling is out of the window: the steps sum to the window's wall time, and none took a compile's seconds.
+    # 5%: the gaps between steps grow with the other xdist worker's load (-2.24% once, CI tier beside the full
+    # tier, 2026-11-29); a compile inside the window would be several times the window
+    assert abs(m["rank_steps_vs_wall_pct"]) < 5, m
     assert m["step_ms_max"] / 1e3 < c["compile_s"] / 2
     assert "  compile      inductor: " in proc.stdout
     eager = runs["eager"][1][0]

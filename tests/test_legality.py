@@ -27,7 +27,8 @@ from tests.conftest import PASSED, REPO, stop_past_checks
 WORLD = 2
 RUN_FLAGS = {"breakdown": ["--breakdown"], "checkpoint": ["--checkpoint", "{tmp}/ckpt"],
              "resume": ["--resume", "{tmp}"], "model_path": ["--model", "{tmp}"],
-             "checkpoint_offload": ["--activation-checkpointing", "--checkpoint-offload"]}
+             "checkpoint_offload": ["--activation-checkpointing", "--checkpoint-offload"],
+             "selective_checkpointing": ["--activation-checkpointing", "--selective-checkpointing"]}
 """A run option as flags (``legality.RUN_OPTIONS``)."""
 BASE = json.loads((REPO / "ds_configs" / "zero1.json").read_text())
 

@@ -260,3 +260,18 @@ def test_offloaded_states_must_fit_the_nodes_host_memory():
     ranked, dropped = space.search(llama, tight, s, 4096, 16, REGISTRY["llama"])
     assert not ranked and {d.rule for d in dropped} == {"host memory"}
     assert "GiB to each node's host" in dropped[0].why
+
+
+def test_the_checkpoint_offload_keeps_two_inputs_on_the_device_and_the_rest_on_the_host():
+    """ALST's checkpoint offload: of the L checkpointed inputs (E tau h each), two stay on the device (the one in use,
+    the one being copied) and L - 2 wait in host memory, where the node's ranks share them."""
+    llama = shapes.of_workload("llama", "llama3.1-8b", None, None, None, 32768)
+    cluster = cluster_of("H100", 1, 8, "bf16")
+    ckpt = Candidate(layout(stage=3, micro_batch=1), checkpointing=True)
+    offload = dataclasses.replace(ckpt, checkpoint_offload=True)
+    one_input = 2 * 32768 * llama.hidden
+    plain, moved = memory.memory(llama, ckpt, 32768, cluster), memory.memory(llama, offload, 32768, cluster)
+    assert plain.activations - moved.activations == pytest.approx((llama.layers - 2) * one_input, abs=1)
+    assert moved.host - plain.host == (llama.layers - 2) * one_input
+    assert offload.label(8).endswith(" ckpt+offload") and offload.option_flags() == [
+        "--activation-checkpointing", "--checkpoint-offload"]

@@ -1,8 +1,9 @@
 """The plan model against published runs (``ds_bench/perf/published_runs.yaml``, each with its source), out of
 sample: every run's predicted throughput, with the achieved fraction its family's *other* runs set
 (leave-one-out), within ``OUT_OF_SAMPLE`` of its published one; every run predicted to fit its device with the
-configuration it ran (its checkpointing, its loss, its dropout); the BigScience largest-fitting models predicted
-to fit and twice their blocks not (pure, fast)."""
+configuration it ran (its checkpointing, its loss, its dropout), and the published peaks predicted within
+``PUBLISHED_MEMORY``; the BigScience largest-fitting models predicted to fit and twice their blocks not (pure,
+fast)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import pytest
 from ds_bench.perf import published as P
 from ds_bench.perf.devices import DEVICES, GiB
 
-OUT_OF_SAMPLE = (0.78, 1.47)
+OUT_OF_SAMPLE = (0.78, 1.41)
 """Predicted / published tokens per second per GPU, each run predicted with the median fraction of its family's
-other runs. Measured over the 24 runs (docs/plan.md, 2026-11-29): 0.780 (BigScience 78B on 256 V100) to 1.465
-(torchtitan's 8B on 128 H100, 500 W parts whose peak is below the datasheet's). The band is that spread, no
-wider."""
+other runs. Measured over the 24 runs (docs/plan.md, 2026-11-29): 0.780 (BigScience 78B on 256 V100) to 1.403
+(BigScience 7.5B at seq 512 on 16 V100, whose small matmuls run the tensor cores less well); torchtitan's 8B on
+H100 1.30-1.35 with its selective checkpointing's recompute counted. The band is that spread, no wider."""
 
 RUNS = [r["id"] for r in P.runs()]
 
@@ -34,10 +35,7 @@ def test_a_runs_out_of_sample_fraction_is_the_median_of_its_familys_other_runs()
     assert len(others) == 9 and P.out_of_sample_achieved(r) == others[4]
 
 
-MODELLED = [r["id"] for r in P.runs() if r["layout"]["checkpointing"] in ("none", "full")]
-
-
-@pytest.mark.parametrize("run_id", MODELLED)
+@pytest.mark.parametrize("run_id", RUNS)
 def test_every_run_fits_its_device_with_the_configuration_it_ran(run_id):
     """It ran, so the model must not call it out of memory. llm-foundry's 1.3B at micro-batch 20 (no checkpointing,
     64 H100) and 6.8B at 32K tokens (full checkpointing, 8 H100) were "fits no layout" (90.0 and 78.8 GiB) while
@@ -76,11 +74,19 @@ def test_bigscience_largest_model_fits_and_twice_its_blocks_does_not(run_id):
     assert 1.0 <= params / published < 1.6  # the model over-predicts the largest fit by up to 1.5x (docs)
 
 
+PUBLISHED_MEMORY = (0.9, 1.0)
+"""Predicted / published peak memory of the runs that state it, with their own (selective) checkpointing: measured
+0.95 (torchtitan 8B on 8 H100: 78.3 of 82.4 GiB) and 0.93 (128 H100: 62.6 of 67.0), 2026-11-29."""
+
+
 @pytest.mark.parametrize("run_id", [r["id"] for r in P.runs() if "memory_GiB" in r["measured"]])
-def test_selective_checkpointing_memory_lies_between_full_and_none(run_id):
+def test_the_predicted_peak_is_the_published_one_with_the_runs_own_checkpointing(run_id):
+    """torchtitan's selective (op-level) checkpointing as ds_bench's ``--selective-checkpointing`` keeps it
+    (``workloads.checkpoint_policy``): every other matmul's output and the attention's, per block."""
     r = P.run(run_id)
-    published = r["measured"]["memory_GiB"] * 2 ** 30
-    assert P.memory(r, True).total <= published <= P.memory(r, False).total
+    assert P.candidate(r).selective
+    ratio = P.memory(r).total / (r["measured"]["memory_GiB"] * 2 ** 30)
+    assert PUBLISHED_MEMORY[0] <= ratio <= PUBLISHED_MEMORY[1], ratio
 
 
 def test_the_seed_runs_are_held():

@@ -162,7 +162,8 @@ def test_a_run_people_made_is_feasible_with_the_loss_and_dropout_it_ran(run, cap
     MPT's no dropout it fits, and its row is the run's layout."""
     argv = ["plan", "--workload", "gpt2", *ISSUE_RUNS[run], "--device", "H100", "--gpus-per-node", "8",
             "--engines", "fsdp", "--stages", "3", "--tensor-parallel", "1", "--pipeline-stages", "1",
-            "--sequence-parallel", "1", "--offload", "none", "--tiled-mlp", "off", "--tiled-loss", "off", "--dry-run"]
+            "--sequence-parallel", "1", "--offload", "none", "--tiled-mlp", "off", "--tiled-loss", "off",
+            "--selective-checkpointing", "off", "--checkpoint-offload", "off", "--dry-run"]
     assert cli.main(argv) == 2
     assert "fits no layout" in capsys.readouterr().err
     assert cli.main([*argv, "--loss", "fused", "--dropout", "off"]) == 0

@@ -7,10 +7,12 @@ on those ranks, calibrated with those records, and print predicted beside measur
     python tools/plan_validation.py --worlds 1,2,4 --out /tmp/planval --table-only   # re-predict, no runs
     python tools/plan_validation.py --worlds 2 --quick         # what tests/test_plan_validation.py runs
     python tools/plan_validation.py --worlds 2 --terms         # each memory option on and off (the test's other)
+    python tools/plan_validation.py --worlds 2 --only llama,moe   # AutoTP, Ulysses and experts (the test's third)
 
-``--terms``: one GPT-2 layout with ALST's tiled MLP and tiled loss each on and off, at 4,096 tokens per rank (a
-loss larger than one tile), and a second table: per option, the predicted and the measured difference in peak
-memory between the layouts without and with it (the term the option removes). Each plan run is restricted to one
+``--terms``: one GPT-2 layout (12 blocks) with ALST's tiled MLP and tiled loss each on and off, and with full and
+selective checkpointing, at 4,096 tokens per rank (a loss larger than one tile), and a second table: per option,
+the predicted and the measured difference in peak memory between the layouts without and with it (the term the
+option removes). Each plan run is restricted to one
 family of layouts by its axis flags; ``--steps`` steps per run (warm-up
 ``--warmup``). The table pairs each layout's measured step (the ``--confirm`` run) with the prediction of the model
 as it is now (``plan`` run again, no job, from the same calibration), so a change to the model is re-checked
@@ -32,16 +34,23 @@ SHAPE = {"gpt2": ["--layers", "4", "--hidden", "256", "--heads", "4"],
 FIXED = ["--offload", "none", "--activation-checkpointing", "off", "--tiled-mlp", "off", "--tiled-loss", "off", "--seq-len", "256"]
 
 
-TERMS = ["--stages", "1", "--pipeline-stages", "1", "--micro-batch", "4", "--seq-len", "1024", "--tiled-mlp", "off,on",
-         "--tiled-loss", "off,on"]
-"""The ``--terms`` family: 4 sequences of 1,024 tokens per rank (``--global-batch`` set per world)."""
+TERMS = ["--layers", "12", "--stages", "1", "--pipeline-stages", "1", "--micro-batch", "4", "--seq-len", "1024",
+         "--tiled-mlp", "off,on", "--tiled-loss", "off,on"]
+"""The ``--terms`` families: 12 blocks (a term's GiB above the peak's run-to-run noise), 4 sequences of 1,024
+tokens per rank (``--global-batch`` set per world); the tiling each way without checkpointing, then full and
+selective checkpointing (tiled loss, plain MLP)."""
+SELECTIVE = [*TERMS[:10], "--tiled-mlp", "off", "--tiled-loss", "on", "--activation-checkpointing", "on",
+             "--selective-checkpointing", "off,on"]
 SWITCH_WORDS = ("tiled-mlp", "tiled-loss")
 
 
-def families(world: int, quick: bool, terms: bool = False) -> list[tuple[str, list[str]]]:
-    """(workload, axis flags) of each plan run at ``world`` ranks."""
+def families(world: int, quick: bool, terms: bool = False, only: tuple[str, ...] = ()) -> list[tuple[str, list[str]]]:
+    """(workload, axis flags) of each plan run at ``world`` ranks; ``only``: those workloads' alone."""
     if terms:
-        return [("gpt2", [*TERMS, "--global-batch", str(world * 4 * 1024)])]
+        batch = ["--global-batch", str(world * 4 * 1024)]
+        return [("gpt2", [*TERMS, *batch]), ("gpt2", [*SELECTIVE, *batch])]
+    if only:
+        return [f for f in families(world, False) if f[0] in only]
     degrees = [d for d in (1, 2, 4) if world % d == 0]
     pp = ",".join(str(d) for d in degrees if d <= 4)
     stage = "1" if world > 1 else "0"
@@ -78,6 +87,7 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="GPT-2 layouts only")
     p.add_argument("--terms", action="store_true", help="the memory options on and off only (module docstring)")
+    p.add_argument("--only", default="", help="these workloads' families alone, e.g. llama,moe")
     p.add_argument("--table-only", action="store_true", help="no runs: the table of what --out holds")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -85,15 +95,17 @@ def main() -> int:
     for world in [int(w) for w in args.worlds.split(",")]:
         cal = os.path.join(args.out, f"calibration_w{world}.jsonl") if args.table_only else calibrate(world, args.out,
                                                                                                       log)
-        for workload, axes in families(world, args.quick, args.terms):
-            results = os.path.join(args.out, f"plan_{workload}_w{world}.jsonl")
+        only = tuple(w for w in args.only.split(",") if w)
+        for i, (workload, axes) in enumerate(families(world, args.quick, args.terms, only)):
+            name = f"{workload}{i}" if args.terms and i else workload  # --terms: two gpt2 families
+            results = os.path.join(args.out, f"plan_{name}_w{world}.jsonl")
             argv = [sys.executable, "-m", "ds_bench", "plan", "--workload", workload, *SHAPE[workload], *FIXED,
                     "--global-batch", str(world * 4 * 256), *axes, "--device", "cpu", "--nproc", str(world),
                     "--calibrate", cal, "--launcher", "torchrun", "--top", "99"]
             if not args.table_only:
                 status |= run([*argv, "--confirm", "99", "--steps", str(args.steps), "--warmup", str(args.warmup),
                                "--results", results], log) != 0
-            predicted = os.path.join(args.out, f"predicted_{workload}_w{world}.jsonl")
+            predicted = os.path.join(args.out, f"predicted_{name}_w{world}.jsonl")
             if os.path.exists(predicted):
                 os.remove(predicted)
             run([*argv, "--results", predicted], log)
@@ -116,9 +128,15 @@ def main() -> int:
 
 def term_rows(rows: list[list[str]]) -> list[list[str]]:
     """Per memory option and layout without it: the predicted and measured peak memory it saves (GiB), from the
-    rows of the same layout with and without the option's word."""
+    rows of the same layout with and without the option's word; full checkpointing against selective (what full
+    saves over selective)."""
     by_label = {(r[0], r[2]): r for r in rows}
     out = []
+    for (world, label), sel in by_label.items():
+        full = by_label.get((world, label.replace(" ckpt-selective", " ckpt")))
+        if label.endswith(" ckpt-selective") and full and "-" not in (full[7], sel[7]):
+            out.append([world, "ckpt (not selective)", label, f"{float(sel[6]) - float(full[6]):.2f}",
+                        f"{float(sel[7]) - float(full[7]):.2f}"])
     for (world, label), off in by_label.items():
         words = label.split()
         for word in SWITCH_WORDS:

@@ -48,6 +48,17 @@ OTHER_RULES: tuple[Rule, ...] = (
          "--checkpoint-offload with --pipeline-stages {pipeline_stages}: a pipeline stage's blocks are not HF "
          "checkpointing layers, whose inputs DeepSpeed's offload marks", "ds_bench's pipeline GPT-2 is its own "
          "PipelineModule", _ex(pipeline_stages=2), frozenset({"checkpoint_offload"})),
+    Rule("selective checkpointing and a pipeline",
+         lambda l, w: "selective_checkpointing" in w.run_options and _pp(l, w),
+         "--selective-checkpointing with --pipeline-stages {pipeline_stages}: DeepSpeed's PipelineModule checkpoints "
+         "a stage's blocks with its own checkpoint function, which takes no selective policy",
+         "ds_bench's pipeline GPT-2 is its own PipelineModule (activation_checkpoint_interval)",
+         _ex(pipeline_stages=2), frozenset({"selective_checkpointing"})),
+    Rule("selective checkpointing and the tiled MLP",
+         lambda l, w: "selective_checkpointing" in w.run_options and l.tiled_mlp,
+         "--selective-checkpointing with --tiled-mlp: TiledMLP's matmuls, one per tile, shift the policy's count of "
+         "every other matmul (ds_bench.workloads.checkpoint_policy)", "not measured yet",
+         _ex(tiled_mlp=True), frozenset({"selective_checkpointing"})),
     Rule("checkpoint offload needs a GPU",
          lambda l, w: "checkpoint_offload" in w.run_options and w.device_type == "cpu",
          "--checkpoint-offload on CPU ranks: their activations are in host memory already (DeepSpeed's "
@@ -102,7 +113,7 @@ def first_broken(layout: Layout, where: Where) -> Rule | None:
     return next((r for r in rules() if r.refused(layout, where)), None)
 
 
-RUN_OPTIONS = ("breakdown", "checkpoint", "resume", "model_path", "checkpoint_offload")
+RUN_OPTIONS = ("breakdown", "checkpoint", "resume", "model_path", "checkpoint_offload", "selective_checkpointing")
 """``RunConfig`` fields beyond the layout that a rule may refuse."""
 
 

@@ -169,6 +169,11 @@ class RunConfig:
                               help="compute the LM head and loss in sequence tiles with DeepSpeed's "
                                    "TiledFusedLogitsLoss (ALST): no full-vocabulary logits tensor")
     """ALST's tiled logits and loss (``ds_bench.engines.tiling``)."""
+    selective_checkpointing: bool = option(False, "--selective-checkpointing",
+                                           help="with --activation-checkpointing: keep every other matmul's output and "
+                                                "the attention kernel's, recompute the rest (torchtitan's op-level "
+                                                "selective checkpointing)")
+    """torch's selective activation checkpointing (``ds_bench.workloads.checkpoint_policy``)."""
     checkpoint_offload: bool = option(False, "--checkpoint-offload",
                                       help="with --activation-checkpointing: keep each checkpointed block's input in "
                                            "host memory between forward and backward (DeepSpeed's "
@@ -224,6 +229,8 @@ class RunConfig:
             d.check_flags(self)
         _require(not self.checkpoint_offload or self.activation_checkpointing,
                  "--checkpoint-offload needs --activation-checkpointing (it moves the checkpointed blocks' inputs)")
+        _require(not self.selective_checkpointing or self.activation_checkpointing,
+                 "--selective-checkpointing needs --activation-checkpointing (it chooses what checkpointing keeps)")
         check_compile(self)
         check_timeout("--dist-timeout", self.dist_timeout_s)
         check_timeout("--connect-timeout", self.connect_timeout_s)

@@ -21,15 +21,20 @@ activations it keeps for backward, the loss's logits, and what the process holds
   With DeepSpeed's TiledMLP (``--tiled-mlp``, ALST) the MLP keeps only its input (already counted): its
   intermediates are recomputed tile by tile in backward, one tile's live at a time (not counted).
   With activation checkpointing a block keeps only its input (E tau h) and one block's whole working set is
-  live again in backward. A 1F1B pipeline's first stage holds P micro-batches of its L/P blocks in flight
+  live again in backward; with ALST's checkpoint offload (``--checkpoint-offload``, DeepSpeed's
+  ``CheckpointHiddenStatesOffload``) those inputs wait in host memory, two in flight on the device (the one being
+  copied and the one in use), the copies on a side stream assumed hidden behind the compute. Selective
+  checkpointing (``--selective-checkpointing``, ``workloads.checkpoint_policy``) keeps per token the widths
+  ``Transformer.selective_saved_width`` gives (its input, every other matmul's output, the attention's) and one
+  block's working set, as full checkpointing does. A 1F1B pipeline's first stage holds P micro-batches of its L/P blocks in flight
   (their sec. 4.2.3): L blocks' worth; without a pipeline, one micro-batch of all L.
 - **logits**: the loss's [tokens x vocabulary / t] tensors on the last stage, ``perf.loss_memory.loss_bytes``
   of the loss's implementation (``upcast``, HF's and ds_bench's: 12 bytes per element; ``fused``: 2 E), or of
   one tile with ``--tiled-loss``.
 - **reserve**: the device family's (``perf.devices``) or this cluster's measured baseline.
 - **host** (apart from the total): what offload keeps of the states in the node's host memory once training runs
-  (``perf.states.offloaded_bytes``: 16 or 18 bytes per parameter of the rank's partition), which the node's ranks
-  share (``Cluster.host_memory_bytes``).
+  (``perf.states.offloaded_bytes``: 16 or 18 bytes per parameter of the rank's partition) and the offloaded
+  checkpoints, which the node's ranks share (``Cluster.host_memory_bytes``).
 Not modelled: allocator fragmentation beyond the reserve, communication buckets beyond DeepSpeed's estimator
 factor, the peak of building the model (ZeRO-3 without ``zero_init`` builds it whole on every rank).
 """
@@ -111,11 +116,29 @@ def activation_bytes(shape: Transformer, candidate: Candidate, seq_len: int, eag
     layout = candidate.layout
     layers = -(-shape.layers // layout.pipeline_stages) * min(layout.pipeline_stages, layout.grad_accum)
     one_block = block_bytes(shape, candidate, seq_len, eager)
-    if candidate.checkpointing:
+    if candidate.selective:
         e = ELEMENT_BYTES[layout.precision]
         tau = layout.micro_batch * seq_len / layout.sequence_parallel
-        return int(layers * e * tau * shape.hidden + one_block)
+        return int(layers * e * tau * shape.selective_saved_width(layout.tensor_parallel) + one_block)
+    if candidate.checkpoint_offload:
+        return int(2 * input_bytes(shape, candidate, seq_len) + one_block)
+    if candidate.checkpointing:
+        return int(layers * input_bytes(shape, candidate, seq_len) + one_block)
     return int(layers * one_block)
+
+
+def input_bytes(shape: Transformer, candidate: Candidate, seq_len: int) -> float:
+    """One block's input for one micro-batch: what activation checkpointing keeps of the block, E tau h."""
+    layout = candidate.layout
+    return ELEMENT_BYTES[layout.precision] * layout.micro_batch * seq_len / layout.sequence_parallel * shape.hidden
+
+
+def offloaded_activation_bytes(shape: Transformer, candidate: Candidate, seq_len: int) -> int:
+    """With the checkpoint offload, the checkpointed inputs host memory holds: every block's but the two in flight."""
+    if not candidate.checkpoint_offload:
+        return 0
+    layers = -(-shape.layers // candidate.layout.pipeline_stages)
+    return int(max(0, layers - 2) * input_bytes(shape, candidate, seq_len))
 
 
 def logits_bytes(shape: Transformer, candidate: Candidate, seq_len: int, loss: str = "upcast") -> int:
@@ -129,4 +152,5 @@ def memory(shape: Transformer, candidate: Candidate, seq_len: int, cluster: Clus
     """One rank's memory (module docstring); ``loss``: how the untiled loss is computed (``perf.loss_memory``)."""
     return Memory(states_bytes(shape, candidate, cluster), activation_bytes(shape, candidate, seq_len, eager),
                   logits_bytes(shape, candidate, seq_len, loss), cluster.reserve_bytes,
-                  states_bytes(shape, candidate, cluster, host=True))
+                  states_bytes(shape, candidate, cluster, host=True)
+                  + offloaded_activation_bytes(shape, candidate, seq_len))

@@ -24,8 +24,9 @@ never ``perf.space.search``.
   step (4: the runs' own timer line has ``optimizer-copy-to-main-grad``), fp32 master parameters (4) and Adam's
   moments (8); the data gives it per run (``states_bytes_per_param``), applied here, not in ``perf.memory``.
   Megatron 2021 has no fused attention: those runs keep the scores (``eager``).
-- **memory** (runs that publish it): predicted with and without activation checkpointing; a "selective"
-  checkpointing run (torchtitan) should fall between the two. Its time is predicted without recomputation.
+- **memory** (runs that publish it): predicted with the run's own checkpointing: torchtitan's "selective"
+  (op-level) checkpointing is ds_bench's ``--selective-checkpointing`` (``workloads.checkpoint_policy``), its
+  recomputed matmuls timed too.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def candidate(r: dict) -> Candidate:
     layout = Layout(stage=lay["stage"], offload="none", precision=lay["precision"], micro_batch=lay["micro_batch"],
                     grad_accum=lay["grad_accum"], engine=lay["engine"], pipeline_stages=lay.get("pp", 1),
                     tensor_parallel=lay.get("tp", 1))
-    return Candidate(layout, lay["checkpointing"] == "full")
+    return Candidate(layout, lay["checkpointing"] in ("full", "selective"), selective=lay["checkpointing"] == "selective")
 
 
 def sequences(r: dict) -> int:
@@ -147,12 +148,10 @@ def out_of_sample_achieved(r: dict) -> float:
     return statistics.median(others)
 
 
-def memory(r: dict, checkpointing: bool | None = None, layers: int | None = None) -> mem.Memory:
+def memory(r: dict, layers: int | None = None) -> mem.Memory:
     """``perf.memory.memory`` of the run, its states at the layout's ``states_bytes_per_param`` where the data
     gives one (Megatron-LM's fp16 optimizer: 20, module docstring) instead of ZeRO-0's 16."""
     c, s = candidate(r), shape(r, layers)
-    if checkpointing is not None:
-        c = dataclasses.replace(c, checkpointing=checkpointing)
     m = mem.memory(s, c, r["seq_len"], cluster(r), eager=r["layout"].get("eager", False),
                    loss=r["layout"].get("loss", "upcast"))
     per_param = r["layout"].get("states_bytes_per_param")
@@ -196,8 +195,7 @@ def row(r: dict) -> dict:
     if "fit" not in out:
         out["fit"] = f"predicted {memory(r).total / GiB:.1f} of {cl.memory_bytes / GiB:.0f} GiB"
     if "memory_GiB" in r["measured"]:
-        lo, hi = memory(r, True).total / GiB, memory(r, False).total / GiB
-        out["fit"] = f"published {r['measured']['memory_GiB']} GiB; predicted {lo:.1f} (full ckpt) - {hi:.1f} (none)"
+        out["fit"] = f"published {r['measured']['memory_GiB']} GiB; predicted {memory(r).total / GiB:.1f}"
     return out
 
 

@@ -102,8 +102,8 @@ def scale(shape: Transformer, kept: list[Candidate], cluster: Cluster, space: Sp
     """Each candidate's largest member, largest first, then the most tokens/s per rank there, then the least
     memory; candidates that hold none are left out."""
     if axis == "seq":  # one sequence per replica: a layout's micro-batch variants are one candidate
-        kept = list({(dataclasses.replace(c.layout, micro_batch=1, grad_accum=1), c.checkpointing): c
-                     for c in kept}.values())
+        kept = list({(dataclasses.replace(c.layout, micro_batch=1, grad_accum=1), c.checkpointing,
+                      c.checkpoint_offload, c.selective): c for c in kept}.values())
     out = [s for c in kept if (s := largest(shape, c, cluster, space, axis, seq_len, sequences, workload_cls, resize))]
     out.sort(key=lambda s: (-s.value, -s.planned.tokens_per_s_per_rank, s.planned.memory.total))
     return out

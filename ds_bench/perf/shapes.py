@@ -106,10 +106,12 @@ class Transformer:
             mlp = (2 if self.mlp == "gelu" else 3) * d * f
         return self.layers * (attention + mlp) + self.vocab * d
 
-    def flops_per_token(self, seq_len: int, recompute: bool = False, tiled_mlp: bool = False) -> float:
+    def flops_per_token(self, seq_len: int, recompute: bool = False, tiled_mlp: bool = False,
+                        selective: bool = False) -> float:
         """Training FLOPs per token (module docstring); ``recompute``: with activation checkpointing's extra
-        forward of the blocks; ``tiled_mlp``: with DeepSpeed's TiledMLP, whose backward computes each dense MLP's
-        forward again, tile by tile (also under checkpointing: the recomputed block's MLP is tiled too). Both are
+        forward of the blocks (``selective``: of the matmuls it does not save, ``selective_recomputed_params``, and
+        no attention core); ``tiled_mlp``: with DeepSpeed's TiledMLP, whose backward computes each dense MLP's
+        forward again, tile by tile (also under checkpointing: the recomputed block's MLP is tiled too). All are
         hardware FLOPs; MFU still counts the model FLOPs."""
         attention = 12.0 * self.layers * self.q_width * seq_len
         model = 6.0 * self.matmul_params() + attention
@@ -117,7 +119,26 @@ class Transformer:
             model += 2.0 * self.layers * (2 if self.mlp == "gelu" else 3) * self.hidden * self.ffn
         if not recompute:
             return model
+        if selective:
+            return model + 2.0 * self.layers * self.selective_recomputed_params()
         return model + 2.0 * (self.matmul_params() - self.vocab * self.hidden) + attention / 3
+
+    def selective_recomputed_params(self) -> int:
+        """One block's matmul weights selective checkpointing computes again (``workloads.checkpoint_policy``:
+        the 2nd, 4th ... matmul): GPT-2's attention and MLP output projections; Llama's k, o and up projections."""
+        d = self.hidden
+        if self.mlp == "gelu":
+            return d * self.q_width + self.ffn * d
+        return d * self.kv_width + self.q_width * d + d * self.ffn
+
+    def selective_saved_width(self, tp: int = 1) -> float:
+        """Elements per token one block keeps under selective checkpointing (``workloads.checkpoint_policy``), its
+        input included: GPT-2 its input, qkv, the MLP's first projection and the attention output; Llama its input,
+        q, v, the gate, the down projection's output and the attention output (TP's shares of the split ones)."""
+        d = self.hidden
+        if self.mlp == "gelu":
+            return d + (self.q_width + 2 * self.kv_width + self.ffn + self.q_width) / tp
+        return 2 * d + (2 * self.q_width + self.kv_width + self.ffn) / tp
 
 
 def custom(label: str, layers: int, hidden: int, heads: int, *, kv_heads: int | None = None, ffn: int | None = None,

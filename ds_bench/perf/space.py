@@ -3,7 +3,7 @@ tokens/s per rank (``perf.step``) or dropped with why (pure apart from reading t
 
 A candidate is DP x TP x PP x SP x EP (degrees whose product of TP, PP and SP divides the world; EP divides the
 world and the experts) x engine x ZeRO stage x offload x ALST's tiled MLP and tiled loss x micro-batch x
-activation checkpointing. It is dropped,
+activation checkpointing (full or selective, and, on GPUs, with its checkpoint offload). It is dropped,
 in this order, when:
 1. the legality table refuses it (``config.legality``: the rule's sentence), or the workload's model cannot be
    split so (``Workload.check_degrees``; a pipeline deeper than the blocks, TP not dividing the heads, KV heads
@@ -47,6 +47,11 @@ class Space:
     offloads: tuple[str, ...] = OFFLOADS
     micro_batches: tuple[int, ...] | None = None
     checkpointing: tuple[bool, ...] = (False, True)
+    checkpoint_offload: tuple[bool, ...] = (False,)
+    """With checkpointing, the checkpointed inputs in host memory too (``--checkpoint-offload``; GPU ranks)."""
+    selective: tuple[bool, ...] = (False,)
+    """With checkpointing, selective checkpointing too (``--selective-checkpointing``; dense models, no offload of
+    the checkpoints beside it)."""
     switches: dict[str, tuple[bool, ...]] | None = None
     """``SWITCHES`` field -> the values to try (ALST's tiled MLP and loss); None: off only."""
     loss: str = "upcast"
@@ -56,7 +61,10 @@ class Space:
     headroom_pct: float = 10.0
     attn: str = ""
     eager: bool = False
-    """Whether attention keeps its T x T scores (eager, or sdpa's math kernel on CPU ranks)."""
+    """Whether attention keeps its T x T scores (``--attn eager``). sdpa keeps none on CPU ranks too: torch 2.13
+    runs it as ``_scaled_dot_product_flash_attention_for_cpu`` (the op ``workloads.checkpoint_policy`` saves), and
+    counting the scores there over-predicted a 12-block GPT-2 at 1,024 tokens by their 1.7 GiB
+    (``tools/plan_validation.py --terms``, 2026-11-29)."""
     tp_style: str = "autotp"
 
 
@@ -98,7 +106,8 @@ def degree_values(shape: Transformer, cluster: Cluster, space: Space) -> dict[st
 def candidates(shape: Transformer, cluster: Cluster, space: Space, sequences: int) -> list[Candidate]:
     """Every combination the space names whose parallel degrees fit the world (no legality yet): the studies' grid
     (``perf.grid.families``, every engine alike) with each family's micro-batches, the accumulation that makes
-    ``sequences`` per step, and activation checkpointing off and on."""
+    ``sequences`` per step, and activation checkpointing off and on (on: with and without the checkpoint offload the
+    space names)."""
     world = cluster.world
     out = []
     for family in grid.families(space.stages, space.offloads, (space.precision,), (1,), space.engines,
@@ -112,7 +121,10 @@ def candidates(shape: Transformer, cluster: Cluster, space: Space, sequences: in
         micro = space.micro_batches or [2 ** i for i in range(0, 16) if 2 ** i <= max(1, per_replica)]
         for mbs, ckpt in itertools.product(micro, space.checkpointing):
             ga = per_replica // mbs if per_replica and per_replica % mbs == 0 else 1
-            out.append(Candidate(dataclasses.replace(family.with_micro_batch(mbs), grad_accum=ga), ckpt))
+            layout = dataclasses.replace(family.with_micro_batch(mbs), grad_accum=ga)
+            out += [Candidate(layout, ckpt, offload) for offload in (space.checkpoint_offload if ckpt else (False,))]
+            if ckpt and not shape.experts:
+                out += [Candidate(layout, True, selective=True) for sel in space.selective if sel]
     return out
 
 
@@ -152,11 +164,12 @@ def screen(shape: Transformer, cluster: Cluster, space: Space, seq_len: int, seq
     for c in candidates(shape, cluster, space, sequences):
         label = c.label(world)
         layout = dataclasses.replace(c.layout, seq_len=seq_len)
-        rule = legality.first_broken(layout, where)
+        at = dataclasses.replace(where, run_options=where.run_options | c.run_options())
+        rule = legality.first_broken(layout, at)
         if rule is None and c.layout.engine == "ddp" and c.layout.stage:
             continue  # DDP replicates: one candidate (z0) per precision, as the sweep takes it
         if rule is not None:
-            dropped.append(Dropped(label, rule.name, rule.says(layout, where)))
+            dropped.append(Dropped(label, rule.name, rule.says(layout, at)))
             continue
         why = model_reason(shape, c.layout, seq_len, workload_cls)
         if why:
@@ -214,5 +227,5 @@ def search(shape: Transformer, cluster: Cluster, space: Space, seq_len: int, seq
             dropped.append(Dropped(c.label(cluster.world), *over))
             continue
         ranked.append(predicted(shape, c, cluster, space, seq_len, sequences))
-    ranked.sort(key=lambda p: (-p.tokens_per_s_per_rank, p.memory.total))
+    ranked.sort(key=lambda p: (-round(p.tokens_per_s_per_rank, 6), p.candidate.extras(), p.memory.total))
     return ranked, dropped

@@ -3,7 +3,7 @@
     step = compute + exposed communication + pipeline bubble + optimizer
 
 - **compute** = tokens per step x FLOPs per token (``perf.shapes``; with activation checkpointing the recomputed
-  forward too, with ``--tiled-mlp`` the MLP's forward again) / ranks / (peak x achieved fraction). A third of the model FLOPs is the forward, the rest the
+  forward too, selective checkpointing's recomputed matmuls only, with ``--tiled-mlp`` the MLP's forward again) / ranks / (peak x achieved fraction). A third of the model FLOPs is the forward, the rest the
   backward (recomputation counts with the backward).
 - **communication**, each collective's bus bytes per step over the busbw of the link its group spans
   (``perf.devices.Cluster.busbw``; bus bytes as nccl-tests defines them, ``perf.bus_bytes``):
@@ -112,7 +112,7 @@ def step(shape: Transformer, candidate: Candidate, seq_len: int, sequences: int,
     m = micro_steps(candidate, sequences, world)
     if m is None:
         raise ValueError(f"{sequences} sequences do not divide over {candidate.label(world)}")
-    hardware = shape.flops_per_token(seq_len, candidate.checkpointing, layout.tiled_mlp)
+    hardware = shape.flops_per_token(seq_len, candidate.checkpointing, layout.tiled_mlp, candidate.selective)
     flops = sequences * seq_len * hardware / world
     balanced = flops / (cluster.peak_tflops * 1e12 * cluster.achieved)
     p = layout.pipeline_stages
@@ -171,7 +171,7 @@ def collectives(shape: Transformer, candidate: Candidate, seq_len: int, m: int,
         for collective, nbytes in bus_bytes_per_step(stage, shape.expert_params // (ep * p), e, e, holders, m).items():
             add(collective, nbytes, collective, holders, ep, messages[collective])
     tokens = layout.micro_batch * seq_len
-    ckpt = candidate.checkpointing
+    ckpt = candidate.checkpointing and not candidate.selective  # its recompute repeats 1 in 4 of them: not counted
     stage_layers = -(-shape.layers // p)
     if t > 1:
         count = (TP_ALL_REDUCES[tp_style] + (2 if ckpt else 0)) * stage_layers + 2

@@ -41,7 +41,8 @@ def distinct_rows(candidates: list[Candidate], k: int) -> list[int]:
     layout's micro-batch variants are predicted alike, and running two of them confirms one prediction twice."""
     seen, out = set(), []
     for i, c in enumerate(candidates):
-        family = (dataclasses.replace(c.layout, grad_accum=1).family, c.checkpointing)  # plan trades mbs for ga
+        family = (dataclasses.replace(c.layout, grad_accum=1).family, c.checkpointing,  # plan trades mbs for ga
+                  c.checkpoint_offload, c.selective)
         if family not in seen:
             seen.add(family)
             out.append(i)
@@ -66,8 +67,7 @@ def confirm(spec: PlanSpec, record: PlanRecord, ranked: list[Planned]) -> int:
         key = planned.candidate.label(spec.world)
         config = write_derived(os.path.join(folder, runner.slug(key) + ".json"), base, layout)
         tag = runner.new_tag("plan", key)
-        extra = (*shape_args(spec, row.scaled),
-                 *(["--activation-checkpointing"] if planned.candidate.checkpointing else []))
+        extra = (*shape_args(spec, row.scaled), *planned.candidate.option_flags())
         argv = runner.run_argv(spec, tag, config, layout, extra)
         attempt = runner.run_attempt(spec, argv, tag, os.path.join(folder, tag + ".log"))
         row.confirmed = measured(attempt, row.step_s)

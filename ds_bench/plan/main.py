@@ -45,8 +45,9 @@ def main(args: argparse.Namespace) -> int:
     if spec.dropout is not None:
         shape = dataclasses.replace(shape, dropout=spec.dropout)
     space = Space(spec.precision, spec.engines, spec.stages, spec.offloads, spec.micro_batches, spec.checkpointing,
-                  spec.switches, spec.loss, {k: v for k, v in spec.degrees.items() if v}, spec.headroom_pct,
-                  spec.attn, eager=spec.attn == "eager" or cluster.device_type == "cpu")
+                  spec.checkpoint_offload, spec.selective, spec.switches, spec.loss,
+                  {k: v for k, v in spec.degrees.items() if v},
+                  spec.headroom_pct, spec.attn, eager=spec.attn == "eager")
     if spec.confirm and not spec.dry_run:
         from ds_bench.jobs.runner import check_cluster
 
@@ -189,7 +190,9 @@ def plan_record(spec: PlanSpec, shape, cluster: Cluster, ranked: list[Planned], 
 def row(rank: int, p: Planned, world: int) -> PlanRow:
     st, mem = p.step, p.memory
     return PlanRow(rank=rank, label=p.candidate.label(world), point=p.candidate.layout.to_dict(),
-                   checkpointing=p.candidate.checkpointing, tokens_per_s_per_rank=p.tokens_per_s_per_rank, mfu=p.mfu,
+                   checkpointing=p.candidate.checkpointing, checkpoint_offload=p.candidate.checkpoint_offload,
+                   selective_checkpointing=p.candidate.selective,
+                   tokens_per_s_per_rank=p.tokens_per_s_per_rank, mfu=p.mfu,
                    step_s=st.total_s, compute_s=st.compute_s, bubble_s=st.bubble_s, optimizer_s=st.optimizer_s,
                    exposed_s=st.exposed_s, comm_s=st.comm_s, busbw_GBps=st.busbw_GBps, memory_bytes=mem.total,
                    states_bytes=mem.states, activations_bytes=mem.activations, logits_bytes=mem.logits,

@@ -49,6 +49,8 @@ class PlanSpec(StudySpec):
     offloads: tuple[str, ...] = OFFLOADS
     micro_batches: tuple[int, ...] | None = None
     checkpointing: tuple[bool, ...] = (False, True)
+    checkpoint_offload: tuple[bool, ...] = (False,)
+    selective: tuple[bool, ...] = (False,)
     switches: dict = field(default_factory=dict)
     """Each memory option's values (``config.study_flags.switches_of``): ``{"tiled_loss": (False, True)}``."""
     loss: str = "upcast"
@@ -117,6 +119,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--micro-batch", default="auto", help="e.g. 1,2,4 (default auto: powers of two)")
     a.add_argument("--activation-checkpointing", default="off,on", metavar="off|on|off,on",
                    help="recompute each block's activations in backward (default off,on)")
+    a.add_argument("--selective-checkpointing", default="off,on", metavar="off|on|off,on",
+                   help="with checkpointing, selective too: every other matmul's output and the attention's kept "
+                        "(gpt2 and llama; default off,on)")
+    a.add_argument("--checkpoint-offload", default=None, metavar="off|on|off,on",
+                   help="with checkpointing, the checkpointed blocks' inputs in host memory (ALST; GPUs only; "
+                        "default off,on on GPUs, off on CPU ranks)")
     add_switch_arguments(a, what="candidate", default="off,on")
     a.add_argument("--loss", default="upcast", choices=LOSSES,
                    help="how the loss is computed without --tiled-loss: upcast (HF's and ds_bench's: fp32 logits, "
@@ -207,6 +215,10 @@ def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
         micro_batches=None if args.micro_batch == "auto" else parse_list("--micro-batch", args.micro_batch, kind=int),
         checkpointing=tuple(v == "on" for v in parse_list("--activation-checkpointing", args.activation_checkpointing,
                                                           allowed=("off", "on"))),
+        selective=tuple(v == "on" for v in parse_list("--selective-checkpointing", args.selective_checkpointing,
+                                                      allowed=("off", "on"))),
+        checkpoint_offload=tuple(v == "on" for v in parse_list(
+            "--checkpoint-offload", args.checkpoint_offload or ("off" if cpu else "off,on"), allowed=("off", "on"))),
         switches=switches_of(args), loss=args.loss, scale=args.scale, dropout=None if args.dropout is None else args.dropout == "on",
         degrees=degrees_of(args), headroom_pct=args.headroom, attn=args.attn, top=args.top,
         show_dropped=args.show_dropped, ds_config=ds_config, confirm=args.confirm, steps=args.steps,

@@ -55,6 +55,8 @@ class PlanRow(Block):
     point: dict[str, Any]
     """The ``Layout``'s fields (``Layout.to_dict``)."""
     checkpointing: bool = False
+    checkpoint_offload: bool = False
+    selective_checkpointing: bool = False
     tokens_per_s_per_rank: float
     mfu: float
     step_s: float

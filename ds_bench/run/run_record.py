@@ -115,8 +115,8 @@ def _layout_keys(run: Started) -> dict:
     """The run's layout as resolved (``Resolved.layout``), its data-parallel replicas, its degrees' blocks
     (``Mesh.record_blocks``; rank 0's measurements complete them in an ok record: ``ds_bench.run.run_metrics``) and
     the memory options that ran."""
-    options = [name for name in ("activation_checkpointing", "checkpoint_offload", "tiled_mlp", "tiled_loss")
-               if getattr(run.cfg, name)]
+    options = [name for name in ("activation_checkpointing", "selective_checkpointing", "checkpoint_offload",
+                                 "tiled_mlp", "tiled_loss") if getattr(run.cfg, name)]
     mesh = run.engine.mesh
     layout = {"layout": run.layout.to_dict(), "layout_key": run.layout.key} if run.layout else {}
     return {"data_parallel_size": mesh.data_parallel_size if mesh.plans else None,

@@ -126,7 +126,7 @@ class CausalLMWorkload(Workload):
             hf_init.initialize(model, self.cfg.seed, self.weight_std())
         model.loss_type = "ForCausalLM"  # the loss HF picks anyway, named so it does not warn
         if self.cfg.activation_checkpointing:
-            enable_checkpointing(model)
+            enable_checkpointing(model, self.cfg.selective_checkpointing)
         if self.cfg.tiled_mlp:
             tiling.tile_mlps(model)
         return model
@@ -190,9 +190,14 @@ def check_pretrained_folder(path: str, model_type: str) -> None:
         raise UserError(f"--model {path}: no weights ({' or '.join(WEIGHT_FILES[::2])})")
 
 
-def enable_checkpointing(model: nn.Module) -> None:
-    """Recompute every block in the backward pass (non-reentrant torch.utils.checkpoint)."""
+def enable_checkpointing(model: nn.Module, selective: bool = False) -> None:
+    """Recompute every block in the backward pass (non-reentrant torch.utils.checkpoint); ``selective``: only what
+    ``workloads.checkpoint_policy`` does not save."""
     kwargs = {"use_reentrant": False}
+    if selective:
+        from ds_bench.workloads.checkpoint_policy import selective_context
+
+        kwargs["context_fn"] = selective_context
     if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x; the old name warns
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:

@@ -121,7 +121,7 @@ class MoEWorkload(LlamaFamilyWorkload):
             seed, name, shape, std(name.rpartition(".")[0]), held))
         model.loss_type = "ForCausalLM"
         if self.cfg.activation_checkpointing:
-            enable_checkpointing(model)
+            enable_checkpointing(model, self.cfg.selective_checkpointing)
         return model
 
     def experts_class(self) -> type:
