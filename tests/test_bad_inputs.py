@@ -189,6 +189,8 @@ CASES["--tiled-loss with fp16"] = Case(run(*SP, "--tiled-loss", "--set", "bf16.e
                                        r"gradient in forward")
 CASES["--checkpoint-offload without checkpointing"] = Case(run(*SP, "--checkpoint-offload"),
                                                            r"--checkpoint-offload needs --activation-checkpointing")
+CASES["--selective-checkpointing without checkpointing"] = Case(
+    run(*SP, "--selective-checkpointing"), r"--selective-checkpointing needs --activation-checkpointing")
 CASES["--checkpoint-offload on CPU ranks"] = Case(run(*SP, "--checkpoint-offload", "--activation-checkpointing"),
                                                   r"--checkpoint-offload on CPU ranks: their activations are in host "
                                                   r"memory already")
@@ -910,6 +912,11 @@ CASES["plan scale layers confirm a named size"] = Case(
 CASES["plan scale unknown"] = Case(plan("--scale", "width"), r"--scale: invalid choice: 'width'")
 CASES["plan checkpoint offload maybe"] = Case(plan("--device", "H100", "--checkpoint-offload", "maybe"),
                                              r"--checkpoint-offload 'maybe': 'maybe' is not one of off, on")
+CASES["plan host memory without a unit"] = Case(plan("--device", "H100", "--host-memory", "2"),
+                                               r"--host-memory 2: give a unit")
+CASES["plan dropout maybe"] = Case(plan("--dropout", "maybe"), r"--dropout: invalid choice: 'maybe'")
+CASES["plan selective checkpointing maybe"] = Case(plan("--device", "H100", "--selective-checkpointing", "maybe"),
+                                                   r"--selective-checkpointing 'maybe': 'maybe' is not one of off, on")
 CASES["plan nodes 0"] = Case(plan("--device", "H100", "--nodes", "0"), r"--nodes must be a positive integer, got 0$")
 CASES["plan achieved 2"] = Case(plan("--device", "H100", "--achieved", "2"), r"--achieved must be in \(0, 1\]")
 CASES["plan batch not whole sequences"] = Case(plan("--device", "H100", "--global-batch", "1000"),
