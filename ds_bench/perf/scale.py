@@ -58,10 +58,6 @@ def unit(shape: Transformer, axis: str, c: Candidate) -> int:
     return SEQ_STEP * layout.sequence_parallel
 
 
-def base_value(shape: Transformer, axis: str, seq_len: int) -> int:
-    return {"layers": shape.layers, "hidden": shape.hidden, "seq": seq_len}[axis]
-
-
 def largest(shape: Transformer, c: Candidate, cluster: Cluster, space: Space, axis: str, seq_len: int,
             sequences: int, workload_cls, resize: Resize) -> Scaled | None:
     """The largest member along ``axis`` that ``c`` fits (module docstring), or None when even one step does not;

@@ -12,7 +12,7 @@ from ds_bench.perf import scale as perf_scale
 from ds_bench.perf import shapes
 from ds_bench.perf.devices import Cluster
 from ds_bench.perf.shapes import Transformer
-from ds_bench.perf.space import Dropped, Planned, Space, screen
+from ds_bench.perf.space import Dropped, Space, screen
 from ds_bench.plan.spec import PlanSpec
 from ds_bench.record.plan_schema import ScaledTo
 
@@ -64,10 +64,6 @@ def scaled_to(answer: perf_scale.Scaled) -> ScaledTo:
     s = answer.shape
     return ScaledTo(axis=answer.axis, value=answer.value, params=s.params, layers=s.layers, hidden=s.hidden,
                     heads=s.heads, seq_len=answer.seq_len, sequences=answer.sequences, capped=answer.capped)
-
-
-def planned(found: list[perf_scale.Scaled]) -> list[Planned]:
-    return [a.planned for a in found]
 
 
 def answer_args(spec: PlanSpec, s: ScaledTo) -> list[str]:
