@@ -899,6 +899,10 @@ CASES["plan device-memory without a unit"] = Case(
 CASES["plan confirm a fused loss"] = Case(plan("--workload", "gpt2", "--size", "tiny", "--device", "cpu", "--loss", "fused",
                                              "--confirm", "1"),
                                         r"--confirm with --loss fused: ds_bench's runs compute the upcast loss")
+CASES["plan confirm a fused norm"] = Case(plan("--workload", "llama", "--size", "tiny", "--device", "cpu", "--norm",
+                                              "fused", "--confirm", "1"),
+                                         r"--confirm with --norm fused: ds_bench's runs train HF's eager RMSNorm")
+CASES["plan norm unknown"] = Case(plan("--norm", "apex"), r"--norm: invalid choice: 'apex'")
 CASES["plan loss unknown"] = Case(plan("--loss", "liger"), r"--loss: invalid choice: 'liger'")
 CASES["plan nvlink domain not whole nodes"] = Case(plan("--device", "GB200", "--nvlink-domain", "6"),
                                                    r"--nvlink-domain 6: GPUs one NVLink fabric joins, a whole number "

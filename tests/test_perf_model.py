@@ -52,8 +52,9 @@ def test_moe_counts_are_the_workloads(size):
 
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
 def test_a_gpt_block_keeps_korthikantis_bytes(tp):
-    """Korthikanti et al. 2022, eq. 1-2: s b h (10 + 24/t + 5 a s / (h t)) bytes per block in 16-bit with dropout."""
-    gpt = shapes.of_workload("gpt2", "small", None, None, None, 1024)
+    """Korthikanti et al. 2022, eq. 1-2: s b h (10 + 24/t + 5 a s / (h t)) bytes per block in 16-bit with dropout
+    (Megatron's GPT; ds-bench's GPT-2 trains without)."""
+    gpt = dataclasses.replace(shapes.of_workload("gpt2", "small", None, None, None, 1024), dropout=True)
     s, b, h, a = 1024, 4, gpt.hidden, gpt.heads
     got = memory.block_bytes(gpt, Candidate(layout(micro_batch=b, tensor_parallel=tp)), s, eager=True)
     assert got == pytest.approx(s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp)))
@@ -66,6 +67,7 @@ def test_a_block_without_dropout_keeps_two_bytes_less_per_token_and_unit_and_a_t
     DeepSpeed's TiledMLP recomputes the MLP's 16 bytes (two 4h tensors: GELU's input and output) in backward."""
     gpt = shapes.of_workload("gpt2", "small", None, None, None, 1024)
     plain = dataclasses.replace(gpt, dropout=False)
+    assert not gpt.dropout  # ds-bench's GPT-2 is built without dropout (workloads.gpt2.shape_config)
     s, b, h = 1024, 4, gpt.hidden
     assert memory.block_bytes(plain, Candidate(layout(micro_batch=b)), s, eager=False) == pytest.approx(s * b * h * 32)
     tiled = Candidate(layout(micro_batch=b, tiled_mlp=True))
@@ -87,11 +89,13 @@ def test_the_loss_holds_12_bytes_a_logit_upcast_2e_fused_and_one_tile_tiled():
     assert memory.logits_bytes(gpt, c, 1024, "fused") == 4 * 1024 * -(-gpt.vocab // 2) * 4
 
 
-def test_checkpointing_keeps_each_blocks_input_and_one_block():
+def test_checkpointing_keeps_each_blocks_input_and_one_block_and_its_gradients():
     gpt = shapes.of_workload("gpt2", "small", None, None, None, 1024)
     c = Candidate(layout(micro_batch=2), checkpointing=True)
     one = memory.block_bytes(gpt, c, 1024, eager=False)
-    assert memory.activation_bytes(gpt, c, 1024) == int(gpt.layers * 2 * 2 * 1024 * gpt.hidden + one)
+    gradients = 2 * 2 * 1024 * (gpt.hidden + gpt.ffn)  # E tau (h + f): the residual's and the MLP's
+    assert memory.backward_bytes(gpt, c, 1024) == gradients
+    assert memory.activation_bytes(gpt, c, 1024) == int(gpt.layers * 2 * 2 * 1024 * gpt.hidden + one + gradients)
 
 
 def test_a_balanced_pipeline_bubble_is_p_minus_1_over_m_of_the_compute():

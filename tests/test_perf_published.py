@@ -74,9 +74,10 @@ def test_bigscience_largest_model_fits_and_twice_its_blocks_does_not(run_id):
     assert 1.0 <= params / published < 1.6  # the model over-predicts the largest fit by up to 1.5x (docs)
 
 
-PUBLISHED_MEMORY = (0.9, 1.0)
+PUBLISHED_MEMORY = (0.89, 0.93)
 """Predicted / published peak memory of the runs that state it, with their own (selective) checkpointing: measured
-0.95 (torchtitan 8B on 8 H100: 78.3 of 82.4 GiB) and 0.93 (128 H100: 62.6 of 67.0), 2026-11-29."""
+0.920 (torchtitan 8B on 8 H100: 75.8 of 82.4 GiB) and 0.896 (128 H100: 60.0 of 67.0), 2026-11-29. torchtitan's
+figure is the caching allocator's peak reserved memory, which holds fragmentation the model does not count."""
 
 
 @pytest.mark.parametrize("run_id", [r["id"] for r in P.runs() if "memory_GiB" in r["measured"]])

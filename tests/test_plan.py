@@ -157,15 +157,18 @@ ISSUE_RUNS = {
 
 @pytest.mark.parametrize("run", ISSUE_RUNS)
 def test_a_run_people_made_is_feasible_with_the_loss_and_dropout_it_ran(run, capsys):
-    """FSDP full shard over every GPU, bf16, no tiling. With HF's upcast loss and GPT-2's dropout (plan's defaults
-    for gpt2) it fits no layout, as it did before the loss was explicit; with llm-foundry's fused cross entropy and
-    MPT's no dropout it fits, and its row is the run's layout."""
+    """FSDP full shard over every GPU, bf16, no tiling. With llm-foundry's fused cross entropy and MPT's no dropout
+    (the configuration they ran) it fits, and its row is the run's layout. With HF's upcast loss and dropout the
+    1.3B at micro-batch 20 fits no layout (its 12-byte logits of 40K tokens); the 6.8B at 32K, checkpointed, fits
+    either way, since its loss's tensors are gone before the recomputed blocks' backward needs that memory."""
     argv = ["plan", "--workload", "gpt2", *ISSUE_RUNS[run], "--device", "H100", "--gpus-per-node", "8",
             "--engines", "fsdp", "--stages", "3", "--tensor-parallel", "1", "--pipeline-stages", "1",
             "--sequence-parallel", "1", "--offload", "none", "--tiled-mlp", "off", "--tiled-loss", "off",
             "--selective-checkpointing", "off", "--checkpoint-offload", "off", "--dry-run"]
-    assert cli.main(argv) == 2
-    assert "fits no layout" in capsys.readouterr().err
+    checkpointed = "on" in ISSUE_RUNS[run]
+    assert cli.main([*argv, "--dropout", "on"]) == (0 if checkpointed else 2)
+    assert checkpointed or "fits no layout" in capsys.readouterr().err
+    capsys.readouterr()
     assert cli.main([*argv, "--loss", "fused", "--dropout", "off"]) == 0
     out = capsys.readouterr().out
     assert "1 of 1 candidates fit" in out and "fsdp dp" in out
@@ -181,5 +184,6 @@ def test_tiled_loss_and_tiled_mlp_are_candidates_beside_the_untiled(capsys):
     out = capsys.readouterr().out
     ranked = [line for line in out.splitlines() if line[:1].isdigit() and "  " in line[:5]]
     assert "tiled-loss ckpt" in ranked[0] and any("tiled-mlp tiled-loss ckpt" in line for line in ranked), out
-    assert "dropped dp8 z3 off=none bf16 mbs=1 ckpt: needs 141.5 GiB per rank" in out  # the untiled twin
-    assert "dropped dp8 z3 off=none bf16 mbs=1 tiled-mlp ckpt: needs 134.5 GiB" in out
+    assert "dropped dp8 z3 off=none bf16 mbs=1 ckpt: needs 131.2 GiB per rank" in out  # the untiled twin
+    # the tiled MLP alone saves nothing here: the loss's phase, not a block's backward, is the peak
+    assert "dropped dp8 z3 off=none bf16 mbs=1 tiled-mlp ckpt: needs 131.2 GiB" in out

@@ -7,17 +7,17 @@ activations it keeps for backward, the loss's logits, and what the process holds
   the sweep predicts them), over the parameters of the rank's pipeline stage (the blocks' 1/P and the
   embeddings, on the first and last stage) and the ranks ZeRO partitions them over (world / P). DDP counts as
   ZeRO-0, FSDP as ZeRO-3 (``reshard_after_forward``) or ZeRO-2.
-- **activations**, per block and micro-batch, for tau = micro-batch x T / SP tokens on the rank and T-way
-  tensor parallelism (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+- **activations** = what the forward keeps for backward (``kept_bytes``) + one block's backward beside it
+  (``backward_phase_bytes``). Per block and micro-batch, for tau = micro-batch x T / SP tokens on the rank and
+  T-way tensor parallelism (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
   Models", sec. 4.1, eq. 1-2, generalised from their 2-byte elements to E bytes, grouped KV heads, SwiGLU and
   experts): block and MLP inputs and the two norms' inputs 4 E tau h (not split by TP), q, k, v and the
   attention output E tau (2 h_q + 2 h_kv) / t, the MLP's intermediates (GELU: 2 f, SwiGLU: 4 f; a MoE: 4 f for
   each of the k experts a token visits, and its router's fp32 logits) E tau f / t, the attention's and the MLP's
   output dropout masks 2 tau h bytes where the model has dropout; attention scores only for eager attention,
-  E a/(t S) T^2 b (+ mask and
-  dropout output with dropout); a fused kernel (sdpa, flash) keeps O(T). GPT-2 small at T = 1024, 2 bytes:
-  34 + 5 a T / h bytes per token and hidden unit, their eq. 1. Dropout is the model's (``Transformer.dropout``:
-  GPT-2 and Megatron's GPT train with it; Llama and MPT without).
+  E a/(t S) T^2 b (+ mask and dropout output with dropout); a fused kernel (sdpa, flash) keeps O(T). HF's eager
+  RMSNorm keeps 4 bytes an element more (``norm_bytes``). Dropout is the model's (``Transformer.dropout``:
+  Megatron's GPT trains with it; ds-bench's GPT-2, Llama and MPT without).
   With DeepSpeed's TiledMLP (``--tiled-mlp``, ALST) the MLP keeps only its input (already counted): its
   intermediates are recomputed tile by tile in backward, one tile's live at a time (not counted).
   With activation checkpointing a block keeps only its input (E tau h) and one block's whole working set is
@@ -26,11 +26,14 @@ activations it keeps for backward, the loss's logits, and what the process holds
   copied and the one in use), the copies on a side stream assumed hidden behind the compute. Selective
   checkpointing (``--selective-checkpointing``, ``workloads.checkpoint_policy``) keeps per token the widths
   ``Transformer.selective_saved_width`` gives (its input, every other matmul's output, the attention's) and one
-  block's working set, as full checkpointing does. A 1F1B pipeline's first stage holds P micro-batches of its L/P blocks in flight
-  (their sec. 4.2.3): L blocks' worth; without a pipeline, one micro-batch of all L.
+  block's working set, as full checkpointing does. A 1F1B pipeline's first stage holds P micro-batches of its
+  L/P blocks in flight (their sec. 4.2.3): L blocks' worth; without a pipeline, one micro-batch of all L.
+  Beside the block in backward, its gradients (``backward_bytes``). Checked against the bytes torch allocates
+  for ds-bench's own GPT-2, Llama and MoE blocks (``tests/test_activation_memory.py``).
 - **logits**: the loss's [tokens x vocabulary / t] tensors on the last stage, ``perf.loss_memory.loss_bytes``
   of the loss's implementation (``upcast``, HF's and ds_bench's: 12 bytes per element; ``fused``: 2 E), or of
-  one tile with ``--tiled-loss``.
+  one tile with ``--tiled-loss``, beyond the block's backward phase: the loss's tensors are freed before the
+  first block's backward begins, so the peak is kept + max(loss, backward phase).
 - **reserve**: the device family's (``perf.devices``) or this cluster's measured baseline.
 - **host** (apart from the total): what offload keeps of the states in the node's host memory once training runs
   (``perf.states.offloaded_bytes``: 16 or 18 bytes per parameter of the rank's partition) and the offloaded
@@ -107,24 +110,67 @@ def block_bytes(shape: Transformer, candidate: Candidate, seq_len: int, eager: b
     scores = 0.0
     if eager:
         scores = (e + (1 + e) * mask) * shape.heads / (t * s) * seq_len ** 2 * layout.micro_batch
-    return kept_whole + attention + mlp + scores
+    return kept_whole + attention + mlp + scores + norm_bytes(shape, e, tau, t)
 
 
-def activation_bytes(shape: Transformer, candidate: Candidate, seq_len: int, eager: bool = False) -> int:
-    """The activations the busiest rank keeps: L blocks' worth of one micro-batch (with a 1F1B pipeline, its
-    first stage's P micro-batches in flight of L/P blocks), or with checkpointing their inputs and one block."""
+def norm_bytes(shape: Transformer, e: int, tau: float, t: int) -> float:
+    """What an RMSNorm model's norms keep beyond their inputs (counted above, E bytes an element). HF's
+    ``LlamaRMSNorm`` (and Mixtral's, Qwen3's; transformers ``modeling_llama.py``: ``hidden_states.to(torch.float32)``,
+    ``* torch.rsqrt(variance)``, ``self.weight * hidden_states.to(input_dtype)``), the ``eager`` norm, keeps the fp32
+    copy of its input (4 bytes) and the normalised input (E) where one fused kernel keeps its input (E): 4 bytes an
+    element more, two norms a block; Qwen3's q and k norms keep 4 + E (fused: E) per q and k element, which the
+    attention's count does not hold. GPT-2's LayerNorm is one kernel (``native_layer_norm``) either way.
+    Measured: ``tests/test_activation_memory.py``."""
+    if shape.mlp == "gelu":
+        return 0.0
+    per_element = 4 if shape.norm_kernel == "eager" else 0
+    qk = (per_element + e) * (shape.q_width + shape.kv_width) / t if shape.qk_norm else 0.0
+    return tau * (2 * per_element * shape.hidden + qk)
+
+
+def backward_bytes(shape: Transformer, candidate: Candidate, seq_len: int) -> float:
+    """The gradients live beside the activations at a block's backward peak, one micro-batch: the residual
+    stream's (E tau h) and the MLP intermediate's (E tau f / t; a MoE's k experts, k f), or with the tiled MLP
+    (whose gradients are a tile's) the attention's dq, dk and dv, E tau (h_q + 2 h_kv) / t. Measured with HF's
+    GPT-2 and Llama blocks (``tests/test_activation_memory.py``): 3.5-4.5 E tau h and 5-9 E tau h against the
+    formula's 5 and 4.5."""
+    layout = candidate.layout
+    e, t = ELEMENT_BYTES[layout.precision], layout.tensor_parallel
+    tau = layout.micro_batch * seq_len / layout.sequence_parallel
+    if layout.tiled_mlp and not shape.experts:
+        width = (shape.q_width + 2 * shape.kv_width) / t
+    else:
+        width = max(shape.top_k, 1) * shape.ffn / (1 if shape.experts else t)
+    return e * tau * (shape.hidden + width)
+
+
+def kept_bytes(shape: Transformer, candidate: Candidate, seq_len: int, eager: bool = False) -> float:
+    """What the forward leaves for backward on the busiest rank: L blocks' worth of one micro-batch (with a 1F1B
+    pipeline, its first stage's P micro-batches in flight of L/P blocks), or with checkpointing their inputs (two in
+    flight with the checkpoint offload), or selective checkpointing's saved widths."""
     layout = candidate.layout
     layers = -(-shape.layers // layout.pipeline_stages) * min(layout.pipeline_stages, layout.grad_accum)
-    one_block = block_bytes(shape, candidate, seq_len, eager)
     if candidate.selective:
         e = ELEMENT_BYTES[layout.precision]
         tau = layout.micro_batch * seq_len / layout.sequence_parallel
-        return int(layers * e * tau * shape.selective_saved_width(layout.tensor_parallel) + one_block)
+        return layers * e * tau * shape.selective_saved_width(layout.tensor_parallel)
     if candidate.checkpoint_offload:
-        return int(2 * input_bytes(shape, candidate, seq_len) + one_block)
+        return 2 * input_bytes(shape, candidate, seq_len)
     if candidate.checkpointing:
-        return int(layers * input_bytes(shape, candidate, seq_len) + one_block)
-    return int(layers * one_block)
+        return layers * input_bytes(shape, candidate, seq_len)
+    return layers * block_bytes(shape, candidate, seq_len, eager)
+
+
+def backward_phase_bytes(shape: Transformer, candidate: Candidate, seq_len: int, eager: bool = False) -> float:
+    """What one block's backward adds to the kept activations: its gradients (``backward_bytes``) and, with
+    checkpointing, its recomputed working set."""
+    working = backward_bytes(shape, candidate, seq_len)
+    return working + (block_bytes(shape, candidate, seq_len, eager) if candidate.checkpointing else 0.0)
+
+
+def activation_bytes(shape: Transformer, candidate: Candidate, seq_len: int, eager: bool = False) -> int:
+    """The activations' peak on the busiest rank: the kept ones and one block's backward beside them."""
+    return int(kept_bytes(shape, candidate, seq_len, eager) + backward_phase_bytes(shape, candidate, seq_len, eager))
 
 
 def input_bytes(shape: Transformer, candidate: Candidate, seq_len: int) -> float:
@@ -149,8 +195,11 @@ def logits_bytes(shape: Transformer, candidate: Candidate, seq_len: int, loss: s
 
 def memory(shape: Transformer, candidate: Candidate, seq_len: int, cluster: Cluster, eager: bool = False,
            loss: str = "upcast") -> Memory:
-    """One rank's memory (module docstring); ``loss``: how the untiled loss is computed (``perf.loss_memory``)."""
+    """One rank's memory (module docstring); ``loss``: how the untiled loss is computed (``perf.loss_memory``).
+    The loss's tensors are gone before the first block's backward begins, so they count only above that phase's
+    (the logits term is what they need beyond it)."""
+    phase = backward_phase_bytes(shape, candidate, seq_len, eager)
     return Memory(states_bytes(shape, candidate, cluster), activation_bytes(shape, candidate, seq_len, eager),
-                  logits_bytes(shape, candidate, seq_len, loss), cluster.reserve_bytes,
+                  max(0, logits_bytes(shape, candidate, seq_len, loss) - int(phase)), cluster.reserve_bytes,
                   states_bytes(shape, candidate, cluster, host=True)
                   + offloaded_activation_bytes(shape, candidate, seq_len))

@@ -44,6 +44,9 @@ class Transformer:
     qk_norm: bool = False
     dropout: bool = False
     """Dropout masks kept for backward (1 byte per element; GPT-2 and Megatron's GPT train with dropout)."""
+    norm_kernel: str = "eager"
+    """How an RMSNorm runs (``perf.memory.norm_bytes``): ``eager``, HF's op by op in fp32 (what ``ds-bench run``
+    trains), or ``fused``, one kernel (Apex, Transformer Engine, Liger, a compiled block)."""
     workload: str = "llama"
 
     @property
@@ -169,7 +172,7 @@ def of_workload(workload: str, size: str | None, layers: int | None, hidden: int
             raise UserError(f"--size {size}: gpt2 sizes are {', '.join(g.SHAPES)}")
         s = g.custom_shape(layers, hidden, heads, seq_len) if custom_given else g.named_shape(size or "small", seq_len)
         return Transformer(s.label, s.n_layer, s.n_embd, s.n_head, s.n_head, s.n_embd // s.n_head, 4 * s.n_embd,
-                           g.VOCAB, True, "gelu", positions=s.n_positions, dropout=True, workload="gpt2")
+                           g.VOCAB, True, "gelu", positions=s.n_positions, workload="gpt2")
     if workload == "llama":
         from ds_bench.workloads import gpt2_shapes as g
         from ds_bench.workloads import llama_shapes as ll

@@ -42,6 +42,7 @@ def main(args: argparse.Namespace) -> int:
         REGISTRY[spec.workload].check_degrees({"expert_parallel": max(experts)})
     cluster = cluster_for(spec)
 
+    shape = dataclasses.replace(shape, norm_kernel=spec.norm)
     if spec.dropout is not None:
         shape = dataclasses.replace(shape, dropout=spec.dropout)
     space = Space(spec.precision, spec.engines, spec.stages, spec.offloads, spec.micro_batches, spec.checkpointing,

@@ -36,7 +36,7 @@ def resizer(spec: PlanSpec, base: Transformer) -> perf_scale.Resize:
         if custom(spec):
             built = shapes.of_workload(spec.workload, None, shape.layers, value, heads, spec.seq_len,
                                        spec.shape_flags["experts"], spec.shape_flags["top_k"])
-            return dataclasses.replace(built, dropout=shape.dropout)
+            return dataclasses.replace(built, dropout=shape.dropout, norm_kernel=shape.norm_kernel)
         ffn = 4 * value if shape.mlp == "gelu" else 256 * max(1, round(shape.ffn * value / shape.hidden / 256))
         return dataclasses.replace(shape, hidden=value, heads=heads, kv_heads=max(1, heads * shape.kv_heads // shape.heads),
                                    ffn=ffn, label=f"{base.label} h{value}")

@@ -56,6 +56,8 @@ class PlanSpec(StudySpec):
     loss: str = "upcast"
     scale: str | None = None
     """``--scale``: ``layers``, ``hidden`` or ``seq`` (``ds_bench.plan.scale``); None: rank layouts at the size given."""
+    norm: str = "eager"
+    """How an RMSNorm runs (``Transformer.norm_kernel``)."""
     dropout: bool | None = None
     """Whether the model keeps dropout masks; None: the workload's (GPT-2 does, Llama does not)."""
     degrees: dict = field(default_factory=dict)
@@ -130,6 +132,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="how the loss is computed without --tiled-loss: upcast (HF's and ds_bench's: fp32 logits, "
                         "12 bytes per logit) or fused (a fused cross-entropy kernel, e.g. flash-attn's or Liger's: "
                         "2 x the precision's bytes; ds_bench's runs cannot confirm it) (default upcast)")
+    a.add_argument("--norm", default="eager", choices=("eager", "fused"),
+                   help="how an RMSNorm runs (llama, moe): eager (HF's, op by op in fp32: it keeps 4 bytes an element "
+                        "more) or fused (one kernel: Liger, Apex, a compiled block; ds_bench's runs cannot confirm "
+                        "it) (default eager)")
     a.add_argument("--dropout", default=None, choices=("on", "off"),
                    help="whether the model trains with dropout (its masks are kept for backward; default: the "
                         "workload's: gpt2 on, llama and moe off)")
@@ -175,6 +181,9 @@ def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
         raise UserError(f"--achieved must be in (0, 1], got {args.achieved}")
     if args.peak_tflops is not None and not (math.isfinite(args.peak_tflops) and args.peak_tflops > 0):
         raise UserError(f"--peak-tflops must be a positive number, got {args.peak_tflops}")
+    if args.confirm and args.norm != "eager":
+        raise UserError("--confirm with --norm fused: ds_bench's runs train HF's eager RMSNorm, so they cannot confirm "
+                        "a plan for a fused one; leave out --confirm or --norm")
     if args.confirm and args.loss != "upcast":
         raise UserError(f"--confirm with --loss {args.loss}: ds_bench's runs compute the upcast loss (or --tiled-loss), "
                         "so they cannot confirm a plan for another loss; leave out --confirm or --loss")
@@ -219,7 +228,7 @@ def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
                                                       allowed=("off", "on"))),
         checkpoint_offload=tuple(v == "on" for v in parse_list(
             "--checkpoint-offload", args.checkpoint_offload or ("off" if cpu else "off,on"), allowed=("off", "on"))),
-        switches=switches_of(args), loss=args.loss, scale=args.scale, dropout=None if args.dropout is None else args.dropout == "on",
+        switches=switches_of(args), loss=args.loss, norm=args.norm, scale=args.scale, dropout=None if args.dropout is None else args.dropout == "on",
         degrees=degrees_of(args), headroom_pct=args.headroom, attn=args.attn, top=args.top,
         show_dropped=args.show_dropped, ds_config=ds_config, confirm=args.confirm, steps=args.steps,
         warmup=args.warmup, nproc=per_node, run_args=tuple(args.run_args),
