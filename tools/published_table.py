@@ -7,6 +7,7 @@ then the achieved constants and the runs that set them.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -37,6 +38,6 @@ def constants() -> list[str]:
 
 
 if __name__ == "__main__":
-    print("\n".join(rows()))
-    print()
-    print("\n".join(constants()))
+    with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed's estimators log their accelerator line to stdout
+        tables = ["\n".join(rows()), "\n".join(constants())]
+    print("\n\n".join(tables))

@@ -59,7 +59,7 @@ class PlanSpec(StudySpec):
     norm: str = "eager"
     """How an RMSNorm runs (``Transformer.norm_kernel``)."""
     dropout: bool | None = None
-    """Whether the model keeps dropout masks; None: the workload's (GPT-2 does, Llama does not)."""
+    """Whether the model keeps dropout masks; None: the workload's (ds-bench's models have none)."""
     degrees: dict = field(default_factory=dict)
     headroom_pct: float = 10.0
     attn: str = ""
@@ -137,8 +137,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "more) or fused (one kernel: Liger, Apex, a compiled block; ds_bench's runs cannot confirm "
                         "it) (default eager)")
     a.add_argument("--dropout", default=None, choices=("on", "off"),
-                   help="whether the model trains with dropout (its masks are kept for backward; default: the "
-                        "workload's: gpt2 on, llama and moe off)")
+                   help="whether the model trains with dropout (its masks are kept for backward; default off: "
+                        "ds-bench builds its models without, as Llama and MPT train; Megatron's GPT has it)")
     add_degree_arguments(a, "candidate", default="auto")
     a.add_argument("--attn", default="", help="attention kernel (default: the workload's; eager keeps T x T scores)")
     a.add_argument("--headroom", type=float, default=10.0, help="%% of device memory a candidate must leave free")
