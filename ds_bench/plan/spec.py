@@ -1,11 +1,11 @@
 """``ds-bench plan``'s flags and its checked spec (``PlanSpec``): the model, the batch, the cluster (a device
 family's datasheet, or this cluster's records), the axes searched, the output, and ``--confirm``'s jobs. Every
-flag is checked here, before anything is computed or run: one line naming it, exit 2."""
+flag is checked here (the cluster's in ``plan.cluster_flags``), before anything is computed or run: one line
+naming it, exit 2."""
 
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass, field
 
 from ds_bench.config import argcheck
@@ -16,12 +16,11 @@ from ds_bench.config.study_flags import degrees_of, job_options, switches_of
 from ds_bench.errors import UserError
 from ds_bench.jobs.compute_nodes import with_job_gpus
 from ds_bench.machine.compute_node import ComputeNode
-from ds_bench.perf.devices import DEVICES, device_row
 from ds_bench.perf.loss_memory import LOSSES
+from ds_bench.plan.cluster_flags import CPU_RANKS, add_cluster_arguments, device_and_ranks
 
 WORKLOADS = ("llama", "gpt2", "moe")
 DEFAULT_SEQ = {"gpt2": 1024, "llama": 2048, "moe": 2048}
-CPU_RANKS = 2
 
 
 @dataclass(frozen=True)
@@ -96,24 +95,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--global-batch", type=flag_type(parse_count, "--global-batch"), default=None, metavar="TOKENS",
                    help="tokens per optimizer step, e.g. 4M (M = 2^20) or 4000000 (default: 8 sequences per rank)")
     m.add_argument("--precision", default=None, choices=PRECISIONS, help="default bf16 (fp32 on CPU ranks)")
-    c = p.add_argument_group("the cluster (--nodes and --gpus-per-node: the Slurm group's flags)")
-    c.add_argument("--device", default=None, help="device family for the peaks and memory: "
-                   f"{', '.join(d.family for d in DEVICES.values())}, cpu (default: this machine's)")
-    c.add_argument("--peak-tflops", type=float, default=None, help="dense peak TFLOP/s per device at --precision")
-    c.add_argument("--device-memory", type=flag_type(parse_memory, "--device-memory"), default=None, metavar="SIZE",
-                   help="memory per device with its unit, e.g. 80GiB (GiB = 2^30, GB = 10^9)")
-    c.add_argument("--host-memory", type=flag_type(parse_memory, "--host-memory"), default=None, metavar="SIZE",
-                   help="a node's host memory, which its GPUs' offloaded states share, e.g. 2TiB (default: the "
-                        "device's host, 2 TiB; GB200 960 GiB)")
-    c.add_argument("--nvlink-domain", type=int, default=None, metavar="GPUS",
-                   help="GPUs one NVLink fabric joins, a multiple of --gpus-per-node: tensor, sequence and expert "
-                        "groups inside it run at the intra-node busbw across hosts (default: the device's, GB200 "
-                        "72 over hosts of 4; else one node)")
-    c.add_argument("--achieved", type=float, default=None,
-                   help="fraction of the peak a training step's compute achieves (default: the family's constant)")
-    c.add_argument("--calibrate", action="append", default=[], metavar="FILE",
-                   help="this cluster's own figures: a results file with roofline / comm / run records, or an "
-                        "expectations file (repeatable; docs/plan.md)")
+    add_cluster_arguments(p)
     a = p.add_argument_group("what is searched (default: everything the legality table and the memory allow)")
     a.add_argument("--engines", default="deepspeed", help="deepspeed,ddp,fsdp (default deepspeed)")
     a.add_argument("--stages", default="0,1,2,3", help="ZeRO stages (default 0,1,2,3)")
@@ -172,15 +154,8 @@ def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
     for flag, value in (("--top", args.top), ("--seq-len", args.seq_len), ("--nodes", args.nodes),
                         ("--confirm", args.confirm or None)):
         argcheck.at_least(flag, value, 1 if flag != "--confirm" else 0)
-    if args.gpus_per_node is not None and args.gpus_per_node < 1:
-        raise UserError(f"--gpus-per-node {args.gpus_per_node}: the planned cluster's devices per node, at least 1 "
-                        "(leave it out for --nproc, else this machine's GPUs, else 8)")
     if not 0 <= args.headroom < 100:
         raise UserError(f"--headroom must be in [0, 100) %, got {args.headroom}")
-    if args.achieved is not None and not (math.isfinite(args.achieved) and 0 < args.achieved <= 1):
-        raise UserError(f"--achieved must be in (0, 1], got {args.achieved}")
-    if args.peak_tflops is not None and not (math.isfinite(args.peak_tflops) and args.peak_tflops > 0):
-        raise UserError(f"--peak-tflops must be a positive number, got {args.peak_tflops}")
     if args.confirm and args.norm != "eager":
         raise UserError("--confirm with --norm fused: ds_bench's runs train HF's eager RMSNorm, so they cannot confirm "
                         "a plan for a fused one; leave out --confirm or --norm")
@@ -193,10 +168,7 @@ def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
     if args.confirm and args.confirm > args.top:
         raise UserError(f"--confirm {args.confirm} is more than --top {args.top}: the confirmed layouts are the ranked "
                         f"rows (--top {args.confirm} or more)")
-    device = args.device or _compute_device(node)
-    cpu = device.lower() == "cpu"
-    per_node = args.gpus_per_node or args.nproc or (CPU_RANKS if cpu else _gpus_per_node(args.device, device, node))
-    _check_domain(args.nvlink_domain, per_node, cpu)
+    device, cpu, per_node = device_and_ranks(args, node)
     seq_len = args.seq_len or DEFAULT_SEQ[args.workload]
     nodes = args.nodes or 1
     tokens = _tokens(args.global_batch, seq_len, nodes * per_node)
@@ -235,25 +207,6 @@ def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
         cpu_mem_limit=args.cpu_mem_limit, dry_run=args.dry_run)
 
 
-def _gpus_per_node(given: str | None, device: str, node: ComputeNode) -> int:
-    """GPUs per node when ``--gpus-per-node`` is left out: the compute nodes' when the plan is for their own GPU
-    (no ``--device``), else the named family's host (8; GB200's 4)."""
-    row = device_row(device)
-    if node.gpus and not given:
-        return node.gpus
-    return row.per_node if row else (node.gpus or 8)
-
-
-def _check_domain(domain: int | None, per_node: int, cpu: bool) -> None:
-    if domain is None:
-        return
-    if cpu:
-        raise UserError(f"--nvlink-domain {domain}: CPU ranks have no NVLink; leave it out with --device cpu")
-    if domain < per_node or domain % per_node:
-        raise UserError(f"--nvlink-domain {domain}: GPUs one NVLink fabric joins, a whole number of nodes of "
-                        f"--gpus-per-node {per_node} (e.g. {per_node * max(1, domain // per_node)})")
-
-
 def _tokens(tokens: int | None, seq_len: int, world: int) -> int:
     """``--global-batch`` (parsed), a whole number of sequences; default 8 sequences per rank."""
     if tokens is None:
@@ -262,13 +215,3 @@ def _tokens(tokens: int | None, seq_len: int, world: int) -> int:
         raise UserError(f"--global-batch {tokens} tokens is not a whole number of --seq-len {seq_len} "
                         f"sequences (e.g. {max(1, tokens // seq_len) * seq_len})")
     return tokens
-
-
-def _compute_device(node: ComputeNode) -> str:
-    """``--device``'s default: the compute nodes' GPU (this machine's, or Slurm's GRES type), else ``cpu``."""
-    if not node.gpus:
-        return "cpu"
-    if node.gpu_name is None:
-        raise UserError(f"--device: {node.where} has GPUs of a type {node.source} does not name; give it, e.g. "
-                        "--device H100")
-    return node.gpu_name
