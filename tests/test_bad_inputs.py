@@ -929,6 +929,10 @@ CASES["plan batch not whole sequences"] = Case(plan("--device", "H100", "--globa
 CASES["plan batch no layout divides"] = Case(
     plan("--device", "H100", "--gpus-per-node", "2", "--workload", "gpt2", "--size", "small", "--global-batch", "1024",
          "--pipeline-stages", "1"), r"--global-batch 1024 tokens \(1 sequences of 1024\) divides into no layout")
+CASES["plan batch no layout divides at a fixed micro-batch"] = Case(
+    plan("--device", "H100", "--workload", "gpt2", "--size", "tiny", "--seq-len", "1024", "--global-batch", "8k",
+         "--micro-batch", "4", "--tensor-parallel", "1", "--pipeline-stages", "1", "--sequence-parallel", "1"),
+    r"give a multiple of the data-parallel degrees x micro-batch, e\.g\. 32768 tokens$")
 CASES["plan model fits no layout"] = Case(
     plan("--device", "V100", "--gpus-per-node", "1", "--size", "llama3.1-70b", "--seq-len", "8192",
          "--global-batch", "8192", "--precision", "fp16"), r"llama3.1-70b \(70.6B parameters\) fits no layout on 1 x 1 V100 .*the least any "

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import re
+
 import pytest
 
 from ds_bench import cli
@@ -187,3 +189,13 @@ def test_tiled_loss_and_tiled_mlp_are_candidates_beside_the_untiled(capsys):
     assert "dropped dp8 z3 off=none bf16 mbs=1 ckpt: needs 131.2 GiB per rank" in out  # the untiled twin
     # the tiled MLP alone saves nothing here: the loss's phase, not a block's backward, is the peak
     assert "dropped dp8 z3 off=none bf16 mbs=1 tiled-mlp ckpt: needs 131.2 GiB" in out
+
+
+def test_the_batch_a_refusal_suggests_plans(capsys):
+    """With ``--micro-batch 4`` fixed, 8 sequences divide no layout of 8 GPUs; the line's example (8 replicas x 4
+    sequences) is a batch that plans."""
+    argv = ["plan", "--device", "H100", "--workload", "gpt2", "--size", "tiny", "--seq-len", "1024", "--micro-batch",
+            "4", "--tensor-parallel", "1", "--pipeline-stages", "1", "--sequence-parallel", "1", "--dry-run"]
+    assert cli.main([*argv, "--global-batch", "8k"]) == 2
+    suggested = re.search(r"e\.g\. (\d+) tokens", capsys.readouterr().err).group(1)
+    assert cli.main([*argv, "--global-batch", suggested]) == 0

@@ -152,9 +152,10 @@ def nothing_left(shape, spec: PlanSpec, cluster: Cluster, dropped: list[Dropped]
                 f"overflow a node's host memory ({closest.label}: {closest.why}); --host-memory, more nodes or "
                 "less offload")
     if rules.get("batch"):
+        micro = min(spec.micro_batches or (1,))
         return (f"--global-batch {spec.global_batch_tokens} tokens ({spec.sequences} sequences of {spec.seq_len}) "
                 f"divides into no layout's replicas x micro-batch on {where}: give a multiple of the data-parallel "
-                f"degrees, e.g. {cluster.world * spec.seq_len} tokens")
+                f"degrees x micro-batch, e.g. {cluster.world * micro * spec.seq_len} tokens")
     if not dropped:  # no candidate had degrees that fit the world
         return (f"no candidate layout is left on {where}: " + ("; ".join(off_world(spec, cluster.world)) or
                 f"no product of the parallel degrees asked divides the world size {cluster.world}"))
