@@ -902,6 +902,16 @@ CASES["plan confirm a fused loss"] = Case(plan("--workload", "gpt2", "--size", "
 CASES["plan confirm a fused norm"] = Case(plan("--workload", "llama", "--size", "tiny", "--device", "cpu", "--norm",
                                               "fused", "--confirm", "1"),
                                          r"--confirm with --norm fused: ds_bench's runs train HF's eager RMSNorm")
+CASES["plan confirm with dropout"] = Case(plan("--workload", "gpt2", "--size", "tiny", "--device", "cpu", "--dropout",
+                                              "on", "--confirm", "1"),
+                                         r"--confirm with --dropout on: ds-bench's models are built without dropout")
+CASES["plan host memory on cpu ranks"] = Case(plan("--device", "cpu", "--host-memory", "64GiB"),
+                                              r"--host-memory: CPU ranks offload nothing")
+CASES["plan selective without checkpointing"] = Case(
+    plan("--device", "H100", "--selective-checkpointing", "on", "--activation-checkpointing", "off"),
+    r"--selective-checkpointing on with --activation-checkpointing off: selective checkpointing is a kind of")
+CASES["plan selective alone for moe"] = Case(plan("--device", "H100", "--workload", "moe", "--selective-checkpointing", "on"),
+                                             r"--selective-checkpointing on: plan models it for gpt2 and llama")
 CASES["plan norm unknown"] = Case(plan("--norm", "apex"), r"--norm: invalid choice: 'apex'")
 CASES["plan loss unknown"] = Case(plan("--loss", "liger"), r"--loss: invalid choice: 'liger'")
 CASES["plan nvlink domain not whole nodes"] = Case(plan("--device", "GB200", "--nvlink-domain", "6"),

@@ -199,3 +199,19 @@ def test_the_batch_a_refusal_suggests_plans(capsys):
     assert cli.main([*argv, "--global-batch", "8k"]) == 2
     suggested = re.search(r"e\.g\. (\d+) tokens", capsys.readouterr().err).group(1)
     assert cli.main([*argv, "--global-batch", suggested]) == 0
+
+
+def test_selective_checkpointing_on_alone_leaves_out_full_checkpointing(capsys):
+    """``--selective-checkpointing on`` (not ``off,on``) with checkpointing on: every candidate is selective, half
+    as many as with full checkpointing beside them."""
+    argv = ["plan", "--workload", "llama", "--size", "llama3.1-8b", "--device", "H100", "--gpus-per-node", "8",
+            "--seq-len", "8k", "--global-batch", "512k", "--activation-checkpointing", "on", "--checkpoint-offload",
+            "off", "--dry-run", "--top", "50"]
+    counts = {}
+    for value in ("on", "off,on"):
+        assert cli.main([*argv, "--selective-checkpointing", value]) == 0
+        out = capsys.readouterr().out
+        rows = [line for line in out.splitlines() if line[:1].isdigit() and "  " in line[:5]]
+        counts[value] = int(re.search(r"of (\d+) candidates", out).group(1))
+        assert value != "on" or all("ckpt-selective" in line for line in rows), rows
+    assert counts["off,on"] == 2 * counts["on"], counts

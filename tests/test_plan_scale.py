@@ -158,3 +158,16 @@ def test_the_longest_sequence_against_alsts_published_ones(nodes, per_node, tmp_
     [record] = records(results)
     ratio = record["ranked"][0]["scaled"]["seq_len"] / ALST[(nodes, per_node)]
     assert ALST_RATIO[0] <= ratio <= ALST_RATIO[1], ratio
+
+
+def test_the_answers_run_line_builds_the_model_planned(tmp_path, capsys):
+    """``--scale seq`` of a named MoE size with its router given: the "run it with" line keeps ``--experts`` and
+    ``--top-k``; ``--scale layers`` of a named size names no ``ds-bench run`` flags (its larger member is no size)."""
+    common = ["plan", "--workload", "moe", "--size", "tiny", "--device", "H100", "--gpus-per-node", "8",
+              "--experts", "4", "--top-k", "1", "--top", "1", "--results", str(tmp_path / "p.jsonl")]
+    assert cli.main([*common, "--scale", "seq"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("recommended layout's"))
+    assert "--size tiny --experts 4 --top-k 1 --seq-len" in line, line
+    assert cli.main([*common, "--scale", "layers"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("recommended layout's"))
+    assert "its model is a larger member of --size tiny" in line and "--layers" not in line, line

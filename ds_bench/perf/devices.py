@@ -25,15 +25,18 @@ the H100's, MI355X the MI300X's; give ``--achieved`` or ``--calibrate`` a run re
   8 B200 830 GB/s measured (NVIDIA/nccl#1807: "Ours is 830+"), NVLink 5 at 900 GB/s a direction; one 400 Gb/s
   ConnectX-7 per GPU (NVIDIA/nccl-tests#389's 8xB200 nodes) at 90%; host copies at 50 GB/s, 40% of PCIe Gen6
   x16's 128 GB/s a direction (as the H100's 25 is of Gen5's 64).
-- **B300** (HGX Blackwell Ultra): 288 GB of HBM3e (glennklockwood.com/garden/processors/B300), taken as 288 x 10^9
-  bytes = 268 GiB until an nvidia-smi total is seen, 8 TB/s; NVLink 5 and host copies as the B200's; one
-  800 Gb/s ConnectX-8 per GPU.
-- **GB200** (NVL72 rack: 18 hosts of 4 GPUs, one NVLink domain of 72): 186 GB per GPU (13.4 TB over 72), 185 GiB
-  here, 8 TB/s; all_reduce busbw over all 72 GPUs 835-847 GB/s at 4-8 GB messages (coreweave/nccl-tests#43, a
+- **B300** (HGX Blackwell Ultra): 288 GB of HBM3e (glennklockwood.com/garden/processors/B300), 8 TB/s; NVLink 5
+  and host copies as the B200's; one 800 Gb/s ConnectX-8 per GPU.
+- **GB200** (NVL72 rack: 18 hosts of 4 GPUs, one NVLink domain of 72): 186 GB per GPU (13.4 TB over 72), 8 TB/s; all_reduce busbw over all 72 GPUs 835-847 GB/s at 4-8 GB messages (coreweave/nccl-tests#43, a
   full rack), the figure every group inside the domain gets; one 400 Gb/s NIC per GPU beyond it; host copies
   over NVLink-C2C to the Grace CPU at 180 GB/s, 40% of its 450 a direction.
-- **MI355X** (8 per host): 288 GB of HBM3E (AMD; the MI300X's 192 GB is 192 GiB to ROCm), 8 TB/s; intra-node
+- **MI355X** (8 per host): 288 GB of HBM3E (AMD), 8 TB/s; intra-node
   busbw as the MI300X row's (the same seven Infinity Fabric links per GPU; not measured here), 400 Gb/s a GPU.
+
+Capacities: a GPU's or a host's datasheet "GB" of memory is taken as GiB. Memory chips come in binary sizes, and
+the totals that nvidia-smi reports bear it out: the H100's 80 GB is 81,559 MiB (79.6 GiB), the A100's 81,920 MiB
+(modal-labs/modal-client#2797), the DGX B200's 1,440 GB over 8 GPUs 179 GiB (the row above); the MI300X's 192 GB
+is 192 GiB to ROCm. So B300 and MI355X take 288 GiB, GB200 186 GiB, a DGX host 2 TiB, a GB200 host 960 GiB.
 
 ``achieved`` is fitted to published runs (``perf.published``: the median over a family's runs of the fraction
 each needs for the model to reproduce its throughput; each run's ratio out of sample, with the median of the
@@ -67,9 +70,9 @@ class Device:
     per_node: int = 8
     """GPUs per host (``--gpus-per-node``'s default for this family)."""
     host_memory_bytes: int = 2048 * GiB
-    """A host's memory, shared by its GPUs' offloaded states: 2 TB, the DGX H100's and DGX B200's (NVIDIA DGX
-    datasheets), for every family but GB200 (two Grace CPUs of 480 GB LPDDR5X per 4-GPU host); ``plan
-    --host-memory`` gives a cluster's own."""
+    """A host's memory, shared by its GPUs' offloaded states: 2 TB (2 TiB, module docstring), the DGX H100's and
+    DGX B200's (NVIDIA DGX datasheets), for every family but GB200 (two Grace CPUs of 480 GB LPDDR5X per 4-GPU
+    host); ``plan --host-memory`` gives a cluster's own."""
     unfitted: str = ""
     """Whose ``achieved`` a family with no published run here takes (``H100``); empty: fitted to its own runs."""
     nvlink_domain: int = 0
@@ -86,8 +89,8 @@ DEVICES: dict[str, Device] = {d.family.lower(): d for d in (
     Device("H200", 140 * GiB, 4800, 480, 0.9 * 50, 0.47),
     Device("MI300X", 192 * GiB, 5300, 300, 0.9 * 50, 0.35, unfitted="an assumed"),
     Device("B200", 179 * GiB, 8000, 830, 0.9 * 50, 0.47, host_GBps=50, unfitted="the H100's"),
-    Device("B300", 268 * GiB, 8000, 830, 0.9 * 100, 0.47, host_GBps=50, unfitted="the H100's"),
-    Device("GB200", 185 * GiB, 8000, 835, 0.9 * 50, 0.47, host_GBps=180, host_memory_bytes=960 * GiB,
+    Device("B300", 288 * GiB, 8000, 830, 0.9 * 100, 0.47, host_GBps=50, unfitted="the H100's"),
+    Device("GB200", 186 * GiB, 8000, 835, 0.9 * 50, 0.47, host_GBps=180, host_memory_bytes=960 * GiB,
            unfitted="the H100's", per_node=4, nvlink_domain=72),
     Device("MI355X", 288 * GiB, 8000, 300, 0.9 * 50, 0.35, host_GBps=50, unfitted="the MI300X's"),
 )}

@@ -17,7 +17,7 @@ activations it keeps for backward, the loss's logits, and what the process holds
   output dropout masks 2 tau h bytes where the model has dropout; attention scores only for eager attention,
   E a/(t S) T^2 b (+ mask and dropout output with dropout); a fused kernel (sdpa, flash) keeps O(T). HF's eager
   RMSNorm keeps 4 bytes an element more (``norm_bytes``). Dropout is the model's (``Transformer.dropout``:
-  Megatron's GPT trains with it; ds-bench's GPT-2, Llama and MPT without).
+  Megatron's GPT trains with it; ds-bench's GPT-2, Llama and MoE without).
   With DeepSpeed's TiledMLP (``--tiled-mlp``, ALST) the MLP keeps only its input (already counted): its
   intermediates are recomputed tile by tile in backward, one tile's live at a time (not counted).
   With activation checkpointing a block keeps only its input (E tau h) and one block's whole working set is
@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from ds_bench.perf.candidate import Candidate
 from ds_bench.perf.devices import Cluster
 from ds_bench.perf.loss_memory import loss_bytes
+from ds_bench.perf.seq_memory import tokens_per_rank
 from ds_bench.perf.shapes import Transformer
 from ds_bench.perf.states import ELEMENT_BYTES, ModelShape, model_states_bytes, offloaded_bytes
 
@@ -61,7 +62,8 @@ class Memory:
     logits: int
     reserve: int
     host: int = 0
-    """Host memory the rank's offloaded states take (GPU ranks; on CPU ranks they are in ``states``)."""
+    """Host memory the rank's offloaded states and offloaded checkpoints take (GPU ranks; on CPU ranks the states
+    are in ``states``)."""
 
     @property
     def total(self) -> int:
@@ -189,8 +191,7 @@ def offloaded_activation_bytes(shape: Transformer, candidate: Candidate, seq_len
 
 def logits_bytes(shape: Transformer, candidate: Candidate, seq_len: int, loss: str = "upcast") -> int:
     layout = candidate.layout
-    tokens = layout.micro_batch * seq_len // layout.sequence_parallel
-    return loss_bytes(tokens, -(-shape.vocab // layout.tensor_parallel), layout.precision, loss, layout.tiled_loss)
+    return loss_bytes(tokens_per_rank(layout, seq_len), -(-shape.vocab // layout.tensor_parallel), layout.precision, loss, layout.tiled_loss)
 
 
 def memory(shape: Transformer, candidate: Candidate, seq_len: int, cluster: Cluster, eager: bool = False,

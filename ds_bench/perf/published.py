@@ -41,7 +41,7 @@ from ds_bench.perf import memory as mem
 from ds_bench.perf import step as timing
 from ds_bench.perf.candidate import Candidate
 from ds_bench.perf.datasheet import cluster_of
-from ds_bench.perf.devices import GiB, Cluster
+from ds_bench.perf.devices import DEVICES, GiB, Cluster
 from ds_bench.perf.shapes import Transformer, custom
 
 DATA = Path(__file__).with_name("published_runs.yaml")
@@ -143,9 +143,10 @@ def fitted_achieved() -> dict[str, tuple[float, list[str]]]:
 
 
 def out_of_sample_achieved(r: dict) -> float:
-    """The median needed fraction of the family's runs other than ``r`` (leave-one-out)."""
+    """The median needed fraction of the family's runs other than ``r`` (leave-one-out); a family's only run takes
+    the family's constant (``perf.devices``)."""
     others = [needed_achieved(o) for o in runs() if family(o) == family(r) and o["id"] != r["id"]]
-    return statistics.median(others)
+    return statistics.median(others) if others else DEVICES[family(r).lower()].achieved
 
 
 def memory(r: dict, layers: int | None = None) -> mem.Memory:

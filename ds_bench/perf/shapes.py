@@ -43,7 +43,8 @@ class Transformer:
     """Learned position embeddings (GPT-2); 0: rotary."""
     qk_norm: bool = False
     dropout: bool = False
-    """Dropout masks kept for backward (1 byte per element; GPT-2 and Megatron's GPT train with dropout)."""
+    """Dropout masks kept for backward (1 byte per element): Megatron's GPT and the published GPT-style runs train
+    with dropout; ds-bench's models have none."""
     norm_kernel: str = "eager"
     """How an RMSNorm runs (``perf.memory.norm_bytes``): ``eager``, HF's op by op in fp32 (what ``ds-bench run``
     trains), or ``fused``, one kernel (Apex, Transformer Engine, Liger, a compiled block)."""

@@ -122,9 +122,11 @@ def candidates(shape: Transformer, cluster: Cluster, space: Space, sequences: in
         for mbs, ckpt in itertools.product(micro, space.checkpointing):
             ga = per_replica // mbs if per_replica and per_replica % mbs == 0 else 1
             layout = dataclasses.replace(family.with_micro_batch(mbs), grad_accum=ga)
-            out += [Candidate(layout, ckpt, offload) for offload in (space.checkpoint_offload if ckpt else (False,))]
-            if ckpt and not shape.experts:
-                out += [Candidate(layout, True, selective=True) for sel in space.selective if sel]
+            selective = ckpt and True in space.selective and not shape.experts
+            if not (selective and False not in space.selective):  # full checkpointing (or none) too
+                out += [Candidate(layout, ckpt, offload) for offload in (space.checkpoint_offload if ckpt else (False,))]
+            if selective:
+                out.append(Candidate(layout, True, selective=True))
     return out
 
 

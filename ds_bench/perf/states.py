@@ -83,23 +83,26 @@ def model_states_bytes(shape: ModelShape, point: Layout, world_size: int, ranks_
     return int(device + host_per_rank) if device_type == "cpu" else int(device)
 
 
-OFFLOADED_BYTES = {"optimizer": 16, "all": 18}
-"""Bytes per parameter of a rank's partition that offload keeps in host memory once training runs: the fp32 master
-parameters, their gradients and Adam's two moments (ZeRO-Offload, Ren et al. 2021, sec. 4.1: 16), with
-``offload=all`` the parameters' 16-bit copy as well (ZeRO-Infinity, Rajbhandari et al. 2021: +2). DeepSpeed's
-estimators (above) give more, the peak of building the model whole on every rank's host before it is partitioned,
-which ``zero_init`` avoids."""
+def offloaded_bytes_per_param(point: Layout) -> int:
+    """Bytes per parameter of a rank's partition that offload keeps in host memory once training runs: the fp32
+    master parameters, their gradients and Adam's two moments (ZeRO-Offload, Ren et al. 2021, sec. 4.1: 16), with
+    ``offload=all`` the parameters' 16-bit copy as well (ZeRO-Infinity, Rajbhandari et al. 2021: +2; none in fp32,
+    whose master copy is the parameter). DeepSpeed's estimators (above) give more, the peak of building the model
+    whole on every rank's host before it is partitioned, which ``zero_init`` avoids."""
+    low_precision_copy = point.offload == "all" and point.precision != "fp32"
+    return 16 + (ELEMENT_BYTES[point.precision] if low_precision_copy else 0)
 
 
 def offloaded_bytes(shape: ModelShape, point: Layout, world_size: int, ranks_per_node: int) -> int:
-    """What offload keeps of one rank's model states in host memory once training runs (``OFFLOADED_BYTES`` per
-    parameter of each group ZeRO partitions apart, its TP share over its ranks); 0 without offload."""
+    """What offload keeps of one rank's model states in host memory once training runs
+    (``offloaded_bytes_per_param`` per parameter of each group ZeRO partitions apart, its TP share over its
+    ranks); 0 without offload."""
     if point.offload == "none" or point.stage == 0:
         return 0
     total = 0.0
     for group, n, per_node in expert_parallel_groups(shape, point.expert_parallel, world_size, ranks_per_node):
         share, ranks, _ = tensor_parallel_share(group, point.tensor_parallel, n, per_node)
-        total += OFFLOADED_BYTES[point.offload] * share.params / ranks
+        total += offloaded_bytes_per_param(point) * share.params / ranks
     return int(total)
 
 

@@ -51,6 +51,9 @@ def device_and_ranks(args: argparse.Namespace, node: ComputeNode) -> tuple[str, 
     cpu = device.lower() == "cpu"
     per_node = args.gpus_per_node or args.nproc or (CPU_RANKS if cpu else _gpus_per_node(args.device, device, node))
     _check_domain(args.nvlink_domain, per_node, cpu)
+    if cpu and args.host_memory is not None:
+        raise UserError("--host-memory: CPU ranks offload nothing (their states are in the host's memory already); "
+                        "leave it out with --device cpu")
     return device, cpu, per_node
 
 

@@ -22,9 +22,9 @@ BAND = 2.0
 """A prediction within BAND x of its measurement either way is not flagged (docs/plan.md: what was measured)."""
 
 
-def shape_args(spec: PlanSpec, scaled: ScaledTo | None = None) -> list[str]:
+def shape_args(spec: PlanSpec, scaled: ScaledTo | None = None) -> list[str] | None:
     """The ``ds-bench run`` flags that build the plan's model at its sequence length, or ``--scale``'s answer
-    (``plan.scale.answer_args``)."""
+    (``plan.scale.answer_args``; None: a named size's larger member, which ``ds-bench run`` does not build)."""
     if scaled is not None:
         from ds_bench.plan.scale import answer_args
 

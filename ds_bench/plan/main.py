@@ -14,7 +14,7 @@ from ds_bench.errors import UserError
 from ds_bench.perf import calibrate, shapes
 from ds_bench.perf.datasheet import cluster_of
 from ds_bench.perf.devices import Cluster, cpu_cluster
-from ds_bench.perf.space import Dropped, Planned, Space, search
+from ds_bench.perf.space import Dropped, Planned, Space, search, usable_bytes
 from ds_bench.plan.confirm import shape_args
 from ds_bench.plan.spec import PlanSpec, spec_from_args
 from ds_bench.record import store
@@ -70,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
         ranked, dropped = search(shape, cluster, space, spec.seq_len, spec.sequences, REGISTRY[spec.workload],
                                  options)
     if not ranked:
-        raise UserError(nothing_left(shape, spec, cluster, dropped))
+        raise UserError(nothing_left(shape, spec, cluster, space, dropped))
     record = plan_record(spec, shape, cluster, ranked, dropped, scaled)
     print(plan_table.render(record))
     for line in off_world(spec, cluster.world):
@@ -80,9 +80,11 @@ def main(args: argparse.Namespace) -> int:
     if spec.dry_run:
         return 0
     record.recommended_config = write_config(spec, ranked[0])
-    print(f"recommended layout's DeepSpeed config: {record.recommended_config}; run it with "
-          f"ds-bench run --workload {spec.workload} --ds-config {record.recommended_config} "
-          + " ".join([*shape_args(spec, record.ranked[0].scaled), *ranked[0].candidate.run_flags()]))
+    model = shape_args(spec, record.ranked[0].scaled)
+    how = (f"run it with ds-bench run --workload {spec.workload} --ds-config {record.recommended_config} "
+           + " ".join([*model, *ranked[0].candidate.run_flags()]) if model is not None else
+           f"its model is a larger member of --size {spec.size}, which ds-bench run does not build")
+    print(f"recommended layout's DeepSpeed config: {record.recommended_config}; {how}")
     status = 0
     if spec.confirm:
         from ds_bench.plan.confirm import confirm
@@ -134,14 +136,14 @@ def _local_memory(spec: PlanSpec) -> int | None:
     return None
 
 
-def nothing_left(shape, spec: PlanSpec, cluster: Cluster, dropped: list[Dropped]) -> str:
+def nothing_left(shape, spec: PlanSpec, cluster: Cluster, space: Space, dropped: list[Dropped]) -> str:
     """The one line said when no candidate is left: the batch divides no layout, or none fits (the least memory
     any would need)."""
     rules = collections.Counter(d.rule for d in dropped)
     where = f"{cluster.nodes} x {cluster.per_node} {cluster.device}"
     if rules.get("memory"):
         closest = min((d for d in dropped if d.rule == "memory"), key=lambda d: d.excess_bytes)
-        usable = cluster.memory_bytes * (1 - spec.headroom_pct / 100)
+        usable = usable_bytes(cluster, space)
         return (f"{shape.label} ({shape.params / 1e9:.3g}B parameters) fits no layout on {where} "
                 f"({usable / GiB:.1f} GiB usable per device): the least any layout needs is "
                 f"{(usable + closest.excess_bytes) / GiB:.1f} GiB per device ({closest.label}); more devices, "

@@ -17,6 +17,7 @@ from ds_bench.errors import UserError
 from ds_bench.jobs.compute_nodes import with_job_gpus
 from ds_bench.machine.compute_node import ComputeNode
 from ds_bench.perf.loss_memory import LOSSES
+from ds_bench.perf.scale import AXES as SCALE_AXES
 from ds_bench.plan.cluster_flags import CPU_RANKS, add_cluster_arguments, device_and_ranks
 
 WORKLOADS = ("llama", "gpt2", "moe")
@@ -40,7 +41,7 @@ class PlanSpec(StudySpec):
     nvlink_domain: int | None = None
     """GPUs one NVLink fabric joins; None: the device's (GB200: 72), else a node's."""
     host_memory: int | None = None
-    """A node's host memory, bytes, which offloaded states share; None: the device's host (2 TB; GB200 960 GB)."""
+    """A node's host memory, bytes, which offloaded states share; None: the device's host (2 TiB; GB200 960 GiB)."""
     achieved: float | None = None
     calibrate: tuple[str, ...] = ()
     engines: tuple[str, ...] = ("deepspeed",)
@@ -124,7 +125,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_degree_arguments(a, "candidate", default="auto")
     a.add_argument("--attn", default="", help="attention kernel (default: the workload's; eager keeps T x T scores)")
     a.add_argument("--headroom", type=float, default=10.0, help="%% of device memory a candidate must leave free")
-    a.add_argument("--scale", default=None, choices=("layers", "hidden", "seq"),
+    a.add_argument("--scale", default=None, choices=SCALE_AXES,
                    help="answer another question per layout: the most blocks, the widest model or the longest "
                         "sequence that fits (seq: one sequence per replica per step), ranked with its tokens/s there")
     o = p.add_argument_group("output and --confirm")
@@ -159,6 +160,15 @@ def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
     if args.confirm and args.norm != "eager":
         raise UserError("--confirm with --norm fused: ds_bench's runs train HF's eager RMSNorm, so they cannot confirm "
                         "a plan for a fused one; leave out --confirm or --norm")
+    if args.selective_checkpointing == "on" and args.activation_checkpointing == "off":
+        raise UserError("--selective-checkpointing on with --activation-checkpointing off: selective checkpointing is a "
+                        "kind of checkpointing; give --activation-checkpointing on (or off,on)")
+    if args.selective_checkpointing == "on" and args.workload == "moe":
+        raise UserError("--selective-checkpointing on: plan models it for gpt2 and llama; an MoE's saved set depends "
+                        "on its --moe-path (HF's stacked experts run no matmul the policy saves)")
+    if args.confirm and args.dropout == "on":
+        raise UserError("--confirm with --dropout on: ds-bench's models are built without dropout, so their runs cannot "
+                        "confirm a plan with it; leave out --confirm or --dropout")
     if args.confirm and args.loss != "upcast":
         raise UserError(f"--confirm with --loss {args.loss}: ds_bench's runs compute the upcast loss (or --tiled-loss), "
                         "so they cannot confirm a plan for another loss; leave out --confirm or --loss")
