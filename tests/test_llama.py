@@ -239,6 +239,27 @@ def test_the_tensor_parallel_all_reduces_are_timed_and_counted_as_modelled(tp_ru
 
 
 @pytest.mark.dist
+@pytest.mark.parametrize("selective", [False, True], ids=["full", "selective"])
+def test_a_checkpointed_block_repeats_one_tensor_parallel_all_reduce(selective, tmp_path, shakespeare):
+    """torch's non-reentrant checkpoint, full or selective, stops recomputing once the tensors backward needs are
+    back: it repeats the attention output's all-reduce, not the MLP's (``perf.step.TP_RECOMPUTED``): 8 per block
+    where a plain run makes 7, as the run's verdict and plan's step model count."""
+    from ds_bench.perf import step
+
+    results = tmp_path / "r.jsonl"
+    options = ["--activation-checkpointing", *(["--selective-checkpointing"] if selective else [])]
+    proc = run_cmd(["torchrun", "--nproc_per_node", "2", "--master_port", str(29903 + selective), *RUN,
+                    "--ds-config", "ds_configs/zero1.json", "--data", str(shakespeare), "--tensor-parallel", "2",
+                    "--steps", "3", *options, "--results", str(results)], timeout=300,
+                   DS_BENCH_CACHE=str(tmp_path / "cache"), **OFFLINE)
+    assert proc.returncode == 0, explain(proc)
+    [record] = [r for r in records(results) if r.get("rank", 0) == 0]
+    blocks = llama_shapes.SHAPES["tiny"].n_layer
+    expected = (step.TP_ALL_REDUCES["autotp"] + step.TP_RECOMPUTED["autotp"]) * blocks + 2
+    assert degree(record, "tensor_parallel")["comm"]["calls_per_step"] == expected
+
+
+@pytest.mark.dist
 def test_each_tensor_parallel_rank_holds_a_share_of_the_model(tp_runs):
     """Both runs count the whole model; rank 0 of the TP run holds its shards of every block's projections
     and the layers AutoTP replicates (norms; the embedding), so less than the whole, more than half."""

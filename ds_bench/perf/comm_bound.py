@@ -11,7 +11,7 @@ and, in the backward, one per column-parallel projection's input gradient: q, k,
 fuses them into 2, Shoeybi et al. 2019 sec. 3; AutoTP does not, measured by ``ds_bench.measure.layout_comm``),
 plus the vocabulary-parallel embedding's and LM head's 2 (``Workload.tensor_parallel_all_reduces``), each of
 micro-batch x sequence x hidden elements in the compute dtype, 2(T-1)/T x S bus bytes; activation
-checkpointing recomputes the forward's 2 (``tp_all_reduce``).
+checkpointing recomputes one of the forward's 2 (``perf.step.TP_RECOMPUTED``) (``tp_all_reduce``).
 
 With S-way Ulysses sequence parallelism the data-parallel collectives stay over all n ranks (DeepSpeed
 reduces gradients over the sequence-data-parallel group: every rank holds the whole model), and each rank

@@ -11,7 +11,8 @@
     over the world / (T P) ranks ZeRO partitions them over (sequence ranks included); a MoE's experts' 1/(EP P)
     over their world / (EP P) holders. DDP moves ZeRO-0's bytes; FSDP ZeRO-3's (FSDP at "stage 2",
     ``reshard_after_forward=False``, gathers once per micro-step instead of twice);
-  - tensor parallel: per micro-step ``TP_ALL_REDUCES`` all-reduces per block (+2 with checkpointing) and 2 for
+  - tensor parallel: per micro-step ``TP_ALL_REDUCES`` all-reduces per block (+``TP_RECOMPUTED`` with
+    checkpointing, full or selective) and 2 for
     the embedding and head, each micro-batch x T x h elements, 2(t-1)/t of them on the bus;
   - Ulysses: per micro-step and block 8 all-to-alls (+4 with checkpointing) of the rank's q, k, v and output
     slices (``CausalLMWorkload.sequence_parallel_all_to_all_elements``' count), (S-1)/S on the bus;
@@ -59,6 +60,9 @@ from ds_bench.perf.states import ELEMENT_BYTES
 TP_ALL_REDUCES = {"autotp": 7, "megatron": 4}
 """All-reduces per block and micro-step: AutoTP's 2 forward + 5 backward (measured, ``ds_bench.workloads.llama``);
 Megatron-LM's 2 + 2 (Shoeybi et al. 2019, sec. 3)."""
+TP_RECOMPUTED = {"autotp": 1, "megatron": 2}
+"""The forward's all-reduces a block's recompute repeats: Megatron-LM's both; torch's non-reentrant checkpoint
+(ds-bench's, full or selective) stops once backward's tensors are back, before the MLP's (tests/test_llama.py)."""
 OPTIMIZER_BYTES = {"mixed": 30, "fp32": 28}
 """Adam per parameter: reads fp32 params, gradients, m, v (16 B), writes params, m, v (12 B) and, in mixed
 precision, the 2-byte copy the model computes with."""
@@ -171,10 +175,10 @@ def collectives(shape: Transformer, candidate: Candidate, seq_len: int, m: int,
         for collective, nbytes in bus_bytes_per_step(stage, shape.expert_params // (ep * p), e, e, holders, m).items():
             add(collective, nbytes, collective, holders, ep, messages[collective])
     tokens = layout.micro_batch * seq_len
-    ckpt = candidate.checkpointing and not candidate.selective  # its recompute repeats 1 in 4 of them: not counted
+    ckpt = candidate.checkpointing  # selective too: it repeats the same collectives (measured, TP_RECOMPUTED)
     stage_layers = -(-shape.layers // p)
     if t > 1:
-        count = (TP_ALL_REDUCES[tp_style] + (2 if ckpt else 0)) * stage_layers + 2
+        count = (TP_ALL_REDUCES[tp_style] + (TP_RECOMPUTED[tp_style] if ckpt else 0)) * stage_layers + 2
         message = tokens * shape.hidden * e
         moved = tensor_parallel_bus_bytes(t, count * tokens * shape.hidden, e, m)
         add("tp_all_reduce", moved, "all_reduce", t, 1, message)

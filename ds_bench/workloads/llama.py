@@ -76,9 +76,10 @@ class LlamaWorkload(LlamaFamilyWorkload):
         ``ds_bench.measure.layout_comm``): per block 2 in forward (the row-parallel attention output and MLP down
         projections) and 5 in backward (the column-parallel q, k, v, gate and up projections' input
         gradients, one each: AutoTP does not fuse them as Megatron-LM's 2 + 2 do, Shoeybi et al. 2019 sec. 3),
-        2 more with activation checkpointing (the forward's, recomputed); and 2 outside the blocks: the
-        vocabulary-parallel embedding's forward and LM head's backward."""
-        per_block = 2 + 5 + (2 if self.cfg.activation_checkpointing else 0)
+        1 more with activation checkpointing, full or selective (the attention output's, recomputed: torch's
+        non-reentrant checkpoint stops before the MLP's, ``perf.step.TP_RECOMPUTED``); and 2 outside the blocks:
+        the vocabulary-parallel embedding's forward and LM head's backward."""
+        per_block = 2 + 5 + (1 if self.cfg.activation_checkpointing else 0)
         return per_block * self.shape.n_layer + 2
 
     def tensor_parallel_all_reduce_elements(self, micro_batch: int) -> int:
