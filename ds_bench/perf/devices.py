@@ -27,16 +27,15 @@ the H100's, MI355X the MI300X's; give ``--achieved`` or ``--calibrate`` a run re
   x16's 128 GB/s a direction (as the H100's 25 is of Gen5's 64).
 - **B300** (HGX Blackwell Ultra): 288 GB of HBM3e (glennklockwood.com/garden/processors/B300), 8 TB/s; NVLink 5
   and host copies as the B200's; one 800 Gb/s ConnectX-8 per GPU.
-- **GB200** (NVL72 rack: 18 hosts of 4 GPUs, one NVLink domain of 72): 186 GB per GPU (13.4 TB over 72), 8 TB/s; all_reduce busbw over all 72 GPUs 835-847 GB/s at 4-8 GB messages (coreweave/nccl-tests#43, a
-  full rack), the figure every group inside the domain gets; one 400 Gb/s NIC per GPU beyond it; host copies
+- **GB200** (NVL72 rack: 18 hosts of 4 GPUs, one NVLink domain of 72): 186 GB per GPU (13.4 TB over 72),
+  8 TB/s; all_reduce busbw over all 72 GPUs 835-847 GB/s at 4-8 GB messages (coreweave/nccl-tests#43, a full
+  rack), the figure every group inside the domain gets; one 400 Gb/s NIC per GPU beyond it; host copies
   over NVLink-C2C to the Grace CPU at 180 GB/s, 40% of its 450 a direction.
-- **MI355X** (8 per host): 288 GB of HBM3E (AMD), 8 TB/s; intra-node
-  busbw as the MI300X row's (the same seven Infinity Fabric links per GPU; not measured here), 400 Gb/s a GPU.
+- **MI355X** (8 per host): 288 GB of HBM3E (AMD), 8 TB/s; intra-node busbw as the MI300X row's (the same seven
+  Infinity Fabric links per GPU; not measured here), 400 Gb/s a GPU.
 
-Capacities: a GPU's or a host's datasheet "GB" of memory is taken as GiB. Memory chips come in binary sizes, and
-the totals that nvidia-smi reports bear it out: the H100's 80 GB is 81,559 MiB (79.6 GiB), the A100's 81,920 MiB
-(modal-labs/modal-client#2797), the DGX B200's 1,440 GB over 8 GPUs 179 GiB (the row above); the MI300X's 192 GB
-is 192 GiB to ROCm. So B300 and MI355X take 288 GiB, GB200 186 GiB, a DGX host 2 TiB, a GB200 host 960 GiB.
+A datasheet's "GB" of memory is taken as GiB (binary chips; nvidia-smi: H100 80 GB = 81,559 MiB, A100 81,920 MiB,
+modal-labs/modal-client#2797; a DGX B200's 1,440 GB / 8 = 179 GiB): B300 and MI355X 288 GiB, GB200 186 GiB.
 
 ``achieved`` is fitted to published runs (``perf.published``: the median over a family's runs of the fraction
 each needs for the model to reproduce its throughput; each run's ratio out of sample, with the median of the

@@ -191,7 +191,8 @@ def offloaded_activation_bytes(shape: Transformer, candidate: Candidate, seq_len
 
 def logits_bytes(shape: Transformer, candidate: Candidate, seq_len: int, loss: str = "upcast") -> int:
     layout = candidate.layout
-    return loss_bytes(tokens_per_rank(layout, seq_len), -(-shape.vocab // layout.tensor_parallel), layout.precision, loss, layout.tiled_loss)
+    vocab = -(-shape.vocab // layout.tensor_parallel)
+    return loss_bytes(tokens_per_rank(layout, seq_len), vocab, layout.precision, loss, layout.tiled_loss)
 
 
 def memory(shape: Transformer, candidate: Candidate, seq_len: int, cluster: Cluster, eager: bool = False,

@@ -124,7 +124,8 @@ def candidates(shape: Transformer, cluster: Cluster, space: Space, sequences: in
             layout = dataclasses.replace(family.with_micro_batch(mbs), grad_accum=ga)
             selective = ckpt and True in space.selective and not shape.experts
             if not (selective and False not in space.selective):  # full checkpointing (or none) too
-                out += [Candidate(layout, ckpt, offload) for offload in (space.checkpoint_offload if ckpt else (False,))]
+                offloads = space.checkpoint_offload if ckpt else (False,)
+                out += [Candidate(layout, ckpt, offload) for offload in offloads]
             if selective:
                 out.append(Candidate(layout, True, selective=True))
     return out
