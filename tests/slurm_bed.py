@@ -247,6 +247,21 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait(timeout=5)
 
 
+def _kill_leftovers(workdir: Path, timeout: float = 10) -> None:
+    """SIGKILL the daemons still running (one forked away from its group, or a slurmd ``restart_slurmd`` started
+    apart from the bed's) and wait until they are gone: a killed process lingers for a moment, and the bed's
+    check that none outlived it ran into one (full tier, 2026-11-29)."""
+    import psutil
+
+    left = []
+    for line in running_daemons(workdir):
+        with contextlib.suppress(psutil.Error):
+            process = psutil.Process(int(line.split()[1]))
+            process.kill()
+            left.append(process)
+    psutil.wait_procs(left, timeout=timeout)
+
+
 def running_daemons(workdir: Path) -> list[str]:
     """``name pid`` of each daemon process whose command line names ``workdir`` (none after the bed stops)."""
     import psutil
@@ -290,9 +305,7 @@ def slurm_cluster(bed: TwoHosts, hosts: Sequence[str] = ("hosta", "hostb"), cpus
     finally:
         for proc in reversed(procs):
             _stop(proc)
-        for line in running_daemons(workdir):  # a daemon that forked away from its group
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(line.split()[1]), signal.SIGKILL)
+        _kill_leftovers(workdir)
 
 
 @contextlib.contextmanager
