@@ -29,11 +29,7 @@ def shape_args(spec: PlanSpec, scaled: ScaledTo | None = None) -> list[str] | No
         from ds_bench.plan.scale import answer_args
 
         return answer_args(spec, scaled)
-    out = ["--size", spec.size] if spec.size else []
-    for name, value in spec.shape_flags.items():
-        if value is not None:
-            out += [f"--{name.replace('_', '-')}", str(value)]
-    return [*out, "--seq-len", str(spec.seq_len)]
+    return spec.model_flags(spec.seq_len)
 
 
 def distinct_rows(candidates: list[Candidate], k: int) -> list[int]:

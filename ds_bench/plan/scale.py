@@ -70,13 +70,9 @@ def answer_args(spec: PlanSpec, s: ScaledTo) -> list[str] | None:
     """The ``ds-bench run`` flags that build an answer's member: the plan's model as given (its size and shape
     flags, the router's included) at the answer's ``--seq-len`` (``--scale seq``), or its custom shape
     (``--scale layers|hidden``); None for a named size's larger member, which no ``ds-bench run`` flag builds."""
-    given = [a for name, value in spec.shape_flags.items() if value is not None
-             for a in (f"--{name.replace('_', '-')}", str(value))]
     if s.axis == "seq":
-        return [*(["--size", spec.size] if spec.size else []), *given, "--seq-len", str(s.seq_len)]
+        return spec.model_flags(s.seq_len)
     if not custom(spec):
         return None
-    extra = [a for k in ("experts", "top_k") if spec.shape_flags.get(k)
-             for a in (f"--{k.replace('_', '-')}", str(spec.shape_flags[k]))]
-    return ["--layers", str(s.layers), "--hidden", str(s.hidden), "--heads", str(s.heads), *extra,
-            "--seq-len", str(s.seq_len)]
+    return ["--layers", str(s.layers), "--hidden", str(s.hidden), "--heads", str(s.heads),
+            *spec.model_flags(s.seq_len, names=("experts", "top_k"))]

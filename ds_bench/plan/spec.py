@@ -82,6 +82,15 @@ class PlanSpec(StudySpec):
     def world(self) -> int:
         return self.nodes * self.per_node
 
+    def model_flags(self, seq_len: int, names: tuple[str, ...] | None = None) -> list[str]:
+        """``ds-bench run``'s flags for the model as given (``--size`` and the shape flags; ``names``: only those
+        shape flags, no size) at ``seq_len``."""
+        given = [a for name, value in self.shape_flags.items()
+                 if value is not None and (names is None or name in names)
+                 for a in (f"--{name.replace('_', '-')}", str(value))]
+        size = ["--size", self.size] if self.size and names is None else []
+        return [*size, *given, "--seq-len", str(seq_len)]
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("the model and the batch")
@@ -161,14 +170,14 @@ def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
         raise UserError("--confirm with --norm fused: ds_bench's runs train HF's eager RMSNorm, so they cannot confirm "
                         "a plan for a fused one; leave out --confirm or --norm")
     if args.selective_checkpointing == "on" and args.activation_checkpointing == "off":
-        raise UserError("--selective-checkpointing on with --activation-checkpointing off: selective checkpointing is a "
-                        "kind of checkpointing; give --activation-checkpointing on (or off,on)")
+        raise UserError("--selective-checkpointing on with --activation-checkpointing off: selective checkpointing "
+                        "is a kind of checkpointing; give --activation-checkpointing on (or off,on)")
     if args.selective_checkpointing == "on" and args.workload == "moe":
         raise UserError("--selective-checkpointing on: plan models it for gpt2 and llama; an MoE's saved set depends "
                         "on its --moe-path (HF's stacked experts run no matmul the policy saves)")
     if args.confirm and args.dropout == "on":
-        raise UserError("--confirm with --dropout on: ds-bench's models are built without dropout, so their runs cannot "
-                        "confirm a plan with it; leave out --confirm or --dropout")
+        raise UserError("--confirm with --dropout on: ds-bench's models are built without dropout, so their runs "
+                        "cannot confirm a plan with it; leave out --confirm or --dropout")
     if args.confirm and args.loss != "upcast":
         raise UserError(f"--confirm with --loss {args.loss}: ds_bench's runs compute the upcast loss (or --tiled-loss), "
                         "so they cannot confirm a plan for another loss; leave out --confirm or --loss")
@@ -210,7 +219,8 @@ def spec_from_args(args: argparse.Namespace, node: ComputeNode) -> PlanSpec:
                                                       allowed=("off", "on"))),
         checkpoint_offload=tuple(v == "on" for v in parse_list(
             "--checkpoint-offload", args.checkpoint_offload or ("off" if cpu else "off,on"), allowed=("off", "on"))),
-        switches=switches_of(args), loss=args.loss, norm=args.norm, scale=args.scale, dropout=None if args.dropout is None else args.dropout == "on",
+        switches=switches_of(args), loss=args.loss, norm=args.norm, scale=args.scale,
+        dropout=None if args.dropout is None else args.dropout == "on",
         degrees=degrees_of(args), headroom_pct=args.headroom, attn=args.attn, top=args.top,
         show_dropped=args.show_dropped, ds_config=ds_config, confirm=args.confirm, steps=args.steps,
         warmup=args.warmup, nproc=per_node, run_args=tuple(args.run_args),
