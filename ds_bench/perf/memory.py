@@ -47,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ds_bench.config.layout import Layout
 from ds_bench.perf.candidate import Candidate
 from ds_bench.perf.devices import Cluster
 from ds_bench.perf.loss_memory import loss_bytes
@@ -93,12 +94,17 @@ def states_bytes(shape: Transformer, candidate: Candidate, cluster: Cluster, hos
     return model_states_bytes(stage_shape(shape, p), as_deepspeed, cluster.world // p, per_node, cluster.device_type)
 
 
+def tokens(layout: Layout, seq_len: int) -> float:
+    """tau: one micro-batch's tokens on a rank, micro-batch x T / SP."""
+    return layout.micro_batch * seq_len / layout.sequence_parallel
+
+
 def block_bytes(shape: Transformer, candidate: Candidate, seq_len: int, eager: bool) -> float:
     """One block's activations for one micro-batch (module docstring), bytes."""
     layout = candidate.layout
     e = ELEMENT_BYTES[layout.precision]
     t, s = layout.tensor_parallel, layout.sequence_parallel
-    tau = layout.micro_batch * seq_len / s
+    tau = tokens(layout, seq_len)
     h, f = shape.hidden, shape.ffn
     mask = 1 if shape.dropout else 0
     kept_whole = 4 * e * tau * h + 2 * mask * tau * h
@@ -138,7 +144,7 @@ def backward_bytes(shape: Transformer, candidate: Candidate, seq_len: int) -> fl
     formula's 5 and 4.5."""
     layout = candidate.layout
     e, t = ELEMENT_BYTES[layout.precision], layout.tensor_parallel
-    tau = layout.micro_batch * seq_len / layout.sequence_parallel
+    tau = tokens(layout, seq_len)
     if layout.tiled_mlp and not shape.experts:
         width = (shape.q_width + 2 * shape.kv_width) / t
     else:
@@ -154,7 +160,7 @@ def kept_bytes(shape: Transformer, candidate: Candidate, seq_len: int, eager: bo
     layers = -(-shape.layers // layout.pipeline_stages) * min(layout.pipeline_stages, layout.grad_accum)
     if candidate.selective:
         e = ELEMENT_BYTES[layout.precision]
-        tau = layout.micro_batch * seq_len / layout.sequence_parallel
+        tau = tokens(layout, seq_len)
         return layers * e * tau * shape.selective_saved_width(layout.tensor_parallel)
     if candidate.checkpoint_offload:
         return 2 * input_bytes(shape, candidate, seq_len)
@@ -178,7 +184,7 @@ def activation_bytes(shape: Transformer, candidate: Candidate, seq_len: int, eag
 def input_bytes(shape: Transformer, candidate: Candidate, seq_len: int) -> float:
     """One block's input for one micro-batch: what activation checkpointing keeps of the block, E tau h."""
     layout = candidate.layout
-    return ELEMENT_BYTES[layout.precision] * layout.micro_batch * seq_len / layout.sequence_parallel * shape.hidden
+    return ELEMENT_BYTES[layout.precision] * tokens(layout, seq_len) * shape.hidden
 
 
 def offloaded_activation_bytes(shape: Transformer, candidate: Candidate, seq_len: int) -> int:
@@ -201,7 +207,8 @@ def memory(shape: Transformer, candidate: Candidate, seq_len: int, cluster: Clus
     The loss's tensors are gone before the first block's backward begins, so they count only above that phase's
     (the logits term is what they need beyond it)."""
     phase = backward_phase_bytes(shape, candidate, seq_len, eager)
-    return Memory(states_bytes(shape, candidate, cluster), activation_bytes(shape, candidate, seq_len, eager),
+    activations = int(kept_bytes(shape, candidate, seq_len, eager) + phase)
+    return Memory(states_bytes(shape, candidate, cluster), activations,
                   max(0, logits_bytes(shape, candidate, seq_len, loss) - int(phase)), cluster.reserve_bytes,
                   states_bytes(shape, candidate, cluster, host=True)
                   + offloaded_activation_bytes(shape, candidate, seq_len))
