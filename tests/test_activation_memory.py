@@ -12,6 +12,7 @@ RMSNorm term, 49 with it), their backward peaks with checkpointing 39 and 59 (mo
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 
 import pytest
@@ -117,7 +118,6 @@ def test_the_eager_rmsnorm_keeps_4_bytes_an_element_more_in_either_precision():
         kept4, _ = measure("llama", 4, False, precision)
         shape = shapes.of_workload("llama", None, 4, HIDDEN, HEADS, SEQ)
         c = Candidate(Layout(engine="deepspeed", stage=0, offload="none", precision=precision, micro_batch=1))
-        import dataclasses
         fused = memory.block_bytes(dataclasses.replace(shape, norm_kernel="fused"), c, SEQ, eager=False)
         assert ((kept4 - kept2) / 2 - fused) / tau_h == pytest.approx(8, abs=0.3)
 
