@@ -1,4 +1,4 @@
-"""``tools/uv_env.py``: the machine's pip configuration carried over to uv (``tools/setup.sh`` installs with uv only
+"""``ds_bench/machine/uv_config.py``: the machine's pip configuration carried over to uv (``tools/setup.sh`` installs with uv only
 when it can be), on inline ``pip config list`` output; and, for real, that the script reads this machine's pip."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import pytest
 
 from tests.conftest import REPO
 
-sys.path.insert(0, str(REPO / "tools"))
-import uv_env  # noqa: E402
+from ds_bench.machine import uv_config as uv_env
 
 LISTED = """\
 :env:.cert='/etc/ssl/certs/ca-certificates.crt'
@@ -53,7 +52,7 @@ def test_a_setting_uv_cannot_honour_makes_setup_install_with_pip(settings, named
 
 def test_the_script_prints_exports_of_this_machine_s_pip_configuration():
     listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60)
-    done = subprocess.run([sys.executable, str(REPO / "tools" / "uv_env.py")], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, str(REPO / "ds_bench" / "machine" / "uv_config.py")], capture_output=True, text=True,
                           timeout=60)
     try:
         expected = uv_env.uv_environment(uv_env.pip_settings(listed.stdout))

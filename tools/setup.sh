@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-shot, idempotent set-up of a virtual environment for ds_bench (called by `make`).
 #   tools/setup.sh VENV [--test]
-# - installs with uv when it can carry the machine's pip configuration over (tools/uv_env.py), else pip;
+# - installs with uv when it can carry the machine's pip configuration over (ds_bench/machine/uv_config.py), else pip;
 # - keeps a torch the machine already has (site module); otherwise installs $TORCH_SPEC
 #   (default torch==2.13.0, which this project's CPU machines serve as a local CPU wheel);
 # - pins the resulting torch through a constraints file so no later install replaces it;
@@ -30,11 +30,11 @@ py="$venv/bin/python"
 here=$(cd "$(dirname "$0")/.." && pwd)
 
 # The installer: uv (~20 s for what pip takes ~95 s here) with pip's own configuration carried over by
-# tools/uv_env.py (indexes, links, constraints, certificates: the repo names none); pip when uv cannot honour it,
+# ds_bench/machine/uv_config.py (indexes, links, constraints, certificates: the repo names none); pip when uv cannot honour it,
 # when the venv sees the system's packages (uv would not count them as installed), or DS_BENCH_INSTALLER=pip.
 uv_bin=
 if [ "${DS_BENCH_INSTALLER:-uv}" = uv ] && ! grep -qs 'include-system-site-packages = true' "$venv/pyvenv.cfg"; then
-  if uv_exports=$("$py" "$here/tools/uv_env.py"); then
+  if uv_exports=$("$py" "$here/ds_bench/machine/uv_config.py"); then
     uv_bin=$(command -v uv || true)
     if [ -z "$uv_bin" ] && "$py" -m pip install --quiet 'uv>=0.5'; then
       uv_bin="$venv/bin/uv"

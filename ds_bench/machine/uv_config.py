@@ -1,7 +1,9 @@
-"""The machine's pip configuration as uv's environment, so ``tools/setup.sh`` may install with uv (~5x faster
-than pip here) from exactly the indexes, links, constraints and certificates pip would use; the repo names none.
+"""The machine's pip configuration as uv's environment, so ``tools/setup.sh`` (and a study's stack environments,
+``ds_bench.machine.stack_envs``) may install with uv (~5x faster than pip here) from exactly the indexes, links,
+constraints and certificates pip would use; the repo names none. It imports nothing of ds_bench: set-up runs it as
+a script before ds_bench is installed.
 
-    python tools/uv_env.py      # prints ``export UV_...=...`` lines; exit 3, saying why, when uv cannot honour it
+    python ds_bench/machine/uv_config.py   # prints ``export UV_...=...`` lines; exit 3, saying why, when uv cannot
 
 pip's settings come from ``pip config list`` (its files, then ``PIP_*`` variables, which win). A setting this
 module does not know how to translate makes it refuse (exit 3): setup.sh then installs with pip, as before.
