@@ -64,7 +64,9 @@ class TorchEngine:
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         if self.settings.gradient_clipping > 0:
-            torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.settings.gradient_clipping)
+            norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.settings.gradient_clipping)
+            # FSDP's is a DTensor partial over the ranks: its full value costs one scalar all-reduce, every rank alike
+            self._grad_norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
         if self.scaler:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -74,6 +76,11 @@ class TorchEngine:
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
         self.global_steps += 1
+
+    def get_global_grad_norm(self):
+        """The total gradient norm ``clip_grad_norm_`` returned at the last optimizer step (DeepSpeed's name);
+        None without clipping (no norm is computed then)."""
+        return getattr(self, "_grad_norm", None)
 
     def save_checkpoint(self, save_dir: str, tag: str | None = None, client_state: dict | None = None) -> None:
         import torch.distributed.checkpoint as dcp

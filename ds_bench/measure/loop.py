@@ -62,12 +62,16 @@ class LoopTimes:
     """Filled step by step, so a run that ends early still has what it measured.
 
     ``step_s`` and ``phase_s`` hold measured steps (warm-up excluded), in seconds; ``step_losses``
-    holds every finished step's mean loss (a device scalar), warm-up included.
+    holds every finished step's mean loss (a device scalar), warm-up included, and ``step_grad_norms`` the
+    global gradient norm the engine computed at that step's optimizer step (``grad_norm``), read without a
+    synchronization of its own.
     """
 
     step_s: list[float] = field(default_factory=list)
     phase_s: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PHASES})
     step_losses: list[torch.Tensor] = field(default_factory=list)
+    step_grad_norms: list = field(default_factory=list)
+    """Per finished step: a device scalar, a float or None (the engine computed no norm that step)."""
     compute_s: list[float] = field(default_factory=list)
     """Forward + autograd backward per measured step (module docstring), seconds."""
     window_s: float = 0.0
@@ -88,6 +92,9 @@ class LoopTimes:
 
     def losses(self) -> list[float]:
         return torch.stack(self.step_losses).float().tolist() if self.step_losses else []
+
+    def grad_norms(self) -> list[float | None]:
+        return [None if g is None else float(g) for g in self.step_grad_norms]
 
 
 def to_device(batch: Batch, device: torch.device, float_dtype: torch.dtype) -> Batch:
@@ -138,6 +145,7 @@ def run_loop(engine, workload: Workload, batches: Iterator[Batch], *, steps: int
         if step >= warmup:
             _keep(times, elapsed, stamps, clock, phases, stage_timers)
         times.step_losses.append(torch.stack([m.loss for m in stamps]).float().mean())
+        times.step_grad_norms.append(grad_norm(engine))
         beat(times.steps_done)
         outside = time.perf_counter()
         after_step(times.steps_done)
@@ -161,6 +169,17 @@ def _keep(times: LoopTimes, elapsed: float, stamps: list, clock: DeviceClock, ph
             times.stage_s.setdefault(name, []).append(seconds)
     if phases is PHASES:
         times.compute_s.append(sum(clock.seconds(m.bounds[1], m.autograd_end) for m in stamps))
+
+
+def grad_norm(engine):
+    """The global gradient norm (before clipping) the engine computed at its last optimizer step, as it holds it
+    (a device scalar is not read here: no synchronization); None where it computed none. DeepSpeed's engines
+    keep it (``DeepSpeedEngine.get_global_grad_norm``: ZeRO 1-3 always, ZeRO-0 and the pipeline engine when
+    ``gradient_clipping`` is on); ds_bench's DDP/FSDP engine when it clips (``clip_grad_norm_``'s total norm).
+    The norm DeepSpeed #7718 got wrong (ZeRO-2 with accumulation, deepspeed 0.17.6-0.18.2)."""
+    read = getattr(engine, "get_global_grad_norm", None)
+    value = read() if read is not None else None
+    return value.detach().float() if isinstance(value, torch.Tensor) else value
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ class RankReport:
     step_s: list[float]
     phase_s: dict[str, list[float]]
     losses: list[float]
+    grad_norms: list[float | None] = field(default_factory=list)
+    """Per step (warm-up included): the global gradient norm the engine computed, None where it computed none."""
     peak_mem: dict[str, int] = field(default_factory=dict)
     """``rss`` on CPU; ``allocated`` and ``reserved`` on GPU."""
     compute_s: list[float] = field(default_factory=list)
@@ -74,12 +76,22 @@ def summarize(reports: list[RankReport], train_batch_size: int) -> dict:
         "loss_first": float(losses[0]),
         "loss_last": float(losses[-1]),
         "loss_curve": [round(float(x), 6) for x in losses],
+        "grad_norm_curve": grad_norm_curve(reports),
     }
     metrics.update(per_rank_compute(reports))
     metrics.update(outside_clock(window, reports))
     if peak_key == "allocated":
         metrics["peak_mem_reserved_bytes"] = int(max(r.peak_mem.get("reserved", 0) for r in reports))
     return metrics
+
+
+def grad_norm_curve(reports: list[RankReport]) -> list[float | None] | None:
+    """The global gradient norm of every step, rank 0's (the norm is global: every rank computes the same one),
+    rounded to 6 significant digits; None when the engine computed none at any step."""
+    norms = reports[0].grad_norms
+    if not norms or all(g is None for g in norms):
+        return None
+    return [None if g is None else float(f"{g:.6g}") for g in norms]
 
 
 def outside_clock(steps_sum_s: float, reports: list[RankReport]) -> dict:

@@ -62,6 +62,10 @@ class RunMetrics(Block):
     loss_last: float | None = None
     loss_curve: list[float] | None = None
     """Loss of every step (warm-up included), mean over ranks, rounded to 6 digits."""
+    grad_norm_curve: list[float | None] | None = None
+    """Global gradient norm (before clipping) of every step, warm-up included, as the engine computed it at the
+    step's optimizer step (``ds_bench.measure.loop.grad_norm``), 6 significant digits; None at a step, or for
+    the whole run, where the engine computed none."""
     compute_ms_per_rank: list[float] | None = None
     """Each rank's median forward + backward time in ms, indexed by rank."""
     host_per_rank: list[str] | None = None

@@ -29,7 +29,7 @@ def rank_report(run: Started, compiled: dict | None = None) -> RankReport:
     """What this rank measured, to be reduced over ranks (``ds_bench.measure.metrics``)."""
     state, times = run.state, run.times
     return RankReport(rank=state.rank, host=socket.gethostname(), step_s=times.step_s, phase_s=times.phase_s,
-                      losses=times.losses(), compute_s=times.compute_s, window_s=times.window_s,
+                      losses=times.losses(), grad_norms=times.grad_norms(), compute_s=times.compute_s, window_s=times.window_s,
                       pipeline_stage=times.pipeline_stage, stage_s=times.stage_s, compiled=compiled,
                       peak_mem={**memory.peak_bytes(state.device), "baseline": run.baseline_bytes})
 
