@@ -518,6 +518,15 @@ CASES["sweep port"] = Case(cmd(*SWEEP, "--master-port", "99999"), r"--master-por
 CASES["sweep repeats 0"] = Case(cmd(*SWEEP, "--repeats", "0"), r"--repeats must be a positive integer, got 0")
 CASES["sweep max micro-batch 0"] = Case(cmd(*SWEEP, "--max-micro-batch", "0"), r"--max-micro-batch must be a positive integer")
 SWEEP_GPT2 = (*SWEEP, "--workload", "gpt2", "--ds-config", "zero1.json")
+CASES["sweep deepspeed not a release"] = Case(cmd(*SWEEP, *MNIST, "--deepspeed", "latest"),
+                                             r"^ds-bench: error: --deepspeed latest: expected release versions such as "
+                                             r"0\.18\.4, or installed$")
+CASES["sweep deepspeed too old"] = Case(cmd(*SWEEP, *MNIST, "--deepspeed", "0.14.5,installed"),
+                                       r"--deepspeed 0\.14\.5: older than the oldest release ds-bench runs on, 0\.16\.0")
+CASES["sweep torch installed twice"] = Case(cmd(*SWEEP, *MNIST, "--torch", "2.13.0,installed"),
+                                           r"--torch 2\.13\.0,installed: installed is 2\.13\.0 here, listed twice")
+CASES["sweep transformers range"] = Case(cmd(*SWEEP, *MNIST, "--transformers", ">=4.46"),
+                                        r"--transformers >=4\.46: expected release versions")
 CASES["sweep attn for mnist"] = Case(cmd(*SWEEP, "--workload", "mnist", "--ds-config", "zero1.json", "--attn", "eager"),
                                      r"--attn: workload mnist has no attention \(gpt2 and llama have\)")
 CASES["sweep tensor-parallel for gpt2"] = Case(cmd(*SWEEP_GPT2, "--tensor-parallel", "1,2"),
@@ -869,6 +878,13 @@ CASES["compare folder"] = Case(compare("{base}", "{tmp}"), r"NEW .*: is a folder
 CASES["compare nothing in common"] = Case(compare("{base}", "{other}"), r"nothing to compare: .* hold no measurement")
 CASES["compare threshold negative"] = Case(compare("{base}", "{base}", "--threshold", "-1"),
                                            r"--threshold -1: expected a percentage")
+CASES["compare no new and no stacks"] = Case(compare("{base}"), r"NEW is missing: give a second results file, or "
+                                                                  r"--stacks A,B")
+CASES["compare stacks one label"] = Case(compare("{base}", "--stacks", "ds0.18.4"),
+                                         r"--stacks ds0\.18\.4: expected two stack labels, BASE_STACK,NEW_STACK")
+CASES["compare stacks unknown"] = Case(compare("{base}", "--stacks", "ds0.18.4,ds0.19.8"),
+                                       r"--stacks ds0\.18\.4,ds0\.19\.8: .* has no sweep point of stack ds0\.18\.4; its "
+                                       r"stacks: none")
 CASES["compare alpha 2"] = Case(compare("{base}", "{base}", "--alpha", "2"), r"--alpha 2: expected a probability")
 
 

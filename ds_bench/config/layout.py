@@ -3,11 +3,11 @@
 A layout is the engine (DeepSpeed, DDP or FSDP), the ZeRO stage, what is offloaded, the precision,
 the micro-batch and gradient accumulation, the parallel degrees (``DEGREES``: pipeline stages,
 tensor-, sequence- and expert-parallel ranks), the attention kernel, the compile switch, the long-context
-memory options (``SWITCHES``: ALST's tiled MLP and tiled loss) and, where a study varies it, the sequence
-length. ``ds-bench run``'s flags
+memory options (``SWITCHES``: ALST's tiled MLP and tiled loss) and, where a study varies them, the sequence
+length and the software stack (``ds_bench.config.stacks``: the DeepSpeed, PyTorch and transformers it runs on). ``ds-bench run``'s flags
 produce one (``from_run``); a sweep point, a capacity layout and a scaling study's configuration are
 one. Its ``key`` (``[ddp|fsdp] [pp2] [tp2] [sp2] [ep2] z1 off=none bf16 mbs=4 [ga=2] [seq=N] [attn=X] [compile]
-[tiled-mlp] [tiled-loss]``) names it
+[tiled-mlp] [tiled-loss] [stack=ds0.18.4]``) names it
 in records, logs and tables and is what a resumed study matches finished work on; ``label`` adds the
 data-parallel degree once the world size is known (``pp2 dp1 z1 off=none bf16 mbs=4``). Both are written by
 ``_label`` alone.
@@ -77,6 +77,9 @@ class Layout:
     """``--tiled-loss`` of the run (``SWITCHES``)."""
     seq_len: int = 0
     """``--seq-len`` where a study varies it (a sweep's ``--seq-len 1024,4096``); 0: the run's own."""
+    stack: str = ""
+    """A study's stack axis (``ds_bench.config.stacks.Stack.label``: ``ds0.18.4``): the versions its job runs
+    with; empty: the study's own environment. ``ds-bench run`` takes no flag for it: the job's Python is it."""
     parallel: tuple[tuple[str, int], ...] = ()
     """The parallel degrees above 1 (``DEGREES``), ``(field, size)`` in registry order; read them as attributes
     (``layout.pipeline_stages``: DeepSpeed pipeline stages, ``tensor_parallel``: the AutoTP degree,
@@ -126,7 +129,7 @@ class Layout:
             f" ga={self.grad_accum}" if self.grad_accum != 1 else "") + (
             f" seq={self.seq_len}" if self.seq_len else "") + (
             f" attn={self.attn}" if self.attn else "") + (" compile" if self.compile else "") + "".join(
-            f" {s.word}" for s in SWITCHES if getattr(self, s.field))
+            f" {s.word}" for s in SWITCHES if getattr(self, s.field)) + (f" stack={self.stack}" if self.stack else "")
 
     def run_flags(self) -> list[str]:
         """The ``ds-bench run`` flags of this layout's options beyond its DeepSpeed config."""
@@ -181,13 +184,15 @@ def parse_key(text: str, defaults: Layout) -> Layout:
             fields["compile"] = True
         elif part in by_switch:
             fields[by_switch[part]] = True
+        elif name == "stack" and value:
+            fields["stack"] = value
         elif name in ("mbs", "ga", "seq") and value.isdigit() and int(value) > 0:
             fields[{"mbs": "micro_batch", "ga": "grad_accum", "seq": "seq_len"}[name]] = int(value)
         else:
             degrees = ", ".join(f"{d.word}N" for d in DEGREES)
             raise ValueError(f"{part!r} is not {'|'.join(ENGINES[1:])}, z0..z3, {degrees}, off={'|'.join(OFFLOADS)}, "
                              f"{'|'.join(PRECISIONS)}, mbs=N, ga=N, seq=N, attn={'|'.join(ATTENTION)}, compile, "
-                             f"{', '.join(by_switch)}")
+                             f"{', '.join(by_switch)}, stack=LABEL")
     if fields["micro_batch"] < 1:
         raise ValueError("a point needs a micro-batch: mbs=N")
     return Layout.from_dict(fields)

@@ -104,9 +104,12 @@ def _table(degree_ids: tuple) -> tuple[Rule, ...]:
 
 
 def violation(layout: Layout, where: Where) -> str | None:
-    """The sentence of the first rule ``layout`` breaks at ``where``, or None (pure)."""
+    """The sentence of the first rule ``layout`` breaks at ``where``, else of the first feature its stack's release
+    is too old for (``config.stack_rules``), or None (pure but for reading this environment's versions)."""
+    from ds_bench.config.stack_rules import too_old
+
     rule = first_broken(layout, where)
-    return rule.says(layout, where) if rule else None
+    return rule.says(layout, where) if rule else too_old(layout, where)
 
 
 def first_broken(layout: Layout, where: Where) -> Rule | None:

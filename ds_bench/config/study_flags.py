@@ -226,3 +226,25 @@ def switches_of(args: argparse.Namespace) -> dict[str, tuple[bool, ...]]:
     """``{"tiled_mlp": (False, True), ...}`` from the switch flags, each value ``off`` or ``on``."""
     return {s.field: tuple(v == "on" for v in parse_list(f"--{s.word}", getattr(args, s.field), allowed=("off", "on")))
             for s in SWITCHES}
+
+
+def add_stack_arguments(p: argparse.ArgumentParser) -> None:
+    """``--deepspeed``, ``--torch``, ``--transformers`` (``config.stacks.PACKAGES``): the stack axis."""
+    from ds_bench.config.stacks import INSTALLED, PACKAGES
+
+    g = p.add_argument_group("the software stack as an axis (docs/stacks.md)")
+    for package in PACKAGES:
+        g.add_argument(package.flag, dest=f"stack_{package.name}", default=None, metavar="VERSION,...",
+                       help=f"{package.name} releases to run every point with, e.g. {package.oldest},{INSTALLED}: each "
+                            f"an environment of its own, built once (default: this environment's; oldest supported "
+                            f"{package.oldest})")
+
+
+def stacks_from(args: argparse.Namespace):
+    """The study's stacks (``config.stacks.stacks_of``), each flag's versions checked; one stack, this
+    environment, without the flags."""
+    from ds_bench.config.stacks import PACKAGES, installed_versions, parse_versions, stacks_of
+
+    given = {p.name: parse_versions(p.flag, text, p.oldest) for p in PACKAGES
+             if (text := getattr(args, f"stack_{p.name}", None)) is not None}
+    return stacks_of(given, installed_versions())

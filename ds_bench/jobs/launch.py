@@ -50,6 +50,9 @@ class LaunchSpec:
     mpi: str | None = None
     gpus_per_node: int = 0
     """srun only: ``--gpus-per-node`` for the step; 0 asks for no GPUs (a CPU partition, no GRES)."""
+    python: str | None = None
+    """The ranks' Python under mpirun and srun (a study's stack environment: ``ds_bench.machine.stack_envs``);
+    None: this one. The deepspeed launcher and torchrun run their own environment's (``spawn.beside_python``)."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> LaunchSpec:
@@ -157,7 +160,7 @@ def build(spec: LaunchSpec) -> list[str]:
     if spec.iface and spec.launcher != "mpirun":
         run_args = run_args[:1] + ["--iface", spec.iface] + run_args[1:]
     if spec.launcher == "mpirun":
-        return mpirun_command(_need(slots, spec), run_args, python=sys.executable, iface=spec.iface)
+        return mpirun_command(_need(slots, spec), run_args, python=spec.python or sys.executable, iface=spec.iface)
     if spec.launcher == "deepspeed":
         _need(slots, spec)
         local = all(is_local_host(h, own_host_names()) for h in slots)
@@ -166,7 +169,7 @@ def build(spec: LaunchSpec) -> list[str]:
     if spec.launcher == "torchrun":
         return torchrun_command(run_args, nnodes=nnodes, nproc_per_node=per_node, node_rank=spec.node_rank,
                                 master_addr=master, master_port=spec.master_port)
-    return srun_command(run_args, nnodes=nnodes, tasks_per_node=per_node, python=sys.executable, mpi=spec.mpi,
+    return srun_command(run_args, nnodes=nnodes, tasks_per_node=per_node, python=spec.python or sys.executable, mpi=spec.mpi,
                         gpus_per_node=spec.gpus_per_node)
 
 

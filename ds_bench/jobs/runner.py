@@ -122,7 +122,7 @@ def _allocation(spec, job) -> Allocation:
     opts = spec.slurm
     return Allocation(nodes=getattr(job, "nodes", None) or opts.nodes, tasks_per_node=job.nproc,
                       time_limit_s=spec.timeout_s, partition=opts.partition, account=opts.account,
-                      gpus_per_node=opts.gpus_per_node, mpi=opts.mpi)
+                      gpus_per_node=opts.gpus_per_node, mpi=opts.mpi, python=getattr(spec, "python", None))
 
 
 def command_line(spec, run_args: list[str], job=None) -> list[str]:

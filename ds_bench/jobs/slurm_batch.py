@@ -54,6 +54,8 @@ class Allocation:
     gpus_per_node: int = 0
     mpi: str | None = None
     """``srun --mpi`` plugin (e.g. ``pmix``): rank 0 then shares its address through it."""
+    python: str | None = None
+    """The ranks' Python (a study's stack environment, on a file system the nodes share); None: this one."""
 
 
 def time_limit(seconds: float) -> str:

@@ -58,7 +58,7 @@ class Waited:
 
 def srun_argv(alloc: Allocation, run_args: list[str], iface: str | None) -> list[str]:
     return launch.srun_command(spawn.with_iface(run_args, iface), nnodes=alloc.nodes, tasks_per_node=alloc.tasks_per_node,
-                               python=sys.executable, mpi=alloc.mpi, gpus_per_node=alloc.gpus_per_node)
+                               python=alloc.python or sys.executable, mpi=alloc.mpi, gpus_per_node=alloc.gpus_per_node)
 
 
 def run(alloc: Allocation, run_args: list[str], iface: str | None, tag: str, log_path: str,

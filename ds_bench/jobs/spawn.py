@@ -34,21 +34,23 @@ class JobEnd:
 
 def command(spec, run_args: list[str], port: int) -> list[str]:
     """``spec``: the job (``launcher``, ``nproc``, ``hostfile``, optionally ``iface``: every rank meets on it;
-    under mpirun Open MPI's own traffic too)."""
+    under mpirun Open MPI's own traffic too; optionally ``python``: the ranks' interpreter, a study's stack
+    environment's, whose launchers start them)."""
     from ds_bench.jobs import launch
 
     iface = getattr(spec, "iface", None)
+    python = getattr(spec, "python", None) or sys.executable
     if spec.launcher == "srun" or (spec.launcher == "deepspeed" and not spec.hostfile):
         run_args = with_iface(run_args, iface)
     if spec.launcher == "deepspeed" and not spec.hostfile:
-        return [deepspeed_launcher(), "--num_gpus", str(spec.nproc), "--master_port", str(port), "--module",
+        return [beside_python("deepspeed", python), "--num_gpus", str(spec.nproc), "--master_port", str(port), "--module",
                 "ds_bench", *run_args]
     if spec.launcher == "srun":
         nodes = int(os.environ.get("SLURM_JOB_NUM_NODES", "1"))
-        return launch.srun_command(run_args, nnodes=nodes, tasks_per_node=spec.nproc, python=sys.executable)
+        return launch.srun_command(run_args, nnodes=nodes, tasks_per_node=spec.nproc, python=python)
     argv = launch.build(launch.LaunchSpec(spec.launcher, tuple(run_args), hostfile=spec.hostfile,
-                                          nproc_per_node=spec.nproc, master_port=port, iface=iface))
-    return [beside_python(argv[0]), *argv[1:]] if argv[0] in ("deepspeed", "torchrun") else argv
+                                          nproc_per_node=spec.nproc, master_port=port, iface=iface, python=python))
+    return [beside_python(argv[0], python), *argv[1:]] if argv[0] in ("deepspeed", "torchrun") else argv
 
 
 def job_environment(spec, env: dict[str, str] | None) -> dict[str, str] | None:
@@ -100,9 +102,10 @@ def deepspeed_launcher() -> str:
     return beside_python("deepspeed")
 
 
-def beside_python(launcher: str) -> str:
-    """The launcher of this Python's environment (its bin folder need not be on PATH), else by name."""
-    beside = os.path.join(os.path.dirname(sys.executable), launcher)
+def beside_python(launcher: str, python: str | None = None) -> str:
+    """The launcher of ``python``'s environment (default this one's; its bin folder need not be on PATH), else by
+    name."""
+    beside = os.path.join(os.path.dirname(python or sys.executable), launcher)
     return beside if os.path.exists(beside) else launcher
 
 

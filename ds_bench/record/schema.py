@@ -82,6 +82,12 @@ class SweepPointRecord(Record):
     ``PipelineStage.bubble``: the share of the pipeline's device time spent idle. None otherwise."""
     schedule_bubble: float | None = None
     """Pipeline points: the schedule's (P - 1) / (m + P - 1), beside ``bubble``."""
+    versions: dict[str, str | None] | None = None
+    """The versions the point's run recorded (python, torch, deepspeed, transformers, ...): its stack's, measured."""
+    loss_curve: list[float] | None = None
+    """The run's loss of every step (``RunMetrics.loss_curve``): what ``compare --stacks`` checks beside speed."""
+    grad_norm_curve: list[float | None] | None = None
+    """The run's global gradient norm of every step (``RunMetrics.grad_norm_curve``)."""
 
 
 class ScalingRow(Block):

@@ -1,10 +1,13 @@
-"""``ds-bench compare BASE NEW``: did anything get slower between two results files?
+"""``ds-bench compare BASE NEW``: did anything get slower between two results files, or train otherwise?
 
 Runs, sweep points, comm rows and scaling points of the two files are matched by what makes them comparable
 (``ds_bench.report.compare_match``); each match gets the change of its medians and a verdict that respects
 noise (``ds_bench.report.compare_verdict``: Mann-Whitney U with 3 or more repeats a side, else said to be a
-single sample). One table row per match, worst change first; what only one file holds is counted.
-Exit 1 when a match is slower, 0 otherwise; 2 on bad input (a missing file, nothing to compare).
+single sample), and, where both sides recorded them, its loss and gradient-norm curves checked step by step
+(``ds_bench.report.compare_curves``). ``--stacks A,B``: the sweep points of stack A against those of stack B, of
+one file or two (the "did the upgrade get slower, or wrong" table). One table row per match, worst change first;
+what only one side holds is counted. Exit 1 when a match is slower or its curves differ, 0 otherwise; 2 on bad
+input (a missing file, an unknown stack, nothing to compare).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from tabulate import tabulate
 from ds_bench.config import argcheck
 from ds_bench.errors import UserError
 from ds_bench.record import store
-from ds_bench.report.compare_match import Sample, samples
+from ds_bench.report.compare_curves import CurveCheck, check
+from ds_bench.report.compare_match import Sample, samples, stacks_in
 from ds_bench.report.compare_verdict import Verdict, judge
 from ds_bench.report.numbers import number
 
@@ -27,33 +31,60 @@ def main(args: argparse.Namespace) -> int:
     if not 0 < args.alpha < 1:
         raise UserError(f"--alpha {args.alpha:g}: expected a probability between 0 and 1")
     argcheck.output_folder("--html", args.html)
-    base_records, new_records = _read(args.base, "BASE"), _read(args.new, "NEW")
-    base, new = samples(base_records), samples(new_records)
+    if args.new is None and args.stacks is None:
+        raise UserError("NEW is missing: give a second results file, or --stacks A,B to compare two stacks of BASE")
+    base_records = _read(args.base, "BASE")
+    new_records = base_records if args.new is None else _read(args.new, "NEW")
+    base_stack, new_stack = _stacks(args, base_records, new_records)
+    base, new = samples(base_records, base_stack), samples(new_records, new_stack)
     matched = [key for key in base if key in new]
     if not matched:
-        raise UserError(f"nothing to compare: {args.base} and {args.new} hold no measurement of the same "
-                        "workload, layout and ranks (or comm collective and size)")
+        raise UserError(f"nothing to compare: {_side(args.base, base_stack)} and {_side(args.new or args.base, new_stack)}"
+                        " hold no measurement of the same workload, layout and ranks (or comm collective and size)")
     judged = [(base[k], new[k], judge(base[k].values, new[k].values, base[k].higher_is_better, args.threshold,
-                                      args.alpha)) for k in matched]
+                                      args.alpha), check(base[k].curves, new[k].curves, base[k].precision))
+              for k in matched]
     judged.sort(key=lambda item: item[2].change_pct)
     print(table(judged))
     only = len(base) - len(matched), len(new) - len(matched)
-    slower = sum(v.regression for _, _, v in judged)
-    summary = (f"{len(matched)} match(es), {slower} slower (threshold {args.threshold:g}%, alpha {args.alpha:g}); "
-               f"only in BASE: {only[0]}, only in NEW: {only[1]}")
+    slower = sum(v.regression for _, _, v, _ in judged)
+    differ = sum(c is not None and not c.same for _, _, _, c in judged)
+    summary = (f"{len(matched)} match(es), {slower} slower (threshold {args.threshold:g}%, alpha {args.alpha:g}), "
+               f"{differ} with different losses or gradient norms; only in BASE: {only[0]}, only in NEW: {only[1]}")
     print("\n" + summary)
     if args.html:
-        _write_html(args, judged, summary, new_records)
-    return 1 if slower else 0
+        _write_html(args, judged, summary, new_records, _side(args.base, base_stack),
+                    _side(args.new or args.base, new_stack))
+    return 1 if slower or differ else 0
 
 
-def _write_html(args: argparse.Namespace, judged: list, summary: str, new_records: list) -> None:
+def _stacks(args: argparse.Namespace, base_records: list, new_records: list) -> tuple[str | None, str | None]:
+    """``--stacks A,B`` checked against the stacks each side's sweep points ran on; (None, None) without it."""
+    if args.stacks is None:
+        return None, None
+    wanted = [s.strip() for s in args.stacks.split(",")]
+    if len(wanted) != 2 or not all(wanted):
+        raise UserError(f"--stacks {args.stacks}: expected two stack labels, BASE_STACK,NEW_STACK (e.g. "
+                        "ds0.18.4,ds0.19.8)")
+    for label, records, path in ((wanted[0], base_records, args.base), (wanted[1], new_records, args.new or args.base)):
+        present = [s for s in stacks_in(records) if s]
+        if label not in present:
+            raise UserError(f"--stacks {args.stacks}: {path} has no sweep point of stack {label}; its stacks: "
+                            f"{', '.join(present) or 'none (a sweep with --deepspeed, --torch or --transformers has)'}")
+    return wanted[0], wanted[1]
+
+
+def _side(path: str, stack: str | None) -> str:
+    return path if stack is None else f"{path} (stack {stack})"
+
+
+def _write_html(args: argparse.Namespace, judged: list, summary: str, new_records: list, base: str, new: str) -> None:
     from ds_bench.record.expect_check import evaluate
     from ds_bench.report import html_compare
 
     expect = getattr(args, "expect_file", None)  # loaded and checked by the --expect gate
     outcomes = evaluate(expect, new_records) if expect else None
-    html_compare.write(args.html, args.base, args.new, judged, summary, outcomes, getattr(args, "expect", None) or "")
+    html_compare.write(args.html, base, new, judged, summary, outcomes, getattr(args, "expect", None) or "")
     print(f"page:    {args.html}")
 
 
@@ -62,12 +93,13 @@ def _read(path: str, flag: str) -> list:
     return store.read_records(path)
 
 
-def table(judged: list[tuple[Sample, Sample, Verdict]]) -> str:
+def table(judged: list[tuple[Sample, Sample, Verdict, CurveCheck | None]]) -> str:
     rows = [[b.label, f"{b.metric} ({b.unit})", _median(v.base_median, b), _median(v.new_median, n),
              f"{v.change_pct:+.1f}%", number(v.p_value, 3),
-             v.verdict + (" (single sample)" if v.single_sample else "")] for b, n, v in judged]
+             v.verdict + (" (single sample)" if v.single_sample else ""), c.said if c else "-"]
+            for b, n, v, c in judged]
     return tabulate(rows, headers=["measurement", "metric", "base median (n)", "new median (n)", "change",
-                                   "p (one-sided U)", "verdict"], disable_numparse=True)
+                                   "p (one-sided U)", "verdict", "losses, gradient norms"], disable_numparse=True)
 
 
 def _median(value: float, sample: Sample) -> str:

@@ -9,14 +9,18 @@ single sample. The keys:
   record's is computed as it is read) and the workload's own options (sequence length, the attention that ran,
   checkpoint offload, the experts, router and moe path); metric the global throughput (tokens/s where the
   workload counts tokens, else samples/s);
-- a sweep point (ok): workload, size, ranks and the point's key; metric its throughput;
+- a sweep point (ok): workload, size, ranks and the point's key (its ``stack=`` word left out when two stacks
+  are compared: ``samples(..., stack=LABEL)`` keeps that stack's points alone); metric its throughput;
 - a comm row (a ``comm`` record's row): collective, scope and group, message size, ranks; metric busbw;
 - a scaling point (ok): workload, ranks; metric per-device throughput.
-Failed and skipped measurements are left out: a failure is a result of its own, not a slow sample.
+Failed and skipped measurements are left out: a failure is a result of its own, not a slow sample. A run's and a
+sweep point's sample also keeps the loss and gradient-norm curves of its first value and its precision, for
+``compare_curves``.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ds_bench.record.schema import CommRecord, Record, RunRecord, ScalingRecord, SweepPointRecord
@@ -30,26 +34,36 @@ class Sample:
     unit: str
     higher_is_better: bool = True
     values: list[float] = field(default_factory=list)
+    curves: dict[str, list] = field(default_factory=dict)
+    """``loss_curve`` and ``grad_norm_curve`` of the first value's run, where it recorded them."""
+    precision: str = ""
 
 
-def samples(records: list[Record]) -> dict[tuple, Sample]:
-    """Every comparable measurement of ``records``, grouped by key (module docstring), in file order."""
+def samples(records: list[Record], stack: str | None = None) -> dict[tuple, Sample]:
+    """Every comparable measurement of ``records``, grouped by key (module docstring), in file order; ``stack``:
+    only the sweep points of that stack (``Layout.stack``), keyed without it."""
     out: dict[tuple, Sample] = {}
     for record in records:
-        for sample in _measurements(record):
-            out.setdefault(sample.key, Sample(sample.key, sample.label, sample.metric, sample.unit,
-                                              sample.higher_is_better)).values.extend(sample.values)
+        for sample in _measurements(record, stack):
+            kept = out.setdefault(sample.key, Sample(sample.key, sample.label, sample.metric, sample.unit,
+                                                     sample.higher_is_better, curves=sample.curves,
+                                                     precision=sample.precision))
+            kept.values.extend(sample.values)
     return out
 
 
-def _measurements(record: Record) -> list[Sample]:
+def stacks_in(records: list[Record]) -> list[str]:
+    """The stacks (``Layout.stack`` labels) of the sweep points of ``records``, in file order."""
+    return list(dict.fromkeys((r.point or {}).get("stack", "") for r in records if isinstance(r, SweepPointRecord)))
+
+
+def _measurements(record: Record, stack: str | None = None) -> list[Sample]:
+    if stack is not None:
+        return _sweep_point(record, stack) if isinstance(record, SweepPointRecord) else []
     if isinstance(record, RunRecord):
         return _run(record)
-    if isinstance(record, SweepPointRecord) and record.status == "ok" and record.throughput:
-        key = ("sweep", record.workload, record.size, record.world_size, record.key)
-        return [Sample(key, f"sweep {' '.join(filter(None, (record.workload, record.size)))} {record.world_size} "
-                            f"ranks: {record.key}",
-                       "throughput", record.unit or "samples/s", values=[record.throughput])]
+    if isinstance(record, SweepPointRecord):
+        return _sweep_point(record, None)
     if isinstance(record, CommRecord):
         return [Sample(("comm", row.collective, row.scope, row.group, row.size_bytes, record.world_size),
                        f"comm {row.collective} {row.scope}{' ' + row.group if row.group else ''} "
@@ -60,6 +74,17 @@ def _measurements(record: Record) -> list[Sample]:
                        "per-device throughput", f"{row.unit} per device", values=[row.samples_per_s_per_device])
                 for row in record.points if row.status == "ok" and row.samples_per_s_per_device]
     return []
+
+
+def _sweep_point(r: SweepPointRecord, stack: str | None) -> list[Sample]:
+    if r.status != "ok" or not r.throughput or (stack is not None and (r.point or {}).get("stack", "") != stack):
+        return []
+    key_words = r.key if stack is None else re.sub(r" stack=\S+", "", r.key)
+    key = ("sweep", r.workload, r.size, r.world_size, key_words)
+    curves = {"loss_curve": r.loss_curve or [], "grad_norm_curve": r.grad_norm_curve or []}
+    return [Sample(key, f"sweep {' '.join(filter(None, (r.workload, r.size)))} {r.world_size} ranks: {key_words}",
+                   "throughput", r.unit or "samples/s", values=[r.throughput], curves=curves,
+                   precision=(r.point or {}).get("precision", ""))]
 
 
 def _run(r: RunRecord) -> list[Sample]:
@@ -75,9 +100,13 @@ def _run(r: RunRecord) -> list[Sample]:
     label = " ".join(str(part) for part in (
         "run", r.workload, r.size, r.engine, f"x{r.world_size}", r.layout_key, *words,
         "checkpoint-offload" if options[2] else None) if part)
+    curves = {"loss_curve": m.loss_curve or [], "grad_norm_curve": m.grad_norm_curve or []}
+    precision = (r.layout or {}).get("precision", "")
     if m.tokens_per_s:
-        return [Sample(key, label, "throughput", "tokens/s", values=[m.tokens_per_s])]
-    return [Sample(key, label, "throughput", f"{m.sample_unit or 'samples'}/s", values=[m.samples_per_s])]
+        return [Sample(key, label, "throughput", "tokens/s", values=[m.tokens_per_s], curves=curves,
+                       precision=precision)]
+    return [Sample(key, label, "throughput", f"{m.sample_unit or 'samples'}/s", values=[m.samples_per_s],
+                   curves=curves, precision=precision)]
 
 
 def _size(n: int) -> str:

@@ -28,7 +28,7 @@ td.wrap{white-space:normal;min-width:16em}
 th{background:#eef2f6;cursor:pointer;white-space:nowrap}th.sorted-asc::after{content:" \\25B2"}
 th.sorted-desc::after{content:" \\25BC"}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .ok,.pass,.same,.faster{color:#176317;font-weight:600}
-.failed,.fail,.oom,.crashed,.timeout,.slow,.slower{color:#a4161a;font-weight:600}
+.failed,.fail,.oom,.crashed,.timeout,.slow,.slower,.differs{color:#a4161a;font-weight:600}
 .skipped,.not-measured,.bound{color:#7a5b00}.plot svg{max-width:100%;height:auto}.note{color:#444;margin:.3em 0}
 .scroll{overflow-x:auto}
 table.fit{font-size:12px}table.fit th,table.fit td{white-space:normal;overflow-wrap:anywhere}

@@ -49,6 +49,24 @@ class Sweep:
         self.progress = Progress()
         self.attempts = 0
         self.pruning = self._prune_by_plan()
+        self.stacks = {stack.label: stack for stack in spec.stacks}
+        self.pythons: dict[str, str] = {}
+
+    def prepare_stacks(self) -> None:
+        """Each stack's environment, built where missing (``machine.stack_envs``), before the first point runs: a
+        version that does not install is bad input (exit 2) while nothing has run."""
+        from ds_bench.machine.stack_envs import python_of
+
+        for label, stack in self.stacks.items():
+            self.pythons[label] = python_of(stack)
+            if label:
+                print(f"stack {label}: {self.pythons[label]}", flush=True)
+
+    def where_of(self, point: Layout):
+        """Where ``point`` runs: the sweep's ranks and run options, with its stack's versions (a rule that needs a
+        newer release reads them: ``config.stack_rules``)."""
+        stack = self.stacks.get(point.stack)
+        return dataclasses.replace(self.where, versions=stack.versions) if stack and stack.versions else self.where
 
     # --- the grid -------------------------------------------------------------------------------
     def run(self) -> None:
@@ -99,7 +117,7 @@ class Sweep:
         return {"ok": "fits"}.get(status, status)
 
     def _skip_reason(self, point: Layout, smallest_oom: int | None) -> str | None:
-        reason = skip_reason(self.with_seq(point), self.where)
+        reason = skip_reason(self.with_seq(point), self.where_of(point))
         if reason is None and smallest_oom is not None and point.micro_batch > smallest_oom:
             reason = f"micro-batch {smallest_oom} already ran out of memory"
         if reason is None:
@@ -175,6 +193,8 @@ class Sweep:
         tag = new_tag(f"sweep-{self.sweep_id}", point.key, repeat)
         if point.seq_len:  # its own sequence, not the sweep's one --seq-len (a --point seq=N)
             s = dataclasses.replace(s, run_args=_without_seq(s.run_args))
+        if self.pythons.get(point.stack):
+            s = dataclasses.replace(s, python=self.pythons[point.stack])
         run_args = run_argv(s, tag, self._config_file(point), point)  # the config was written by the check
         log_path = os.path.join(s.output_path(".logs"), f"{slug(point.key)}-r{repeat}-{tag[-6:]}.log")
         done = run_attempt(s, run_args, tag, log_path)

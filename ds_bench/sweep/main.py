@@ -34,6 +34,7 @@ def main(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(dry_run_text(sweep))
         return 0
+    sweep.prepare_stacks()
     done_before = len(sweep.done)
     print(f"sweep {sweep.sweep_id}: {spec.workload}, {sweep.world} rank(s), results {spec.results}"
           + (f" ({done_before} attempt(s) recorded before: finished points are kept)" if done_before else ""),
@@ -66,18 +67,32 @@ def _check_runnable(sweep) -> None:
     runnable(points, sweep.where, "point")
 
 
+def stack_lines(stacks) -> list[str]:
+    """``--dry-run``: each stack of the axis and its environment (built, or to be built before the first point)."""
+    from ds_bench.machine.stack_envs import env_path, ready_versions, stacks_root
+
+    lines = []
+    for stack in stacks:
+        if stack.label and stack.own:
+            lines.append(f"stack {stack.label}: this environment")
+        elif stack.label:
+            state = "built" if ready_versions(stack) else "to be built before the first point"
+            lines.append(f"stack {stack.label}: {env_path(stack, stacks_root())} ({state})")
+    return lines
+
+
 def dry_run_text(sweep) -> str:
     from ds_bench.perf.grid import skip_reason
 
     s = sweep.spec
     lines = [f"families (micro-batch {'auto' if s.micro_batches is None else ','.join(map(str, s.micro_batches))}, "
              f"{s.repeats} repeat(s) each):"]
-    where = sweep.where
     for f in s.families():
-        why = skip_reason(sweep.with_seq(f.with_micro_batch(1)), where)
+        why = skip_reason(sweep.with_seq(f.with_micro_batch(1)), sweep.where_of(f))
         lines.append(f"  {f.family_label()}" + (f"  skipped: {why}" if why else ""))
-    lines += [f"  point {p.key}" + (f"  skipped: {w}" if (w := skip_reason(sweep.with_seq(p), where)) else "")
-              for p in s.extra_points]
+    lines += [f"  point {p.key}" + (f"  skipped: {w}" if (w := skip_reason(sweep.with_seq(p), sweep.where_of(p)))
+                                   else "") for p in s.extra_points]
+    lines += stack_lines(s.stacks)
     if sweep.pruning is not None:
         from ds_bench.sweep.prune import summary
 

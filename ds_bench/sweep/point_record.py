@@ -33,6 +33,9 @@ def point_record(*, sweep_id: str, spec, point, repeat: int, status: str, reason
         busy=Busy(**busy) if busy is not None else None, **slurm_block(slurm), time=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         bubble=measured_bubble(run) if status == "ok" else None,
         schedule_bubble=run and run.setting("schedule_bubble"),
+        versions=run.versions if run is not None and run.versions else None,
+        loss_curve=m.loss_curve if m and status == "ok" else None,
+        grad_norm_curve=m.grad_norm_curve if m and status == "ok" else None,
     )
 
 

@@ -20,8 +20,9 @@ from ds_bench.config import argcheck
 from ds_bench.config.layout import ATTENTION, ENGINES, OFFLOADS, PRECISIONS, SWITCHES, Layout, parse_key
 from ds_bench.config.parsers import CONFIG_DIR, config_path, flag_type, parse_count, parse_list, parse_memory
 from ds_bench.errors import UserError
+from ds_bench.config.stacks import Stack
 from ds_bench.config.study_flags import StudySpec, add_degree_arguments, add_job_arguments, add_switch_arguments, degrees_of
-from ds_bench.config.study_flags import job_options, run_flags_of, switches_of
+from ds_bench.config.study_flags import add_stack_arguments, job_options, run_flags_of, stacks_from, switches_of
 from ds_bench.jobs.compute_nodes import with_job_gpus
 from ds_bench.machine.compute_node import ComputeNode
 from ds_bench.perf.grid import families
@@ -74,11 +75,16 @@ class SweepSpec(StudySpec):
     compute: ComputeNode | None = None
     """Where the jobs run (``jobs.compute_nodes.for_study``); None: this machine."""
     dry_run: bool = False
+    stacks: tuple[Stack, ...] = (Stack(),)
+    """``--deepspeed``, ``--torch``, ``--transformers`` (``config.stacks``): every point runs once per stack."""
+    python: str | None = None
+    """The interpreter of one attempt's job (its stack's environment, ``machine.stack_envs``); None: this one."""
 
     def families(self) -> list[Layout]:
-        """The grid's families (``jobs.points.families``), every axis of the sweep."""
-        return families(self.stages, self.offloads, self.precisions, self.grad_accums, self.engines, self.degrees,
+        """The grid's families (``jobs.points.families``), every axis of the sweep, the stack outermost."""
+        grid = families(self.stages, self.offloads, self.precisions, self.grad_accums, self.engines, self.degrees,
                         self.attns, self.compiles, self.switches, self.seq_lens)
+        return [dataclasses.replace(f, stack=stack.label) for stack in self.stacks for f in grid]
 
     def sweep_id(self, base_config: dict) -> str:
         """What makes two measurements comparable: workload, run arguments, the base config's
@@ -133,6 +139,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "list, e.g. 1k,4k, is an axis: each point runs one (its key says seq=4096)")
     p.add_argument("--data", default=None, help="data path (default synthetic)")
     add_job_arguments(p, results="results/sweep.jsonl", master_port=29600)
+    add_stack_arguments(p)
 
 
 def parse_micro_batches(text: str | None, base_value: int | None) -> tuple[int, ...] | None:
@@ -169,7 +176,7 @@ def from_args(args: argparse.Namespace, run_tail: list[str], node: ComputeNode) 
         warmup=args.warmup, repeats=args.repeats, headroom_pct=args.headroom, baseline=args.baseline, prune=args.prune,
         max_micro_batch=args.max_micro_batch, cpu_mem_limit=args.cpu_mem_limit,
         device_type=node.device_type, notes=tuple(notes), prune_predicted=args.prune_predicted,
-        prune_keep=args.prune_keep, compute=node, dry_run=args.dry_run)
+        prune_keep=args.prune_keep, compute=node, dry_run=args.dry_run, stacks=stacks_from(args))
     _check_variants(spec)
     _check_prune(spec)
     return dataclasses.replace(spec, extra_points=_extra_points(args.points or (), spec)), base
@@ -257,9 +264,10 @@ def _extra_points(texts, spec: SweepSpec) -> tuple[Layout, ...]:
     out = []
     for text in texts:
         try:
-            out.append(parse_key(text, defaults))
+            point = parse_key(text, defaults)
         except ValueError as e:
             raise UserError(f"--point {text!r}: {e}") from None
+        out += [dataclasses.replace(point, stack=stack.label) for stack in spec.stacks] if not point.stack else [point]
     return tuple(out)
 
 

@@ -1,0 +1,60 @@
+"""What each feature needs of the stack: the DeepSpeed (or transformers) release it first works with, as measured,
+so that an older stack refuses it in one line instead of failing inside DeepSpeed (pure).
+
+Each ``NeedsRelease`` names the feature by its flag, the package and release, and the evidence: what the release
+before fails with (docs/stacks.md, measured on this project's CPU machine with ``ds-bench run`` in a stack
+environment, ``ds_bench.machine.stack_envs``). ``too_old(layout, where)`` is the first such refusal for a layout
+on the versions ``where`` names (a study's stack), else on this environment's; ``ds_bench.config.legality``
+says it after the legality table's own rules, so ``ds-bench run`` refuses it before joining (exit 2) and a
+study skips the point with the same sentence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ds_bench.config.layout import Layout
+from ds_bench.config.legality_rules import Where
+from ds_bench.config.stacks import older_than, version_in
+
+
+@dataclass(frozen=True)
+class NeedsRelease:
+    feature: str
+    """How the refusal names it, ``str.format``-ed with the layout's fields: ``--sequence-parallel {sequence_parallel}``."""
+    applies: Callable[[Layout, Where], bool]
+    package: str
+    release: str
+    """The oldest release it works with."""
+    evidence: str
+    """What the release before it does with it (measured: docs/stacks.md)."""
+
+    def says(self, layout: Layout, where: Where) -> str:
+        have = version_in(where.versions, self.package)
+        return (f"{self.feature.format(**layout.to_dict())} needs {self.package} {self.release} or newer; this stack "
+                f"has {self.package} {have} ({self.evidence})")
+
+
+def _sp(l: Layout, w: Where) -> bool:
+    return l.sequence_parallel > 1
+
+
+NEEDS: tuple[NeedsRelease, ...] = (
+    NeedsRelease("--sequence-parallel {sequence_parallel}", _sp, "deepspeed", "0.17.2",
+                 "UlyssesSPAttentionHF, DeepSpeed-Ulysses for HF models, is not in older releases"),
+    NeedsRelease("--tiled-mlp", lambda l, w: l.tiled_mlp, "deepspeed", "0.17.2",
+                 "ALST's TiledMLP is not in older releases"),
+    NeedsRelease("--tiled-loss", lambda l, w: l.tiled_loss, "deepspeed", "0.17.2",
+                 "ALST's TiledFusedLogitsLoss is not in older releases"),
+    NeedsRelease("--tensor-parallel {tensor_parallel}", lambda l, w: l.tensor_parallel > 1, "deepspeed", "0.16.4",
+                 "AutoTP training (the tensor_parallel config section) is not in older releases"),
+)
+
+
+def too_old(layout: Layout, where: Where) -> str | None:
+    """The sentence of the first feature of ``layout`` its stack's release is too old for, else None."""
+    for need in NEEDS:
+        if need.applies(layout, where) and older_than(version_in(where.versions, need.package), need.release):
+            return need.says(layout, where)
+    return None
