@@ -883,7 +883,7 @@ CASES["compare no new and no stacks"] = Case(compare("{base}"), r"NEW is missing
 CASES["compare stacks one label"] = Case(compare("{base}", "--stacks", "ds0.18.4"),
                                          r"--stacks ds0\.18\.4: expected two stack labels, BASE_STACK,NEW_STACK")
 CASES["compare stacks unknown"] = Case(compare("{base}", "--stacks", "ds0.18.4,ds0.19.8"),
-                                       r"--stacks ds0\.18\.4,ds0\.19\.8: .* has no sweep point of stack ds0\.18\.4; its "
+                                       r"--stacks ds0\.18\.4,ds0\.19\.8: .* has no sweep point or scaling of stack ds0\.18\.4; its "
                                        r"stacks: none")
 CASES["compare alpha 2"] = Case(compare("{base}", "{base}", "--alpha", "2"), r"--alpha 2: expected a probability")
 

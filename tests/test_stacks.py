@@ -131,4 +131,24 @@ def test_compare_stacks_pairs_each_layout_between_two_stacks_of_one_file(tmp_pat
     out = capsys.readouterr().out
     assert "loss differs from step 2" in out and "1 with different losses or gradient norms" in out
     assert cli.main(["compare", str(path), "--stacks", "ds0.16.0,ds0.19.8"]) == 2
-    assert "has no sweep point of stack ds0.16.0; its stacks: ds0.18.4, ds0.19.8, ds0.17.6" in capsys.readouterr().err
+    assert "has no sweep point or scaling of stack ds0.16.0; its stacks: ds0.18.4, ds0.19.8, ds0.17.6" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("study", [
+    ["sweep", "--workload", "mnist", "--ds-config", "zero2.json", "--stages", "1,2", "--micro-batch", "8"],
+    ["capacity", "--ds-config", "zero1.json", "--stages", "1,2", "--family", "gpt3"],
+    ["scaling", "--workload", "mnist", "--ds-config", "zero1.json", "--ranks", "1,2"],
+])
+def test_each_study_takes_the_stack_axis_and_its_dry_run_says_where_each_stack_runs(study, tmp_path, capsys,
+                                                                                    monkeypatch):
+    monkeypatch.setenv("DS_BENCH_STACKS", str(tmp_path / "stacks"))
+    code = cli.main([*study, "--deepspeed", "0.18.4,installed", "--results", str(tmp_path / "r.jsonl"), "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"stack ds0.18.4: {tmp_path / 'stacks' / 'deepspeed0.18.4'} (to be built before the first point)" in out
+    assert "stack ds0.19.8: this environment" in out
+    if study[0] != "scaling":  # a sweep's families and capacity's layouts once per stack, keyed by it
+        for stage in (1, 2):
+            assert [line for line in out.splitlines() if f"z{stage} " in line and "stack=ds0.18.4" in line], out
+            assert [line for line in out.splitlines() if f"z{stage} " in line and "stack=ds0.19.8" in line], out
+    assert not (tmp_path / "stacks").exists()  # a dry run builds nothing

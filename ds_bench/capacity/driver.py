@@ -30,6 +30,7 @@ from ds_bench.config.deepspeed.prepare import portable, write_config
 from ds_bench.config.layout import Layout
 from ds_bench.jobs import ledger
 from ds_bench.jobs.runner import new_tag, run_argv, run_attempt, slug
+from ds_bench.jobs.stack_axis import on_stack
 from ds_bench.jobs.slurm_batch import slurm_block
 from ds_bench.perf import peak_memory
 from ds_bench.perf.states import ModelShape, models
@@ -125,7 +126,7 @@ class LayoutSearch:
         seq = ("--seq-len", str(m.seq_len or s.seq_len))
         run_args = run_argv(s, tag, self._write_config(), self.layout, (*m.run_args, *seq))
         log = os.path.join(s.output_path(".logs"), f"{slug(self.layout.key)}-{slug(m.name)}-{tag[-6:]}.log")
-        attempt = run_attempt(s, run_args, tag, log)
+        attempt = run_attempt(on_stack(s, self.layout.stack), run_args, tag, log)
         record = probe_record(self, i, attempt)
         store.append_record(s.results, record)
         self.probes[i] = record

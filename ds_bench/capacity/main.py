@@ -39,6 +39,7 @@ from ds_bench.jobs.runner import (
     workers,
 )
 from ds_bench.jobs.compute_nodes import for_study, rank_capacity
+from ds_bench.jobs.stack_axis import prepare_stacks, stack_lines, stack_where
 from ds_bench.record import store
 from ds_bench.record.schema import CapacityProbeRecord, CapacityRecord
 from ds_bench.report import capacity_table
@@ -59,9 +60,11 @@ def main(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(dry_run_text(spec, world))
         return 0
+    prepare_stacks(spec)
     done = load_probes(spec.results, spec.capacity_id())
     where = study_where(spec, world)
-    searches = [lambda layout=layout: _search(spec, layout, where, per_node, capacity, done) for layout in spec.layouts]
+    searches = [lambda layout=layout: _search(spec, layout, stack_where(spec, where, layout), per_node, capacity, done)
+                for layout in spec.layouts]
     finished, summaries = until_interrupted(  # layouts are independent: under Slurm, searched at once
         lambda: run_concurrently(searches, workers(spec, len(searches))),
         lambda: (f"capacity search interrupted: {len(load_probes(spec.results, spec.capacity_id()))} probe(s) "
@@ -105,8 +108,9 @@ def dry_run_text(spec: CapacitySpec, world: int) -> str:
 def _plan_text(spec: CapacitySpec, world: int) -> str:
     lines, where = ["layouts:"], study_where(spec, world)
     for layout in spec.layouts:
-        why = _skip_reason(spec, layout, where)
+        why = _skip_reason(spec, layout, stack_where(spec, where, layout))
         lines.append(f"  {layout.key}" + (f"  skipped: {why}" if why else ""))
+    lines += stack_lines(spec.stacks)
     if spec.scale == "seq":
         m, lengths = spec.members[0], spec.lengths
         return "\n".join([*lines, f"sequence lengths of {' '.join(m.run_args)} ({m.params / 1e6:.1f}M parameters"

@@ -14,6 +14,7 @@ skipped, saying why, and sets no length; every layout refused: exit 2, one line 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import math
@@ -29,7 +30,8 @@ from ds_bench.config.parsers import config_path, flag_type, parse_count, parse_l
 from ds_bench.config.run_flags import parse_run_tail
 from ds_bench.errors import UserError
 from ds_bench.config.study_flags import StudySpec, add_degree_arguments, axis_flags, add_job_arguments, add_switch_arguments, degrees_of
-from ds_bench.config.study_flags import job_options, run_flags_of, switches_of
+from ds_bench.config.stacks import Stack
+from ds_bench.config.study_flags import add_stack_arguments, job_options, run_flags_of, stacks_from, switches_of
 from ds_bench.jobs.compute_nodes import with_job_gpus
 from ds_bench.machine.compute_node import ComputeNode
 from ds_bench.perf.grid import families, runnable, study_where
@@ -73,6 +75,10 @@ class CapacitySpec(StudySpec):
     dry_run: bool = False
     seq_multiple: int = 1
     """The least common multiple of what each layout not skipped slices a sequence by (``Layout.sequence_multiple``)."""
+    stacks: tuple[Stack, ...] = (Stack(),)
+    """``--deepspeed``, ``--torch``, ``--transformers`` (``config.stacks``): every layout searched once per stack."""
+    python: str | None = None
+    """The interpreter of one probe's job (its stack's environment); None: this one."""
 
     @property
     def lengths(self) -> Lengths:
@@ -132,6 +138,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="cap each CPU rank's memory, e.g. 3GiB (a unit is needed)")
     p.add_argument("--no-prune", dest="prune", action="store_false", help="run members predicted not to fit")
     add_job_arguments(p, results="results/capacity.jsonl", master_port=29800)
+    add_stack_arguments(p)
 
 
 def from_args(args: argparse.Namespace, node: ComputeNode) -> CapacitySpec:
@@ -148,7 +155,9 @@ def from_args(args: argparse.Namespace, node: ComputeNode) -> CapacitySpec:
     axes = axes_of(base)
     precision = args.precision or ("fp32" if axes["precision"] == "bf16" and not node.runs_bf16
                                    else axes["precision"])
-    layouts = _layouts(args, axes["stage"], precision)
+    stacks = stacks_from(args)
+    layouts = tuple(dataclasses.replace(layout, stack=stack.label) for stack in stacks
+                    for layout in _layouts(args, axes["stage"], precision))
     run_args = _run_args(args)
     tail = run_flags_of(args.workload, run_args)
     router = (tail.experts, tail.top_k)
@@ -162,7 +171,7 @@ def from_args(args: argparse.Namespace, node: ComputeNode) -> CapacitySpec:
         seq_len=args.seq_len, run_args=run_args, nproc=nproc, **job,
         steps=args.steps, warmup=args.warmup, cpu_mem_limit=args.cpu_mem_limit, prune=args.prune,
         device_type=device_type, scale=args.scale, router=router, seq_multiple=multiple, compute=node,
-        dry_run=args.dry_run, **seq)
+        dry_run=args.dry_run, stacks=stacks, **seq)
 
 
 def _where(workload: str, run_args: tuple[str, ...], device_type: str, nproc: int, job: dict):

@@ -94,7 +94,7 @@ def run_attempt(spec, run_args: list[str], tag: str, log_path: str, job=None, en
     ``spec.timeout_s``, and read back what its ranks recorded. ``env``: the job's whole environment."""
     if getattr(spec, "slurm", None) is not None:
         return _slurm_attempt(spec, run_args, tag, log_path, job or spec, env)
-    argv = spawn.command(job or spec, run_args, free_port(spec.master_port))
+    argv = spawn.command(job or spec, run_args, free_port(spec.master_port), getattr(spec, "python", None))
     probe, kills_before = outcome.BusyProbe.start_now(), oom_kills.read_counts()
     with _turn.released():
         end = spawn.run_job(argv, log_path, spec.timeout_s, env=spawn.job_environment(job or spec, env))
@@ -129,7 +129,7 @@ def command_line(spec, run_args: list[str], job=None) -> list[str]:
     """What ``run_attempt`` starts for ``run_args`` (``--dry-run``): the launcher's argv; under Slurm the sbatch
     line, then (after ``<<<``) the srun step its batch script runs."""
     if getattr(spec, "slurm", None) is None:
-        return spawn.command(job or spec, run_args, free_port(spec.master_port))
+        return spawn.command(job or spec, run_args, free_port(spec.master_port), getattr(spec, "python", None))
     from ds_bench.jobs.slurm_batch import sbatch_argv
 
     alloc = _allocation(spec, job or spec)

@@ -32,14 +32,14 @@ class JobEnd:
     ended_at: float
 
 
-def command(spec, run_args: list[str], port: int) -> list[str]:
+def command(spec, run_args: list[str], port: int, python: str | None = None) -> list[str]:
     """``spec``: the job (``launcher``, ``nproc``, ``hostfile``, optionally ``iface``: every rank meets on it;
     under mpirun Open MPI's own traffic too; optionally ``python``: the ranks' interpreter, a study's stack
-    environment's, whose launchers start them)."""
+    environment's, whose launchers start them); ``python``: the study's, where ``spec`` is a job of its own."""
     from ds_bench.jobs import launch
 
     iface = getattr(spec, "iface", None)
-    python = getattr(spec, "python", None) or sys.executable
+    python = python or getattr(spec, "python", None) or sys.executable
     if spec.launcher == "srun" or (spec.launcher == "deepspeed" and not spec.hostfile):
         run_args = with_iface(run_args, iface)
     if spec.launcher == "deepspeed" and not spec.hostfile:

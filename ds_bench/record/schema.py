@@ -133,6 +133,8 @@ class ScalingRecord(Stamped):
     hostfile: str | None = None
     device_type: str | None = None
     machine: dict[str, Any] = Field(default_factory=dict)
+    stack: str | None = None
+    """The stack its points ran on (``config.stacks.Stack.label``: ``ds0.18.4``) where the study had a stack axis."""
     threads_per_rank: int | None = None
     micro_batch: int | None = None
     grad_accum: int | None = None

@@ -69,7 +69,7 @@ def _stacks(args: argparse.Namespace, base_records: list, new_records: list) -> 
     for label, records, path in ((wanted[0], base_records, args.base), (wanted[1], new_records, args.new or args.base)):
         present = [s for s in stacks_in(records) if s]
         if label not in present:
-            raise UserError(f"--stacks {args.stacks}: {path} has no sweep point of stack {label}; its stacks: "
+            raise UserError(f"--stacks {args.stacks}: {path} has no sweep point or scaling of stack {label}; its stacks: "
                             f"{', '.join(present) or 'none (a sweep with --deepspeed, --torch or --transformers has)'}")
     return wanted[0], wanted[1]
 

@@ -12,7 +12,8 @@ single sample. The keys:
 - a sweep point (ok): workload, size, ranks and the point's key (its ``stack=`` word left out when two stacks
   are compared: ``samples(..., stack=LABEL)`` keeps that stack's points alone); metric its throughput;
 - a comm row (a ``comm`` record's row): collective, scope and group, message size, ranks; metric busbw;
-- a scaling point (ok): workload, ranks; metric per-device throughput.
+- a scaling point (ok): workload, ranks; metric per-device throughput (with ``stack``: the scaling record of that
+  stack).
 Failed and skipped measurements are left out: a failure is a result of its own, not a slow sample. A run's and a
 sweep point's sample also keeps the loss and gradient-norm curves of its first value and its precision, for
 ``compare_curves``.
@@ -53,13 +54,21 @@ def samples(records: list[Record], stack: str | None = None) -> dict[tuple, Samp
 
 
 def stacks_in(records: list[Record]) -> list[str]:
-    """The stacks (``Layout.stack`` labels) of the sweep points of ``records``, in file order."""
-    return list(dict.fromkeys((r.point or {}).get("stack", "") for r in records if isinstance(r, SweepPointRecord)))
+    """The stacks (``Layout.stack`` labels) of the sweep points and scaling records of ``records``, in file order."""
+    return list(dict.fromkeys(_stack(r) for r in records if isinstance(r, (SweepPointRecord, ScalingRecord))))
+
+
+def _stack(record: Record) -> str:
+    if isinstance(record, ScalingRecord):
+        return record.stack or ""
+    return (record.point or {}).get("stack", "")
 
 
 def _measurements(record: Record, stack: str | None = None) -> list[Sample]:
     if stack is not None:
-        return _sweep_point(record, stack) if isinstance(record, SweepPointRecord) else []
+        if isinstance(record, (SweepPointRecord, ScalingRecord)) and _stack(record) == stack:
+            return _sweep_point(record, stack) if isinstance(record, SweepPointRecord) else _scaling(record)
+        return []
     if isinstance(record, RunRecord):
         return _run(record)
     if isinstance(record, SweepPointRecord):
@@ -70,14 +79,18 @@ def _measurements(record: Record, stack: str | None = None) -> list[Sample]:
                        f"{_size(row.size_bytes)} {record.world_size} ranks", "busbw", "GB/s", values=[row.busbw_GBps])
                 for row in record.results if not row.wrong]
     if isinstance(record, ScalingRecord):
-        return [Sample(("scaling", record.workload, row.world_size), f"scaling {record.workload} {row.world_size} ranks",
-                       "per-device throughput", f"{row.unit} per device", values=[row.samples_per_s_per_device])
-                for row in record.points if row.status == "ok" and row.samples_per_s_per_device]
+        return _scaling(record)
     return []
 
 
+def _scaling(record: ScalingRecord) -> list[Sample]:
+    return [Sample(("scaling", record.workload, row.world_size), f"scaling {record.workload} {row.world_size} ranks",
+                   "per-device throughput", f"{row.unit} per device", values=[row.samples_per_s_per_device])
+            for row in record.points if row.status == "ok" and row.samples_per_s_per_device]
+
+
 def _sweep_point(r: SweepPointRecord, stack: str | None) -> list[Sample]:
-    if r.status != "ok" or not r.throughput or (stack is not None and (r.point or {}).get("stack", "") != stack):
+    if r.status != "ok" or not r.throughput:
         return []
     key_words = r.key if stack is None else re.sub(r" stack=\S+", "", r.key)
     key = ("sweep", r.workload, r.size, r.world_size, key_words)

@@ -41,6 +41,8 @@ from ds_bench.jobs.runner import (
     until_interrupted,
     workers,
 )
+from ds_bench.jobs.stack_axis import prepare_stacks, stack_lines
+from ds_bench.machine.stack_envs import python_of
 from ds_bench.record import store as results
 from ds_bench.record.schema import ScalingRecord, ScalingRow
 from ds_bench.report import scaling_table as report
@@ -65,8 +67,24 @@ def main(args: argparse.Namespace) -> int:
     if spec.dry_run:
         for point in spec.points:
             print(f"{point.label}: {shlex.join(_command(spec, sid, point))}")
+        for line in stack_lines(spec.stacks):
+            print(line)
         return 0
     check_cluster(spec)
+    prepare_stacks(spec)
+    worst = 0
+    for stack in spec.stacks:  # each stack's points a scaling of its own (its id, record, table and plot)
+        on_stack = spec.on(stack, python_of(stack) if not stack.own else None)
+        sid = sid if stack is spec.stacks[0] else uuid.uuid4().hex[:8]
+        code = _scale(on_stack, sid, env, notes, threads, node)
+        if code == INTERRUPTED:
+            return code
+        worst = max(worst, code)
+    return worst
+
+
+def _scale(spec: ScalingSpec, sid: str, env: dict[str, str] | None, notes: list[str], threads: int | None,
+           node: ComputeNode) -> int:
     print(f"scaling {sid}: {spec.workload}, {spec.layout.key}, {', '.join(str(p.world_size) for p in spec.points)} "
           f"rank(s), micro-batch {spec.layout.micro_batch} x {spec.layout.grad_accum} per device, results "
           f"{spec.results}", flush=True)
@@ -149,13 +167,14 @@ def record(spec: ScalingSpec, sid: str, rows: list[ScalingRow], notes: list[str]
     found = efficiency.notes(rows, machine["cores"] or _cores(), spec.device_type)
     notes = notes + found
     failed = [r for r in rows if r.status != "ok"]
-    md, png = spec.output_path(".md"), spec.plot_path
+    md, png = spec.table_path(".md"), spec.plot_path
     rec = ScalingRecord(**results.base_record(results.new_run_id(), spec.to_dict()), kind="scaling", scaling=sid,
                         status="failed" if failed else "ok", workload=spec.workload, ds_config=spec.ds_config,
                         launcher=spec.launcher, hostfile=spec.hostfile, device_type=spec.device_type,
                         machine=machine, threads_per_rank=threads, micro_batch=spec.layout.micro_batch,
                         grad_accum=spec.layout.grad_accum, baseline_world_size=base, points=rows, notes=notes,
-                        runs=spec.runs_path, table=md, plot=png if base is not None else None)
+                        runs=spec.runs_path, table=md, plot=png if base is not None else None,
+                        stack=spec.layout.stack or None)
     with open(md, "w", encoding="utf-8") as f:
         f.write(f"{report.title(rec)}\n\n{report.table(rows, base, fmt='github')}\n")
     if base is not None:

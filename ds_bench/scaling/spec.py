@@ -13,14 +13,15 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from ds_bench.jobs.compute_nodes import with_job_gpus
 from ds_bench.machine.compute_node import ComputeNode
 from ds_bench.config import argcheck
 from ds_bench.config.layout import Layout
 from ds_bench.errors import UserError
-from ds_bench.config.study_flags import StudySpec, add_job_arguments, job_options
+from ds_bench.config.stacks import Stack
+from ds_bench.config.study_flags import StudySpec, add_job_arguments, add_stack_arguments, job_options, stacks_from
 from ds_bench.scaling.points import Placement, node_points, rank_points
 
 
@@ -38,10 +39,27 @@ class ScalingSpec(StudySpec):
     device_type: str
     plot: str | None = None
     dry_run: bool = False
+    stacks: tuple[Stack, ...] = (Stack(),)
+    """``--deepspeed``, ``--torch``, ``--transformers`` (``config.stacks``): the points run once per stack, each
+    stack's a scaling record of its own (``layout.stack`` says which)."""
+    python: str | None = None
+    """The interpreter of the points' jobs (the stack's environment); None: this one."""
+
+    def on(self, stack: Stack, python: str | None) -> ScalingSpec:
+        """This study's points on ``stack``, run with ``python``."""
+        return replace(self, python=python, layout=replace(self.layout, stack=stack.label))
 
     @property
     def plot_path(self) -> str:
-        return self.plot or self.output_path(".png")
+        if self.plot and self.layout.stack:
+            root, ext = os.path.splitext(self.plot)
+            return f"{root}-{self.layout.stack}{ext}"
+        return self.plot or self.table_path(".png")
+
+    def table_path(self, suffix: str) -> str:
+        """Where the table (``.md``) or plot (``.png``) of this stack's points goes: beside the results file, the
+        stack's label in the name where the study has several."""
+        return self.output_path(f"-{self.layout.stack}{suffix}" if self.layout.stack else suffix)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -55,6 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                  "with --executor slurm: each point a job of k nodes")
     p.add_argument("--plot", default=None, help="PNG plot (default: beside --results)")
     add_job_arguments(p, results="results/scaling.jsonl", master_port=29700, nodes=False)
+    add_stack_arguments(p)
 
 
 def parse_counts(flag: str, text: str) -> tuple[int, ...]:
@@ -131,7 +150,7 @@ def from_args(args: argparse.Namespace, node: ComputeNode) -> ScalingSpec:
     run = _run_namespace(args.workload, path, list(args.run_args))
     return ScalingSpec(workload=args.workload, ds_config=path, points=points, **job, run_args=tuple(args.run_args),
                        layout=_layout(path, run, points, device_type), device_type=device_type, plot=args.plot,
-                       dry_run=args.dry_run)
+                       dry_run=args.dry_run, stacks=stacks_from(args))
 
 
 OWNED = {"results": "--results", "tag": "--tag", "workload": "--workload", "ds_config": "--ds-config"}

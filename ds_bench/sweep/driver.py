@@ -26,6 +26,7 @@ from ds_bench.jobs import ledger, spawn
 from ds_bench.config.study_flags import run_flags_of
 from ds_bench.perf.grid import next_auto_micro_batch, skip_reason, study_where
 from ds_bench.jobs.runner import new_tag, run_argv, run_attempt, run_concurrently, slug, workers
+from ds_bench.jobs.stack_axis import on_stack, stack_where
 from ds_bench.jobs.compute_nodes import rank_capacity
 from ds_bench.perf.peak_memory import MemoryModel
 from ds_bench.record import store as results
@@ -49,24 +50,10 @@ class Sweep:
         self.progress = Progress()
         self.attempts = 0
         self.pruning = self._prune_by_plan()
-        self.stacks = {stack.label: stack for stack in spec.stacks}
-        self.pythons: dict[str, str] = {}
-
-    def prepare_stacks(self) -> None:
-        """Each stack's environment, built where missing (``machine.stack_envs``), before the first point runs: a
-        version that does not install is bad input (exit 2) while nothing has run."""
-        from ds_bench.machine.stack_envs import python_of
-
-        for label, stack in self.stacks.items():
-            self.pythons[label] = python_of(stack)
-            if label:
-                print(f"stack {label}: {self.pythons[label]}", flush=True)
 
     def where_of(self, point: Layout):
-        """Where ``point`` runs: the sweep's ranks and run options, with its stack's versions (a rule that needs a
-        newer release reads them: ``config.stack_rules``)."""
-        stack = self.stacks.get(point.stack)
-        return dataclasses.replace(self.where, versions=stack.versions) if stack and stack.versions else self.where
+        """Where ``point`` runs: the sweep's ranks and run options, with its stack's versions."""
+        return stack_where(self.spec, self.where, point)
 
     # --- the grid -------------------------------------------------------------------------------
     def run(self) -> None:
@@ -193,8 +180,7 @@ class Sweep:
         tag = new_tag(f"sweep-{self.sweep_id}", point.key, repeat)
         if point.seq_len:  # its own sequence, not the sweep's one --seq-len (a --point seq=N)
             s = dataclasses.replace(s, run_args=_without_seq(s.run_args))
-        if self.pythons.get(point.stack):
-            s = dataclasses.replace(s, python=self.pythons[point.stack])
+        s = on_stack(s, point.stack)
         run_args = run_argv(s, tag, self._config_file(point), point)  # the config was written by the check
         log_path = os.path.join(s.output_path(".logs"), f"{slug(point.key)}-r{repeat}-{tag[-6:]}.log")
         done = run_attempt(s, run_args, tag, log_path)

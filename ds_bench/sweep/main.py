@@ -11,6 +11,7 @@ import logging
 
 from ds_bench.errors import UserError
 from ds_bench.jobs.runner import INTERRUPTED, check_cluster, executor_line, until_interrupted
+from ds_bench.jobs.stack_axis import prepare_stacks, stack_lines
 from ds_bench.report.sweep_report import report_sweep
 
 log = logging.getLogger("ds_bench")
@@ -34,7 +35,7 @@ def main(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(dry_run_text(sweep))
         return 0
-    sweep.prepare_stacks()
+    prepare_stacks(spec)
     done_before = len(sweep.done)
     print(f"sweep {sweep.sweep_id}: {spec.workload}, {sweep.world} rank(s), results {spec.results}"
           + (f" ({done_before} attempt(s) recorded before: finished points are kept)" if done_before else ""),
@@ -65,20 +66,6 @@ def _check_runnable(sweep) -> None:
     s = sweep.spec
     points = [sweep.with_seq(f.with_micro_batch(1)) for f in s.families()] + [sweep.with_seq(p) for p in s.extra_points]
     runnable(points, sweep.where, "point")
-
-
-def stack_lines(stacks) -> list[str]:
-    """``--dry-run``: each stack of the axis and its environment (built, or to be built before the first point)."""
-    from ds_bench.machine.stack_envs import env_path, ready_versions, stacks_root
-
-    lines = []
-    for stack in stacks:
-        if stack.label and stack.own:
-            lines.append(f"stack {stack.label}: this environment")
-        elif stack.label:
-            state = "built" if ready_versions(stack) else "to be built before the first point"
-            lines.append(f"stack {stack.label}: {env_path(stack, stacks_root())} ({state})")
-    return lines
 
 
 def dry_run_text(sweep) -> str:
