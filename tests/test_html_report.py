@@ -178,8 +178,11 @@ SLOWER_RGB, SAME_RGB = "rgb(164, 22, 26)", "rgb(23, 99, 23)"  # html_page's .slo
 
 def verdict_cells(page) -> list[tuple[str, str]]:
     """(text, computed colour) of each row's verdict cell, as the browser renders it."""
-    cells = page.eval_on_selector_all("#compare-table tbody td:last-child",
-                                      "c => c.map(x => [x.textContent, getComputedStyle(x).color])")
+    return page_cells(page, "#compare-table tbody td:nth-last-child(2)")
+
+
+def page_cells(page, selector: str) -> list[tuple[str, str]]:
+    cells = page.eval_on_selector_all(selector, "c => c.map(x => [x.textContent, getComputedStyle(x).color])")
     return [tuple(cell) for cell in cells]
 
 
@@ -192,6 +195,8 @@ def test_compare_writes_its_page_and_the_browser_reads_the_verdicts(tmp_path, ch
     with browser.open_file(chromium, out) as v:
         cells = verdict_cells(v.page)
         assert cells and set(cells) == {("same (single sample)", SAME_RGB)}
+        curves = page_cells(v.page, "#compare-table tbody td:last-child")
+        assert curves and set(curves) == {("same curves (12 steps)", SAME_RGB)}  # a file against itself: its curves
         assert values(v.page, "#compare-table", "change_pct") == [0.0] * len(cells)
         assert [m for m in v.console if m[0] == "error"] == [] and len(v.requests) == 1
     slower = tmp_path / "slower.html"
@@ -247,3 +252,20 @@ def test_sparse_and_hostile_records_render_escaped(tmp_path):
 def test_html_with_a_terminal_only_flag_is_refused(tmp_path, capsys):
     assert cli.main(["report", "--html", str(tmp_path / "r.html"), "--tag", "x", *paths("runs")]) == 2
     assert "--tag and --plot are for the terminal report" in capsys.readouterr().err
+
+
+def test_a_sweep_on_three_stacks_shows_each_judged_against_the_first_and_the_wrong_one_in_red(tmp_path, chromium):
+    """``stacks_sweep``: a real sweep of this machine (2026-11-29, AMD EPYC, 2 CPU ranks, MNIST z2 fp32 mbs=8 ga=2,
+    ``--deepspeed 0.18.4,installed,0.17.6``; installed 0.19.8). 0.17.6 has DeepSpeed #7718: its gradient norms
+    are off from the first step; 0.18.4 and 0.19.8 agree to the last digit."""
+    out = tmp_path / "stacks.html"
+    assert cli.main(["report", "--html", str(out), *paths("stacks_sweep")]) == 0
+    with browser.open_file(chromium, out) as v:
+        assert v.page.inner_text("#stacks h2") == "Stacks: the same layouts on each"
+        heads = v.page.eval_on_selector_all("#stacks h3", "h => h.map(x => x.textContent)")
+        assert heads == ["ds0.18.4 (BASE) against ds0.19.8 (NEW)", "ds0.18.4 (BASE) against ds0.17.6 (NEW)"]
+        same, wrong = (page_cells(v.page, f"#stacks-table-{i} tbody td:last-child") for i in (1, 2))
+        assert same == [("same curves (6 steps)", SAME_RGB)]
+        assert len(wrong) == 1 and wrong[0][1] == SLOWER_RGB
+        assert wrong[0][0].startswith("gradient norm differs from step 1: 1.78571 vs 1.25893")
+        assert [m for m in v.console if m[0] == "error"] == []

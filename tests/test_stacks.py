@@ -103,10 +103,12 @@ def test_curves_equal_to_rounding_are_the_same_and_the_first_step_that_parts_is_
     base = {"loss_curve": [2.343386, 2.340258, 2.3], "grad_norm_curve": [0.543, 0.449, 0.461]}
     assert check(base, dict(base), "fp32").said == "same curves (3 steps)"
     bug = {"loss_curve": [2.343386, 2.344264, 2.3], "grad_norm_curve": [0.390, 0.344, 0.303]}  # DeepSpeed #7718
-    assert check(base, bug, "fp32").said == "loss differs from step 2: 2.34026 vs 2.34426"
-    norms = {**base, "grad_norm_curve": [0.390, 0.344, 0.303]}
-    assert not check(base, norms, "fp32").same and "gradient norm differs from step 1" in check(base, norms, "fp32").said
+    assert check(base, bug, "fp32").said == ("gradient norm differs from step 1: 0.543 vs 0.39; loss differs from step "
+                                             "2: 2.34026 vs 2.34426")  # the earliest first
+    losses = {**base, "loss_curve": [2.343386, 2.340258, 2.31]}
+    assert check(base, losses, "fp32").said == "loss differs from step 3: 2.3 vs 2.31"
     assert check(base, bug, "bf16").said.startswith("gradient norm")  # bf16 holds losses to 2e-2, not norms a third off
+    assert check(base, {**base, "grad_norm_curve": [None, 0.449, 0.461]}, "fp32").same  # a step without a norm
     assert check({}, base, "fp32") is None  # a record without curves: nothing to say
 
 
@@ -129,7 +131,8 @@ def test_compare_stacks_pairs_each_layout_between_two_stacks_of_one_file(tmp_pat
     path.write_text(path.read_text() + "".join(json.dumps(r) + "\n" for r in wrong))
     assert cli.main(["compare", str(path), "--stacks", "ds0.17.6,ds0.19.8"]) == 1  # as fast, but wrong
     out = capsys.readouterr().out
-    assert "loss differs from step 2" in out and "1 with different losses or gradient norms" in out
+    assert "gradient norm differs from step 1: 0.39 vs 0.543; loss differs from step 2" in out
+    assert "1 with different losses or gradient norms" in out
     assert cli.main(["compare", str(path), "--stacks", "ds0.16.0,ds0.19.8"]) == 2
     assert "has no sweep point or scaling of stack ds0.16.0; its stacks: ds0.18.4, ds0.19.8, ds0.17.6" in capsys.readouterr().err
 

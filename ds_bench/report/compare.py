@@ -19,9 +19,8 @@ from tabulate import tabulate
 from ds_bench.config import argcheck
 from ds_bench.errors import UserError
 from ds_bench.record import store
-from ds_bench.report.compare_curves import CurveCheck, check
+from ds_bench.report.compare_judge import Judged, judge_all
 from ds_bench.report.compare_match import Sample, samples, stacks_in
-from ds_bench.report.compare_verdict import Verdict, judge
 from ds_bench.report.numbers import number
 
 
@@ -36,26 +35,16 @@ def main(args: argparse.Namespace) -> int:
     base_records = _read(args.base, "BASE")
     new_records = base_records if args.new is None else _read(args.new, "NEW")
     base_stack, new_stack = _stacks(args, base_records, new_records)
-    base, new = samples(base_records, base_stack), samples(new_records, new_stack)
-    matched = [key for key in base if key in new]
-    if not matched:
+    found = judge_all(samples(base_records, base_stack), samples(new_records, new_stack), args.threshold, args.alpha)
+    if not found.judged:
         raise UserError(f"nothing to compare: {_side(args.base, base_stack)} and {_side(args.new or args.base, new_stack)}"
                         " hold no measurement of the same workload, layout and ranks (or comm collective and size)")
-    judged = [(base[k], new[k], judge(base[k].values, new[k].values, base[k].higher_is_better, args.threshold,
-                                      args.alpha), check(base[k].curves, new[k].curves, base[k].precision))
-              for k in matched]
-    judged.sort(key=lambda item: item[2].change_pct)
-    print(table(judged))
-    only = len(base) - len(matched), len(new) - len(matched)
-    slower = sum(v.regression for _, _, v, _ in judged)
-    differ = sum(c is not None and not c.same for _, _, _, c in judged)
-    summary = (f"{len(matched)} match(es), {slower} slower (threshold {args.threshold:g}%, alpha {args.alpha:g}), "
-               f"{differ} with different losses or gradient norms; only in BASE: {only[0]}, only in NEW: {only[1]}")
-    print("\n" + summary)
+    print(table(found.judged))
+    print("\n" + found.summary())
     if args.html:
-        _write_html(args, judged, summary, new_records, _side(args.base, base_stack),
+        _write_html(args, found.judged, found.summary(), new_records, _side(args.base, base_stack),
                     _side(args.new or args.base, new_stack))
-    return 1 if slower or differ else 0
+    return 1 if found.slower or found.differ else 0
 
 
 def _stacks(args: argparse.Namespace, base_records: list, new_records: list) -> tuple[str | None, str | None]:
@@ -93,7 +82,7 @@ def _read(path: str, flag: str) -> list:
     return store.read_records(path)
 
 
-def table(judged: list[tuple[Sample, Sample, Verdict, CurveCheck | None]]) -> str:
+def table(judged: list[Judged]) -> str:
     rows = [[b.label, f"{b.metric} ({b.unit})", _median(v.base_median, b), _median(v.new_median, n),
              f"{v.change_pct:+.1f}%", number(v.p_value, 3),
              v.verdict + (" (single sample)" if v.single_sample else ""), c.said if c else "-"]

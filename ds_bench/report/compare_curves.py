@@ -29,19 +29,26 @@ class CurveCheck:
 
 
 def check(base: dict[str, list], new: dict[str, list], precision: str) -> CurveCheck | None:
-    """The first step where a curve of ``new`` differs from ``base``'s beyond ``PARITY_RTOL[precision]``; None
-    when the two share no curve (a record without them)."""
+    """Whether the curves of ``new`` stay within ``PARITY_RTOL[precision]`` of ``base``'s at every step both hold,
+    naming the first step each curve parts at (the earliest first); None when the two share no curve (a record
+    without them)."""
     rtol = PARITY_RTOL.get(precision, PARITY_RTOL["bf16"])
-    compared = 0
+    parted, compared = [], 0
     for name, words in (("loss_curve", "loss"), ("grad_norm_curve", "gradient norm")):
         a, b = base.get(name) or [], new.get(name) or []
-        steps = min(len(a), len(b))
-        if not steps:
-            continue
-        compared = max(compared, steps)
-        for step, (x, y) in enumerate(zip(a[:steps], b[:steps]), start=1):
-            if x is None or y is None:
-                continue
-            if abs(y - x) > rtol * max(abs(x), abs(y), 1e-12):
-                return CurveCheck(False, f"{words} differs from step {step}: {x:.6g} vs {y:.6g}")
+        compared = max(compared, min(len(a), len(b)))
+        step = first_difference(a, b, rtol)
+        if step is not None:
+            parted.append((step, f"{words} differs from step {step}: {a[step - 1]:.6g} vs {b[step - 1]:.6g}"))
+    if parted:
+        return CurveCheck(False, "; ".join(said for _, said in sorted(parted)))
     return CurveCheck(True, f"same curves ({compared} steps)") if compared else None
+
+
+def first_difference(a: list, b: list, rtol: float) -> int | None:
+    """The first step (from 1) where ``a`` and ``b`` differ by more than ``rtol`` of the larger; steps either
+    lacks (None: the engine computed no norm) are passed over."""
+    for step, (x, y) in enumerate(zip(a, b), start=1):
+        if x is not None and y is not None and abs(y - x) > rtol * max(abs(x), abs(y), 1e-12):
+            return step
+    return None

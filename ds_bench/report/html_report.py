@@ -2,7 +2,8 @@
 (runs, sweep points, comm, scaling, capacity, doctor; empty files and failed records included).
 
 Sections, each present when the records hold something for it: expectations (with ``--expect``), machine
-and versions, doctor, the measured ceiling (roofline), collectives, scaling, sweep, capacity (answers, the
+and versions, doctor, the measured ceiling (roofline), collectives, scaling, sweep, the stacks a study ran on
+judged against the first (``html_verdicts``), capacity (answers, the
 searches' bound and probes), plan, runs, failures, and the files read. The
 page is written whole or not at all (a temporary file beside it, then renamed).
 """
@@ -17,7 +18,7 @@ from ds_bench.record import store
 from ds_bench.record.expect_check import Outcome
 from ds_bench.record.schema import (CapacityProbeRecord, CapacityRecord, CommRecord, DoctorRecord, PlanRecord, Record,
                                     RooflineRecord, RunRecord, ScalingRecord, SweepPointRecord)
-from ds_bench.report import html_capacity, html_comm, html_plan, html_runs, html_sweep
+from ds_bench.report import html_capacity, html_comm, html_plan, html_runs, html_sweep, html_verdicts
 from ds_bench.report.html_page import note, num, page, section, table
 
 
@@ -45,6 +46,7 @@ def sections(by_file: dict[str, list[Record]], outcomes: list[Outcome] | None = 
              ("comm", "Collectives", html_comm.comm(of(CommRecord))),
              ("scaling", "Scaling", html_comm.scaling(of(ScalingRecord))),
              ("sweep", "Sweep", html_sweep.sweep(of(SweepPointRecord))),
+             ("stacks", "Stacks", html_verdicts.stacks(records)),
              ("capacity", "Capacity", html_capacity.capacity(of(CapacityRecord), of(CapacityProbeRecord))),
              ("plan", "Plan", html_plan.plans(of(PlanRecord))),
              ("runs", "Runs", html_runs.runs(of(RunRecord))),
