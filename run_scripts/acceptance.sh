@@ -5,6 +5,9 @@
 #   bash run_scripts/acceptance.sh                 # here: 2 CPU ranks under torchrun, MNIST, ~3 min
 #   DRY_RUN=1 bash run_scripts/acceptance.sh       # print the five commands, run nothing
 #   sbatch run_scripts/acceptance.sbatch           # a Slurm allocation (sets the variables below)
+# An upgrade's acceptance (docs/stacks.md): STACKS="--deepspeed installed,0.19.8" runs the sweep on the current
+# and the candidate stack, adds `ds-bench compare --stacks` (exit 1: a layout slower, or its losses or gradient
+# norms different) and the report's Stacks section, each layout's verdict.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +22,7 @@ DS_CONFIG=${DS_CONFIG:-ds_configs/zero1.json}
 SCALING_ARGS=${SCALING_ARGS:-"--ranks 1,2 --launcher torchrun --master-port 29621"}
 SWEEP_ARGS=${SWEEP_ARGS:-"--stages 1,2 --micro-batch 16,32 --precision fp32 --launcher torchrun --master-port 29622"}
 RUN_ARGS=${RUN_ARGS:-"--steps 12 --warmup 3"}
+STACKS=${STACKS:-}  # e.g. "--deepspeed installed,0.19.8" (--torch, --transformers likewise): the upgrade's sweep
 # ----------------------------------------------------------------------------------------------
 
 case "$PYTHON" in */*) export PATH="$(cd "$(dirname "$PYTHON")" && pwd):$PATH" ;; esac  # its launchers too
@@ -27,8 +31,9 @@ steps=(
   "${ds[*]} launch $RANKS_LAUNCH -- doctor --json $OUT/doctor.jsonl"
   "${ds[*]} launch $RANKS_LAUNCH -- comm --pairs $COMM_ARGS --results $OUT/comm.jsonl"
   "${ds[*]} scaling --workload $WORKLOAD --ds-config $DS_CONFIG $SCALING_ARGS --results $OUT/scaling.jsonl -- $RUN_ARGS"
-  "${ds[*]} sweep --workload $WORKLOAD --ds-config $DS_CONFIG $SWEEP_ARGS --results $OUT/sweep.jsonl $RUN_ARGS"
+  "${ds[*]} sweep --workload $WORKLOAD --ds-config $DS_CONFIG $SWEEP_ARGS${STACKS:+ $STACKS} --results $OUT/sweep.jsonl $RUN_ARGS"
 )
+[ -z "$STACKS" ] || steps+=("${ds[*]} compare $OUT/sweep.jsonl --stacks --html $OUT/upgrade.html")
 report="${ds[*]} report --html $OUT/acceptance.html --expect $EXPECT $OUT/doctor.jsonl $OUT/comm.jsonl $OUT/scaling.jsonl $OUT/sweep.jsonl"
 
 if [ -n "${DRY_RUN:-}" ]; then

@@ -55,6 +55,20 @@ def test_the_dry_run_prints_the_five_steps_and_each_parses():
     assert not (REPO / "results/acc-dry").exists()
 
 
+@pytest.mark.parametrize("script", ["acceptance.sh", "acceptance.sbatch"])
+def test_an_upgrade_s_acceptance_sweeps_both_stacks_and_compares_them(script):
+    """``STACKS``: the sweep runs on the current and the candidate stack, then ``compare --stacks`` (its exit and
+    page: docs/stacks.md), before the report, whose Stacks section judges them too."""
+    commands = [ds_bench_args(a) for a in dry_run(script, OUT="results/acc-dry", SLURM_JOB_NODELIST="n[1-2]",
+                                                  STACKS="--deepspeed installed,0.18.4")]
+    assert [c[0] for c in commands] == [*STEPS[:-1], "compare", "report"]
+    sweep, compare = commands[3], commands[4]
+    assert sweep[sweep.index("--deepspeed") + 1] == "installed,0.18.4"
+    assert compare == ["compare", "results/acc-dry/sweep.jsonl", "--stacks", "--html", "results/acc-dry/upgrade.html"]
+    for argv in commands:
+        parses(argv)
+
+
 def test_the_sbatch_starts_ranks_with_srun_and_scales_over_the_allocation(tmp_path):
     out = tmp_path / "acc"
     commands = [ds_bench_args(a) for a in dry_run("acceptance.sbatch", OUT=str(out),

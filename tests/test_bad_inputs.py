@@ -882,6 +882,8 @@ CASES["compare no new and no stacks"] = Case(compare("{base}"), r"NEW is missing
                                                                   r"--stacks A,B")
 CASES["compare stacks one label"] = Case(compare("{base}", "--stacks", "ds0.18.4"),
                                          r"--stacks ds0\.18\.4: expected two stack labels, BASE_STACK,NEW_STACK")
+CASES["compare stacks alone with one"] = Case(compare("{base}", "--stacks"),
+                                             r"--stacks: .* holds 0 stack\(s\) \(none\); two are compared")
 CASES["compare stacks unknown"] = Case(compare("{base}", "--stacks", "ds0.18.4,ds0.19.8"),
                                        r"--stacks ds0\.18\.4,ds0\.19\.8: .* has no sweep point or scaling of stack ds0\.18\.4; its "
                                        r"stacks: none")

@@ -133,6 +133,8 @@ def test_compare_stacks_pairs_each_layout_between_two_stacks_of_one_file(tmp_pat
     out = capsys.readouterr().out
     assert "gradient norm differs from step 1: 0.39 vs 0.543; loss differs from step 2" in out
     assert "1 with different losses or gradient norms" in out
+    assert cli.main(["compare", str(path), "--stacks"]) == 0  # alone: the file's first two stacks
+    assert capsys.readouterr().out.startswith("stacks: ds0.18.4 (BASE) against ds0.19.8 (NEW)\n")
     assert cli.main(["compare", str(path), "--stacks", "ds0.16.0,ds0.19.8"]) == 2
     assert "has no sweep point or scaling of stack ds0.16.0; its stacks: ds0.18.4, ds0.19.8, ds0.17.6" in capsys.readouterr().err
 

@@ -18,9 +18,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", help="results file of the reference (JSON lines of any ds-bench command)")
     p.add_argument("new", nargs="?", default=None,
                    help="results file to judge against it (with --stacks, default: BASE itself)")
-    p.add_argument("--stacks", default=None, metavar="BASE_STACK,NEW_STACK",
+    p.add_argument("--stacks", default=None, nargs="?", const="", metavar="BASE_STACK,NEW_STACK",
                    help="compare a study's points of two stacks (their key's stack= word, e.g. ds0.18.4,ds0.19.8: "
-                        "--deepspeed/--torch/--transformers of sweep), layout by layout")
+                        "--deepspeed/--torch/--transformers of sweep, capacity, scaling), layout by layout; without a "
+                        "value, the first two stacks of BASE in file order")
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD_PCT, metavar="PCT",
                    help=f"a change within this many percent is not called (default {DEFAULT_THRESHOLD_PCT:g})")
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,

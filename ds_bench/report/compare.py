@@ -51,6 +51,13 @@ def _stacks(args: argparse.Namespace, base_records: list, new_records: list) -> 
     """``--stacks A,B`` checked against the stacks each side's sweep points ran on; (None, None) without it."""
     if args.stacks is None:
         return None, None
+    if args.stacks == "":  # --stacks alone: the first two of BASE
+        present = [s for s in stacks_in(base_records) if s]
+        if len(present) < 2:
+            raise UserError(f"--stacks: {args.base} holds {len(present)} stack(s) ({', '.join(present) or 'none'}); "
+                            "two are compared")
+        print(f"stacks: {present[0]} (BASE) against {present[1]} (NEW)", flush=True)
+        return present[0], present[1]
     wanted = [s.strip() for s in args.stacks.split(",")]
     if len(wanted) != 2 or not all(wanted):
         raise UserError(f"--stacks {args.stacks}: expected two stack labels, BASE_STACK,NEW_STACK (e.g. "
