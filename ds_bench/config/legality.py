@@ -5,7 +5,8 @@ One ``Rule`` per refused combination: the condition (over a ``Layout`` and where
 version it was verified with, or "not measured yet") and an example it refuses. ``ds-bench run``
 refuses the first rule that holds before it joins the process group (``refuse``: exit 2, that
 sentence); a sweep or capacity search skips a grid point with the same sentence (``violation``).
-``tests/test_legality.py`` walks the table and checks both say the same.
+``tests/test_legality.py`` walks the table and checks both say the same. Before the table, a feature newer
+than the stack's DeepSpeed or transformers release is refused (``ds_bench.config.stack_rules``).
 
 Checks that need the model (a pipeline deeper than its blocks, a TP degree that does not divide the
 heads) stay with the engine that splits it (``ds_bench.engines``); which workloads have a pipeline or
@@ -104,12 +105,16 @@ def _table(degree_ids: tuple) -> tuple[Rule, ...]:
 
 
 def violation(layout: Layout, where: Where) -> str | None:
-    """The sentence of the first rule ``layout`` breaks at ``where``, else of the first feature its stack's release
-    is too old for (``config.stack_rules``), or None (pure but for reading this environment's versions)."""
+    """The sentence of the first feature of ``layout`` its stack's release is too old for (``config.stack_rules``:
+    what the stack cannot run at all comes first), else of the first rule it breaks at ``where``, or None (pure but
+    for reading this environment's versions)."""
     from ds_bench.config.stack_rules import too_old
 
+    old = too_old(layout, where)
+    if old is not None:
+        return old
     rule = first_broken(layout, where)
-    return rule.says(layout, where) if rule else too_old(layout, where)
+    return rule.says(layout, where) if rule else None
 
 
 def first_broken(layout: Layout, where: Where) -> Rule | None:

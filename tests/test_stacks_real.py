@@ -1,0 +1,113 @@
+"""The stack axis for real (``full`` tier): environments built with uv beside ``.venv`` (``machine.stack_envs``),
+sweeps whose points run with another DeepSpeed's Python, on 2 CPU ranks.
+
+- A sweep over ``--deepspeed 0.17.6,installed`` (MNIST, fp32, ZeRO 1 and 2 with gradient accumulation 2 and
+  clipping, as DeepSpeed #7718 was reported) resumes after Ctrl-C without running a finished point again, and
+  ``compare --stacks`` catches #7718: 0.17.6's ZeRO-2 gradient norms differ from the first step, its losses later;
+  ZeRO-1 trains the same on both.
+- The oldest supported stack (``config.stacks.SUPPORTED``) passes its core subset: every ZeRO stage, a point under
+  the deepspeed launcher, and the bad-input path: a feature newer than its release refused in one line, by the
+  sweep (skipped, saying so) and by ``ds-bench run`` in that environment (exit 2, before joining).
+- A version the registry does not have is one line, exit 2, nothing written.
+
+Each environment is built once per checkout (~30 s with uv's warm cache; a DeepSpeed release's CPU ops ~2-3 min the
+first time on this machine, then from the op store).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ds_bench.config.stacks import SUPPORTED, installed_versions, public
+from tests.conftest import REPO, child_env, default_sigint, ds_bench, explain, records, run_cmd
+
+pytestmark = pytest.mark.full
+BUGGY = "0.17.6"
+"""A release with DeepSpeed #7718 (ZeRO-2 gradients wrong with accumulation, 0.17.6-0.18.2; fixed in 0.18.3)."""
+HERE = public(installed_versions()["deepspeed"])
+MNIST = ["--workload", "mnist", "--ds-config", "zero2.json", "--precision", "fp32", "--micro-batch", "8",
+         "--grad-accum", "2", "--steps", "6", "--warmup", "1", "--timeout", "10m"]
+
+
+def points(path):
+    return [r for r in records(path) if r.get("kind") == "sweep_point"]
+
+
+def test_a_sweep_over_two_releases_resumes_after_ctrl_c_and_compare_catches_deepspeed_7718(tmp_path):
+    results = tmp_path / "s.jsonl"
+    argv = [sys.executable, "-m", "ds_bench", "sweep", *MNIST, "--stages", "1,2", "--deepspeed", f"{BUGGY},installed",
+            "--results", str(results), "--master-port", "29661"]
+    log = open(tmp_path / "first.log", "w")
+    proc = subprocess.Popen(argv, cwd=REPO, env=child_env(), stdout=log, stderr=subprocess.STDOUT,
+                            preexec_fn=default_sigint)
+    try:
+        deadline = time.monotonic() + 900  # the 0.17.6 environment first, its ops from the store or built
+        while not any(r["status"] == "ok" for r in points(results)):
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "first.log").read_text()
+            time.sleep(0.5)
+        time.sleep(2.0)  # into the next point's job
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130, (tmp_path / "first.log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert sum(r["status"] == "ok" for r in points(results)) == 1
+    again = run_cmd(argv, timeout=900)
+    assert again.returncode == 0, explain(again)
+    assert "attempt(s) recorded before: finished points are kept" in again.stdout
+    ok = [r for r in points(results) if r["status"] == "ok"]
+    assert sorted(r["key"] for r in ok) == sorted(f"z{z} off=none fp32 mbs=8 ga=2 stack=ds{v}" for z in (1, 2)
+                                                  for v in (BUGGY, HERE))
+    assert len({r["run_id"] for r in ok}) == 4  # no finished point ran twice
+    assert {r["point"]["stack"]: r["versions"]["deepspeed"] for r in ok} == {f"ds{BUGGY}": BUGGY, f"ds{HERE}": HERE}
+
+    compared = ds_bench("compare", str(results), "--stacks", f"ds{BUGGY},ds{HERE}")
+    assert compared.returncode == 1, explain(compared)  # as fast, maybe, but wrong
+    rows = {line.split(": ", 1)[1].split("  ")[0]: line for line in compared.stdout.splitlines()
+            if line.startswith("sweep mnist 2 ranks: ")}
+    assert "gradient norm differs from step 1" in rows["z2 off=none fp32 mbs=8 ga=2"], compared.stdout
+    assert "same curves (6 steps)" in rows["z1 off=none fp32 mbs=8 ga=2"], compared.stdout  # ZeRO-1 is right
+    assert "1 with different losses or gradient norms" in compared.stdout
+
+
+def test_the_oldest_supported_stack_passes_its_core_subset(tmp_path):
+    oldest = SUPPORTED["deepspeed"]
+    results = tmp_path / "s.jsonl"
+    swept = ds_bench("sweep", *MNIST, "--stages", "0,1,2,3", "--deepspeed", oldest, "--results", str(results),
+                     "--master-port", "29662", timeout=1200)
+    assert swept.returncode == 0, explain(swept)
+    ok = [r for r in points(results) if r["status"] == "ok"]
+    assert sorted(r["point"]["stage"] for r in ok) == [0, 1, 2, 3]
+    assert {r["versions"]["deepspeed"] for r in ok} == {oldest}
+
+    launcher = ds_bench("sweep", *MNIST, "--stages", "1", "--deepspeed", oldest, "--launcher", "deepspeed",
+                        "--results", str(tmp_path / "l.jsonl"), "--master-port", "29663", timeout=600)
+    assert launcher.returncode == 0 and [r["status"] for r in points(tmp_path / "l.jsonl")] == ["ok"], explain(launcher)
+
+    python = json.loads(subprocess.run([sys.executable, "-c", (
+        "import json; from ds_bench.config.stacks import stacks_of, installed_versions; "
+        "from ds_bench.machine.stack_envs import python_of; "
+        f"print(json.dumps(python_of(stacks_of({{'deepspeed': ('{oldest}',)}}, installed_versions())[0])))")],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=True).stdout)
+    refused = run_cmd([python, "-m", "ds_bench", "run", "--workload", "llama", "--size", "tiny", "--seq-len", "64",
+                       "--sequence-parallel", "2", "--ds-config", "zero1.json", "--results", str(tmp_path / "r.jsonl")])
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("ds-bench: error:")]
+    assert refused.returncode == 2 and len(errors) == 1 and "Traceback" not in refused.stderr, explain(refused)
+    assert f"--sequence-parallel 2 needs deepspeed" in errors[0] and f"this stack has deepspeed {oldest}" in errors[0]
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_a_release_the_registry_does_not_have_is_one_line_before_anything_runs(tmp_path):
+    results = tmp_path / "s.jsonl"
+    done = ds_bench("sweep", *MNIST, "--stages", "1", "--deepspeed", "0.16.99", "--results", str(results),
+                    DS_BENCH_STACKS=str(tmp_path / "stacks"))
+    errors = [line for line in done.stderr.splitlines() if line.startswith("ds-bench: error:")]
+    assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, explain(done)
+    assert errors[0].startswith("ds-bench: error: --deepspeed 0.16.99: cannot be installed here: ")
+    assert not results.exists() and not (tmp_path / "stacks" / "deepspeed0.16.99" / "ds_bench-stack.json").exists()
