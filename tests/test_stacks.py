@@ -157,3 +157,36 @@ def test_each_study_takes_the_stack_axis_and_its_dry_run_says_where_each_stack_r
             assert [line for line in out.splitlines() if f"z{stage} " in line and "stack=ds0.18.4" in line], out
             assert [line for line in out.splitlines() if f"z{stage} " in line and "stack=ds0.19.8" in line], out
     assert not (tmp_path / "stacks").exists()  # a dry run builds nothing
+
+
+def test_a_family_s_stacks_interleave_repeat_by_repeat_and_an_oom_ends_only_its_own_stack(tmp_path, monkeypatch):
+    """The driver's side, without launching anything (``_attempt`` stands in for the job): each micro-batch's
+    repeats run A B A B, so a load that comes and goes falls on both stacks; a stack that runs out of memory at a
+    micro-batch skips the larger ones, the other goes on."""
+    from ds_bench.machine.compute_node import ComputeNode
+    from ds_bench.record.schema import SweepPointRecord
+    from ds_bench.sweep import driver
+    from ds_bench.sweep.spec import from_args
+
+    node = ComputeNode(gpus=0, native_bf16=False, cpus=2, memory_bytes=24 * 2**30)
+    argv = ["sweep", "--workload", "mnist", "--ds-config", "zero2.json", "--stages", "1", "--micro-batch", "8,16,32",
+            "--repeats", "2", "--deepspeed", "0.18.4,installed", "--results", str(tmp_path / "s.jsonl")]
+    spec, base = from_args(cli.parse(argv), [], node)
+    sweep, ran = driver.Sweep(spec, base), []
+
+    def attempt(point, repeat, predicted):
+        ran.append(f"{point.micro_batch} {point.stack} r{repeat}")
+        status = "oom" if point.stack == "ds0.18.4" and point.micro_batch == 16 else "ok"
+        record = SweepPointRecord(kind="sweep_point", sweep=sweep.sweep_id, key=point.key, point=point.to_dict(),
+                                  repeat=repeat, status=status, workload="mnist")
+        sweep._append(record)
+        return record
+
+    monkeypatch.setattr(sweep, "_attempt", attempt)
+    sweep.run()
+    assert ran == ["8 ds0.18.4 r0", "8 ds0.19.8 r0", "8 ds0.18.4 r1", "8 ds0.19.8 r1",
+                   "16 ds0.18.4 r0", "16 ds0.19.8 r0", "16 ds0.19.8 r1",
+                   "32 ds0.19.8 r0", "32 ds0.19.8 r1"]
+    skipped = [r for r in sweep.done.values() if r.status == "skipped"]
+    assert [(r.key, r.reason) for r in skipped] == [("z1 off=none fp32 mbs=32 stack=ds0.18.4",
+                                                     "micro-batch 16 already ran out of memory")]

@@ -60,10 +60,27 @@ class Sweep:
         s = self.spec
         fams = s.families()
         planned = (len(fams) * (len(s.micro_batches) if s.micro_batches else 4) + len(s.extra_points)) * s.repeats
+        groups = stack_groups(fams)
         with self.progress.open(planned):  # families are independent: under Slurm, all queued at once
-            run_concurrently([lambda f=f: self._run_family(f) for f in fams], workers(s, len(fams)))
+            run_concurrently([lambda g=g: self._run_group(g) for g in groups], workers(s, len(groups)))
             for point in self.spec.extra_points:  # one already measured in the grid is reused, not rerun
                 self._run_point(point, smallest_oom=None)
+
+    def _run_group(self, group: list[Layout]) -> None:
+        """One family on each stack of the axis. With listed micro-batches their attempts interleave, each
+        micro-batch's repeats taken stack after stack (A B A B ...), so that a load that comes and goes on the
+        machine falls on every stack alike (docs/stacks.md); one stack, or ``auto``, family after family."""
+        if len(group) == 1 or not self.spec.micro_batches:
+            for family in group:
+                self._run_family(family)
+            return
+        fits: dict[Layout, dict[int, str]] = {f: {} for f in group}
+        for m in sorted(self.spec.micro_batches):
+            for repeat in range(self.spec.repeats):
+                for f in group:
+                    if fits[f].get(m, "fits") == "fits":  # not ended by an earlier repeat
+                        fits[f][m] = self._run_point(f.with_micro_batch(m), _smallest_oom(fits[f], below=m),
+                                                     repeats=(repeat,))
 
     def _run_family(self, family: Layout) -> None:
         fits: dict[int, str] = {}
@@ -75,9 +92,9 @@ class Sweep:
             self.progress.grow_if_full(self.spec.repeats)
             fits[m] = self._run_point(family.with_micro_batch(m), smallest_oom=None)
 
-    def _run_point(self, point: Layout, smallest_oom: int | None) -> str:
-        """Runs (or skips) every repeat of one point; for the micro-batch search: ``fits``, ``oom``
-        (ran out, or predicted to), or what else ended it (``invalid``, ``timeout``, ``crashed``)."""
+    def _run_point(self, point: Layout, smallest_oom: int | None, repeats: tuple[int, ...] | None = None) -> str:
+        """Runs (or skips) every repeat of one point (``repeats``: those alone); for the micro-batch search:
+        ``fits``, ``oom`` (ran out, or predicted to), or what else ended it (``invalid``, ``timeout``, ``crashed``)."""
         reason = self._skip_reason(point, smallest_oom)
         if reason is None and self.pruning is not None:
             reason = self.pruning.pruned.get(point.key)
@@ -94,7 +111,7 @@ class Sweep:
             self.progress.say(point, "skipped", reason=reason)
             return "oom" if smallest_oom is not None or reason.startswith("predicted") else "invalid"
         status = "ok"
-        for repeat in range(self.spec.repeats):
+        for repeat in range(self.spec.repeats) if repeats is None else repeats:
             record = self._final(point.key, repeat) or self._attempt(point, repeat, predicted)
             status = record.status
             self.progress.advance(1)
@@ -229,8 +246,16 @@ def _without_seq(run_args) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _smallest_oom(fits: dict[int, str]) -> int | None:
-    return min((m for m, r in fits.items() if r == "oom"), default=None)
+def _smallest_oom(fits: dict[int, str], below: int | None = None) -> int | None:
+    return min((m for m, r in fits.items() if r == "oom" and (below is None or m < below)), default=None)
+
+
+def stack_groups(families: list[Layout]) -> list[list[Layout]]:
+    """Families that differ only in their stack, together, in order (pure)."""
+    groups: dict[Layout, list[Layout]] = {}
+    for f in families:
+        groups.setdefault(dataclasses.replace(f, stack=""), []).append(f)
+    return list(groups.values())
 
 
 def _expert_params(spec) -> int:

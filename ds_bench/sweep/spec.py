@@ -81,10 +81,11 @@ class SweepSpec(StudySpec):
     """The interpreter of one attempt's job (its stack's environment, ``machine.stack_envs``); None: this one."""
 
     def families(self) -> list[Layout]:
-        """The grid's families (``jobs.points.families``), every axis of the sweep, the stack outermost."""
+        """The grid's families (``jobs.points.families``), every axis of the sweep, the stack innermost (a family's
+        stacks side by side: the driver interleaves their runs)."""
         grid = families(self.stages, self.offloads, self.precisions, self.grad_accums, self.engines, self.degrees,
                         self.attns, self.compiles, self.switches, self.seq_lens)
-        return [dataclasses.replace(f, stack=stack.label) for stack in self.stacks for f in grid]
+        return [dataclasses.replace(f, stack=stack.label) for f in grid for stack in self.stacks]
 
     def sweep_id(self, base_config: dict) -> str:
         """What makes two measurements comparable: workload, run arguments, the base config's
