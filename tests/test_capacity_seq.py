@@ -140,7 +140,7 @@ def test_the_sweeps_seq_len_is_an_axis_with_several_values_and_a_run_argument_wi
     keys = [f.with_micro_batch(2).key for f in families((1,), ("none",), ("fp32",), (1,), seq_lens=(256, 512))]
     assert keys == ["z1 off=none fp32 mbs=2 seq=256", "z1 off=none fp32 mbs=2 seq=512"]
     # a point with its own sequence (--point '... seq=N') runs it, not the sweep's one --seq-len (run arguments win)
-    from ds_bench.sweep.driver import _seq_arg, _without_seq
+    from ds_bench.sweep.common_args import seq_arg as _seq_arg, without_seq as _without_seq
 
     assert _without_seq(("--size", "tiny", "--seq-len", "256", "--lr", "1")) == ("--size", "tiny", "--lr", "1")
     assert _without_seq(("--seq-len=256",)) == () and _seq_arg(("--seq-len", "256", "--seq-len=512")) == "512"

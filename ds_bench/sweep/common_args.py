@@ -4,7 +4,8 @@ after ``--``.
 
 ``--seq-len`` with one value passes to every point as a run option, as it did before it could be an axis (so
 those sweeps' ids and ledgers are unchanged); with several it is an axis: each family's ``Layout.seq_len``,
-``seq=N`` in its points' keys (``seq_axis``).
+``seq=N`` in its points' keys (``seq_axis``); a point with its own runs without the one value (``seq_arg``,
+``without_seq``).
 """
 
 from __future__ import annotations
@@ -53,3 +54,26 @@ def common_run_args(args: argparse.Namespace, tail: list[str]) -> tuple[str, ...
             raise UserError(f"run argument {flag} after '--': the sweep sets it per point; "
                             f"use the sweep's own {flag} (or the axis option)")
     return tuple([*own, *tail])
+
+
+def seq_arg(run_args) -> str | None:
+    """The value of ``--seq-len`` among run arguments (the last one given, as argparse reads them), or None."""
+    value = None
+    for i, a in enumerate(run_args):
+        if a == "--seq-len" and i + 1 < len(run_args):
+            value = run_args[i + 1]
+        elif a.startswith("--seq-len="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def without_seq(run_args) -> tuple[str, ...]:
+    out, skip = [], False
+    for a in run_args:
+        if not skip and a == "--seq-len":
+            skip = True
+            continue
+        if not skip and not a.startswith("--seq-len="):
+            out.append(a)
+        skip = False
+    return tuple(out)

@@ -32,6 +32,7 @@ from ds_bench.perf.peak_memory import MemoryModel
 from ds_bench.record import store as results
 from ds_bench.record.schema import SweepPointRecord
 from ds_bench.report.ranking import GIB
+from ds_bench.sweep.common_args import seq_arg, without_seq
 from ds_bench.sweep.point_record import point_record
 from ds_bench.sweep.progress import Progress
 from ds_bench.sweep.prune import PRUNED
@@ -173,7 +174,7 @@ class Sweep:
         ``--seq-len``, else ``ds-bench run``'s default."""
         if point.seq_len:
             return point
-        given = _seq_arg(self.spec.run_args)
+        given = seq_arg(self.spec.run_args)
         return dataclasses.replace(point, seq_len=parse_count("--seq-len", given) if given else RunConfig.seq_len)
 
     def _config_rejected(self, point: Layout) -> str | None:
@@ -196,7 +197,7 @@ class Sweep:
         self.attempts += 1
         tag = new_tag(f"sweep-{self.sweep_id}", point.key, repeat)
         if point.seq_len:  # its own sequence, not the sweep's one --seq-len (a --point seq=N)
-            s = dataclasses.replace(s, run_args=_without_seq(s.run_args))
+            s = dataclasses.replace(s, run_args=without_seq(s.run_args))
         s = on_stack(s, point.stack)
         run_args = run_argv(s, tag, self._config_file(point), point)  # the config was written by the check
         log_path = os.path.join(s.output_path(".logs"), f"{slug(point.key)}-r{repeat}-{tag[-6:]}.log")
@@ -221,29 +222,6 @@ class Sweep:
 def load_ledger(path: str, sweep_id: str) -> dict:
     """The latest record of each (point key, repeat) of this sweep."""
     return ledger.load(path, SweepPointRecord, lambda r: r.sweep == sweep_id, lambda r: (r.key, r.repeat))
-
-
-def _seq_arg(run_args) -> str | None:
-    """The value of ``--seq-len`` among run arguments (the last one given, as argparse reads them), or None."""
-    value = None
-    for i, a in enumerate(run_args):
-        if a == "--seq-len" and i + 1 < len(run_args):
-            value = run_args[i + 1]
-        elif a.startswith("--seq-len="):
-            value = a.split("=", 1)[1]
-    return value
-
-
-def _without_seq(run_args) -> tuple[str, ...]:
-    out, skip = [], False
-    for a in run_args:
-        if not skip and a == "--seq-len":
-            skip = True
-            continue
-        if not skip and not a.startswith("--seq-len="):
-            out.append(a)
-        skip = False
-    return tuple(out)
 
 
 def _smallest_oom(fits: dict[int, str], below: int | None = None) -> int | None:
