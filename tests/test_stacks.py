@@ -7,6 +7,7 @@ core subset) are ``tests/test_stacks_real.py`` (``full`` tier).
 
 import dataclasses
 import json
+import os
 import sys
 
 import pytest
@@ -21,6 +22,7 @@ from ds_bench.errors import UserError
 from ds_bench.jobs import spawn
 from ds_bench.machine.stack_envs import env_path, stacks_root
 from ds_bench.report.compare_curves import check
+from tests.conftest import REPO
 
 HERE = {"deepspeed": "0.19.8", "torch": "2.13.0+cpu", "transformers": "5.24.0"}
 
@@ -86,6 +88,9 @@ def test_a_stack_s_jobs_start_with_its_python_and_its_launchers(tmp_path):
     assert mpirun[mpirun.index("-m") - 1] == python
     assert spawn.command(Job("torchrun"), ["run"], 29500)[0] == spawn.beside_python("torchrun")  # no stack: as before
     assert sys.executable not in mpirun
+    env = spawn.job_environment(Job("deepspeed"), {"PYTHONPATH": "/mine"}, python)
+    assert env["PYTHONPATH"] == os.pathsep.join((str(REPO), "/mine"))  # the study's own ds_bench first
+    assert spawn.job_environment(Job("deepspeed"), None, sys.executable) is None  # this environment: unchanged
 
 
 def test_a_feature_newer_than_the_stack_s_release_is_refused_naming_both():

@@ -97,7 +97,8 @@ def run_attempt(spec, run_args: list[str], tag: str, log_path: str, job=None, en
     argv = spawn.command(job or spec, run_args, free_port(spec.master_port), getattr(spec, "python", None))
     probe, kills_before = outcome.BusyProbe.start_now(), oom_kills.read_counts()
     with _turn.released():
-        end = spawn.run_job(argv, log_path, spec.timeout_s, env=spawn.job_environment(job or spec, env))
+        env = spawn.job_environment(job or spec, env, getattr(spec, "python", None))
+        end = spawn.run_job(argv, log_path, spec.timeout_s, env=env)
     busy = probe.finish()
     runs = _runs_of(spec, tag)
     kills = oom_kills.read_counts().kills_since(kills_before)  # the job's cgroup is this one's

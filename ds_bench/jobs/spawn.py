@@ -53,12 +53,21 @@ def command(spec, run_args: list[str], port: int, python: str | None = None) -> 
     return [beside_python(argv[0], python), *argv[1:]] if argv[0] in ("deepspeed", "torchrun") else argv
 
 
-def job_environment(spec, env: dict[str, str] | None) -> dict[str, str] | None:
+def job_environment(spec, env: dict[str, str] | None, python: str | None = None) -> dict[str, str] | None:
     """The job's environment (``env``, else this process's; None: unchanged): under torchrun, each rank's
-    ``OMP_NUM_THREADS`` is its share of this node's cores (``rank_threads``) unless the user set it."""
+    ``OMP_NUM_THREADS`` is its share of this node's cores (``rank_threads``) unless the user set it; with another
+    environment's ``python`` (a study's stack), ``PYTHONPATH`` leads with this ds_bench's folder, so the job runs the
+    study's own harness code whatever that environment's ``.pth`` names (``machine.stack_envs``)."""
     base = os.environ if env is None else env
+    out = None
     threads = rank_threads(base, spec.launcher, len(os.sched_getaffinity(0)), spec.nproc)
-    return env if threads is None else {**base, "OMP_NUM_THREADS": threads}
+    if threads is not None:
+        out = {**base, "OMP_NUM_THREADS": threads}
+    if python and os.path.realpath(python) != os.path.realpath(sys.executable):
+        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        out = dict(out or base)
+        out["PYTHONPATH"] = os.pathsep.join(filter(None, (here, out.get("PYTHONPATH"))))
+    return env if out is None else out
 
 
 def rank_threads(environ, launcher: str, cores: int, ranks_per_node: int) -> str | None:

@@ -30,9 +30,15 @@ STAGES = (0, 1, 2, 3)
 
 
 def _models() -> dict[str, Any]:
-    from deepspeed.runtime.precision_config import DeepSpeedBF16Config, DeepSpeedFP16Config
+    """The sections DeepSpeed validates with a pydantic model, each with it. Before deepspeed 0.17.1 bf16 and fp16
+    had none (``runtime/config.py`` read them key by key, ``precision_config.py`` came in 0.17.1): their keys are
+    then taken as written."""
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 
+    try:
+        from deepspeed.runtime.precision_config import DeepSpeedBF16Config, DeepSpeedFP16Config
+    except ImportError:
+        return {"zero_optimization": DeepSpeedZeroConfig}
     return {"zero_optimization": DeepSpeedZeroConfig, "bf16": DeepSpeedBF16Config, "fp16": DeepSpeedFP16Config}
 
 

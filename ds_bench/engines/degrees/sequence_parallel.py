@@ -29,8 +29,9 @@ divides ZeRO-3's by every rank of the group too (measured, SGD, 2 ranks: SP=2 ma
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 import dataclasses
+import inspect
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -132,9 +133,12 @@ def register_attention(sp: SequenceParallelPlan | None, model: torch.nn.Module, 
         return None
     from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
 
+    # deepspeed 0.17.0-0.18.1 name the sequence length max_length; 0.18.2 renamed it seq_length
+    length = "seq_length" if "seq_length" in inspect.signature(UlyssesSPAttentionHF.register_with_transformers).parameters \
+        else "max_length"
     return UlyssesSPAttentionHF.register_with_transformers(
         model, core_attn_implementation=model.config._attn_implementation, sequence_parallel_size=sp.size,
-        micro_batch_size=micro_batch, seq_length=seq_len, seq_length_is_variable=True)
+        micro_batch_size=micro_batch, seq_length_is_variable=True, **{length: seq_len})
 
 
 def shard(input_ids: torch.Tensor, group_rank: int, size: int, gradient_scale: int = 1) -> dict:
