@@ -97,9 +97,17 @@ def test_a_feature_newer_than_the_stack_s_release_is_refused_naming_both():
     sp = Layout(1, "none", "fp32", 1, sequence_parallel=2)
     old = Where(world_size=2, versions=(("deepspeed", "0.16.9"),))
     said = violation(sp, old)
-    assert said.startswith("--sequence-parallel 2 needs deepspeed 0.17.2 or newer; this stack has deepspeed 0.16.9")
+    assert said.startswith("--sequence-parallel 2 needs deepspeed 0.18.1 or newer; this stack has deepspeed 0.16.9")
     assert too_old(sp, Where(world_size=2)) is None  # this environment's release has it
-    assert too_old(sp, Where(versions=(("deepspeed", "0.17.2"),))) is None
+    assert too_old(sp, Where(versions=(("deepspeed", "0.18.1"),))) is None
+    tp = Layout(1, "none", "fp32", 1, tensor_parallel=2)
+    assert too_old(tp, Where(2, "cpu", versions=(("deepspeed", "0.17.6"),))).startswith(
+        "--tensor-parallel 2 on CPU ranks needs deepspeed 0.18.0 or newer; this stack has deepspeed 0.17.6")
+    assert too_old(tp, Where(2, "cuda", versions=(("deepspeed", "0.17.6"),))) is None  # GPUs: since 0.16.4
+    assert "needs deepspeed 0.16.4" in too_old(tp, Where(2, "cuda", versions=(("deepspeed", "0.16.0"),)))
+    offload = too_old(Layout(1, "none", "bf16", 1), Where(2, "cuda", frozenset({"checkpoint_offload"}),
+                                                          versions=(("deepspeed", "0.19.5"),)))
+    assert offload.startswith("--checkpoint-offload needs deepspeed 0.19.6")
     for need in NEEDS:  # each names a release the project supports, after the oldest
         assert tuple(map(int, need.release.split("."))) > tuple(map(int, SUPPORTED[need.package].split(".")))
 

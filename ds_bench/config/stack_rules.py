@@ -36,20 +36,27 @@ class NeedsRelease:
                 f"has {self.package} {have} ({self.evidence})")
 
 
-def _sp(l: Layout, w: Where) -> bool:
-    return l.sequence_parallel > 1
-
-
 NEEDS: tuple[NeedsRelease, ...] = (
-    NeedsRelease("--sequence-parallel {sequence_parallel}", _sp, "deepspeed", "0.17.2",
-                 "UlyssesSPAttentionHF, DeepSpeed-Ulysses for HF models, is not in older releases"),
-    NeedsRelease("--tiled-mlp", lambda l, w: l.tiled_mlp, "deepspeed", "0.17.2",
-                 "ALST's TiledMLP is not in older releases"),
-    NeedsRelease("--tiled-loss", lambda l, w: l.tiled_loss, "deepspeed", "0.17.2",
-                 "ALST's TiledFusedLogitsLoss is not in older releases"),
+    NeedsRelease("--sequence-parallel {sequence_parallel}", lambda l, w: l.sequence_parallel > 1, "deepspeed",
+                 "0.18.1", "deepspeed 0.17.6's UlyssesSPAttentionHF.register_with_transformers takes a model path, "
+                 "not the model: TypeError 'stat: path should be string ... not LlamaForCausalLM'; 0.16.9 has no "
+                 "DeepSpeed-Ulysses for HF models"),
+    NeedsRelease("--tiled-mlp", lambda l, w: l.tiled_mlp, "deepspeed", "0.17.0",
+                 "ALST's TiledMLP came in 0.17.0 (runtime/sequence_parallel/ulysses_sp.py)"),
+    NeedsRelease("--tiled-loss", lambda l, w: l.tiled_loss, "deepspeed", "0.17.4",
+                 "ALST's TiledFusedLogitsLoss came in 0.17.4"),
+    NeedsRelease("--tensor-parallel {tensor_parallel} on CPU ranks",
+                 lambda l, w: l.tensor_parallel > 1 and w.device_type == "cpu", "deepspeed", "0.18.0",
+                 "deepspeed 0.17.6's engine checks its inputs with a broadcast to device '1' on CPU ranks: "
+                 "RuntimeError 'Invalid device string: '1''; 0.18.0 names the device"),
     NeedsRelease("--tensor-parallel {tensor_parallel}", lambda l, w: l.tensor_parallel > 1, "deepspeed", "0.16.4",
-                 "AutoTP training (the tensor_parallel config section) is not in older releases"),
+                 "AutoTP training's tensor_parallel.autotp_size came in 0.16.4"),
+    NeedsRelease("--checkpoint-offload", lambda l, w: "checkpoint_offload" in w.run_options, "deepspeed", "0.19.6",
+                 "ALST's activation checkpoint offload (runtime/activation_checkpointing/offload_activations.py) came "
+                 "in 0.19.6"),
 )
+"""Measured on 2 CPU ranks where the evidence quotes an error (``ds-bench run`` in a stack environment,
+2026-11-29); the others read from the releases' sources (the first release holding the module or key)."""
 
 
 def too_old(layout: Layout, where: Where) -> str | None:
