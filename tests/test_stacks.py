@@ -203,3 +203,24 @@ def test_a_family_s_stacks_interleave_repeat_by_repeat_and_an_oom_ends_only_its_
     skipped = [r for r in sweep.done.values() if r.status == "skipped"]
     assert [(r.key, r.reason) for r in skipped] == [("z1 off=none fp32 mbs=32 stack=ds0.18.4",
                                                      "micro-batch 16 already ran out of memory")]
+
+
+def test_requirements_declare_the_oldest_releases_the_stack_axis_supports():
+    """requirements.txt's minimums are ``config.stacks.PACKAGES``' oldest releases: what pip installs and what the
+    full tier runs as the oldest stack are the same claim."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    from ds_bench.config.stacks import PACKAGES
+
+    lines = [line for line in (REPO / "requirements.txt").read_text().splitlines() if line and line[0] != "#"]
+    floors = {r.name: Version(s.version) for r in map(Requirement, lines) for s in r.specifier if s.operator == ">="}
+    assert {p.name: floors.get(p.name) for p in PACKAGES} == {p.name: Version(p.oldest) for p in PACKAGES}
+
+
+def test_the_docs_table_of_features_is_the_rules():
+    """docs/stacks.md lists every ``NeedsRelease`` with its release and evidence, as the refusal says them."""
+    page = (REPO / "docs" / "stacks.md").read_text()
+    for need in NEEDS:
+        feature = need.feature.format(sequence_parallel="S", tensor_parallel="T")
+        assert f"| `{feature}` | {need.package} {need.release} | {need.evidence} |" in page, feature

@@ -5,9 +5,10 @@ sweeps whose points run with another DeepSpeed's Python, on 2 CPU ranks.
   clipping, as DeepSpeed #7718 was reported) resumes after Ctrl-C without running a finished point again, and
   ``compare --stacks`` catches #7718: 0.17.6's ZeRO-2 gradient norms differ from the first step, its losses later;
   ZeRO-1 trains the same on both.
-- The oldest supported stack (``config.stacks.SUPPORTED``) passes its core subset: every ZeRO stage, a point under
-  the deepspeed launcher, and the bad-input path: a feature newer than its release refused in one line, by the
-  sweep (skipped, saying so) and by ``ds-bench run`` in that environment (exit 2, before joining).
+- The oldest supported stack (``config.stacks.SUPPORTED``: each package's oldest release together) passes its core
+  subset: every ZeRO stage, Llama under the deepspeed launcher, and the bad-input path: a feature newer than its
+  releases refused in one line, by the sweep (skipped, saying so) and by ``ds-bench run`` in that environment (exit
+  2, before joining).
 - A version the registry does not have is one line, exit 2, nothing written.
 
 Each environment is built once per checkout (~30 s with uv's warm cache; a DeepSpeed release's CPU ops ~2-3 min the
@@ -16,7 +17,7 @@ first time on this machine, then from the op store).
 
 from __future__ import annotations
 
-import json
+import os
 import signal
 import subprocess
 import sys
@@ -24,7 +25,8 @@ import time
 
 import pytest
 
-from ds_bench.config.stacks import SUPPORTED, installed_versions, public
+from ds_bench.config.stacks import PACKAGES, SUPPORTED, installed_versions, public, stacks_of
+from ds_bench.machine.stack_envs import env_path, stacks_root
 from tests.conftest import REPO, child_env, default_sigint, ds_bench, explain, records, run_cmd
 
 pytestmark = pytest.mark.full
@@ -76,30 +78,50 @@ def test_a_sweep_over_two_releases_resumes_after_ctrl_c_and_compare_catches_deep
     assert "1 with different losses or gradient norms" in compared.stdout
 
 
-def test_the_oldest_supported_stack_passes_its_core_subset(tmp_path):
-    oldest = SUPPORTED["deepspeed"]
+OLDEST = ["--deepspeed", SUPPORTED["deepspeed"], "--transformers", SUPPORTED["transformers"]]
+"""The oldest DeepSpeed and transformers together. The oldest torch (2.6.0, a CUDA build here) is its own stack:
+deepspeed 0.16.0 cannot be imported beside a CUDA torch on a machine without a GPU (its triton kernels autotune at
+import: ``RuntimeError: 0 active drivers``)."""
+
+
+@pytest.mark.parametrize("stack", [OLDEST, ["--torch", SUPPORTED["torch"]]], ids=["deepspeed-transformers", "torch"])
+def test_the_oldest_supported_stack_passes_its_core_subset(stack, tmp_path):
+    """A 2-rank point per ZeRO stage on the stack of the oldest releases; then, for the oldest DeepSpeed and
+    transformers, Llama under the deepspeed launcher, and a feature newer than the stack refused in one line, by the
+    sweep (skipped, saying so) and by ``ds-bench run`` in its environment (exit 2, before joining)."""
     results = tmp_path / "s.jsonl"
-    swept = ds_bench("sweep", *MNIST, "--stages", "0,1,2,3", "--deepspeed", oldest, "--results", str(results),
-                     "--master-port", "29662", timeout=1200)
+    swept = ds_bench("sweep", *MNIST, "--stages", "0,1,2,3", *stack, "--results", str(results),
+                     "--master-port", "29662", timeout=1500)
     assert swept.returncode == 0, explain(swept)
     ok = [r for r in points(results) if r["status"] == "ok"]
     assert sorted(r["point"]["stage"] for r in ok) == [0, 1, 2, 3]
-    assert {r["versions"]["deepspeed"] for r in ok} == {oldest}
+    named = dict(zip(stack[::2], stack[1::2]))
+    assert {tuple(public(r["versions"][p.name]) for p in PACKAGES if p.flag in named) for r in ok} == {
+        tuple(named[p.flag] for p in PACKAGES if p.flag in named)}
+    if stack != OLDEST:
+        return
 
-    launcher = ds_bench("sweep", *MNIST, "--stages", "1", "--deepspeed", oldest, "--launcher", "deepspeed",
-                        "--results", str(tmp_path / "l.jsonl"), "--master-port", "29663", timeout=600)
-    assert launcher.returncode == 0 and [r["status"] for r in points(tmp_path / "l.jsonl")] == ["ok"], explain(launcher)
+    llama = ["--workload", "llama", "--size", "tiny", "--seq-len", "64", "--ds-config", "zero1.json", "--micro-batch",
+             "1", "--steps", "4", "--warmup", "1", "--precision", "fp32", "--timeout", "10m", *OLDEST]
+    launched = ds_bench("sweep", *llama, "--launcher", "deepspeed", "--sequence-parallel", "1,2",
+                        "--results", str(tmp_path / "l.jsonl"), "--master-port", "29663", HF_HUB_OFFLINE="1",
+                        timeout=900)
+    assert launched.returncode == 0, explain(launched)
+    by_key = {r["key"].split(" stack=")[0]: r for r in points(tmp_path / "l.jsonl")}
+    assert by_key["z1 off=none fp32 mbs=1"]["status"] == "ok", by_key
+    skipped = by_key["sp2 z1 off=none fp32 mbs=1"]
+    assert skipped["status"] == "skipped" and skipped["reason"].startswith(
+        f"--sequence-parallel 2 needs deepspeed 0.18.1 or newer; this stack has deepspeed {SUPPORTED['deepspeed']}")
 
-    python = json.loads(subprocess.run([sys.executable, "-c", (
-        "import json; from ds_bench.config.stacks import stacks_of, installed_versions; "
-        "from ds_bench.machine.stack_envs import python_of; "
-        f"print(json.dumps(python_of(stacks_of({{'deepspeed': ('{oldest}',)}}, installed_versions())[0])))")],
-        cwd=REPO, capture_output=True, text=True, timeout=120, check=True).stdout)
-    refused = run_cmd([python, "-m", "ds_bench", "run", "--workload", "llama", "--size", "tiny", "--seq-len", "64",
-                       "--sequence-parallel", "2", "--ds-config", "zero1.json", "--results", str(tmp_path / "r.jsonl")])
+    oldest = stacks_of({"deepspeed": (SUPPORTED["deepspeed"],), "transformers": (SUPPORTED["transformers"],)},
+                       installed_versions())[0]
+    python = os.path.join(env_path(oldest, stacks_root()), "bin", "python")
+    refused = run_cmd([python, "-m", "ds_bench", "run", "--workload", "moe", "--size", "tiny", "--seq-len", "64",
+                       "--ds-config", "zero1.json", "--results", str(tmp_path / "r.jsonl")])
     errors = [line for line in refused.stderr.splitlines() if line.startswith("ds-bench: error:")]
     assert refused.returncode == 2 and len(errors) == 1 and "Traceback" not in refused.stderr, explain(refused)
-    assert f"--sequence-parallel 2 needs deepspeed" in errors[0] and f"this stack has deepspeed {oldest}" in errors[0]
+    assert errors[0].startswith(f"ds-bench: error: --workload moe needs transformers 5.0.0 or newer; this stack has "
+                                f"transformers {SUPPORTED['transformers']}")
     assert not (tmp_path / "r.jsonl").exists()
 
 

@@ -138,7 +138,7 @@ def refuse_run(cfg, world_size: int, device_type: str, read_cfg: dict | None = N
     except (UserError, AttributeError, TypeError, ValueError):
         return  # a malformed config: ds_config.resolve names what is wrong with it
     layout = dataclasses.replace(from_run(cfg, axes), seq_len=cfg.seq_len)  # the sequence a group slices
-    refuse(layout, Where(world_size, device_type, run_options(cfg), engaged(cfg)))
+    refuse(layout, Where(world_size, device_type, run_options(cfg), engaged(cfg), getattr(cfg, "workload", "") or ""))
 
 
 def engaged(flags) -> frozenset[str]:

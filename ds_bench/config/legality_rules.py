@@ -26,6 +26,8 @@ class Where:
     """``RunConfig`` fields a run sets beyond its layout (``RUN_OPTIONS``)."""
     engaged: frozenset[str] = frozenset()
     """Degrees whose engine a run uses even at 1 (``--pipeline-stages 1``: a one-stage pipeline module)."""
+    workload: str = ""
+    """The workload the layout trains (a rule on a release reads it: ``config.stack_rules``); empty: not known."""
     versions: tuple[tuple[str, str], ...] = ()
     """The package versions the layout runs with where a study's stack axis names them (``config.stacks.Stack``);
     a package not named: this environment's (``config.stacks.version_in``)."""

@@ -39,7 +39,7 @@ class NeedsRelease:
 NEEDS: tuple[NeedsRelease, ...] = (
     NeedsRelease("--sequence-parallel {sequence_parallel}", lambda l, w: l.sequence_parallel > 1, "deepspeed",
                  "0.18.1", "deepspeed 0.17.6's UlyssesSPAttentionHF.register_with_transformers takes a model path, "
-                 "not the model: TypeError 'stat: path should be string ... not LlamaForCausalLM'; 0.16.9 has no "
+                 "not the model: TypeError: stat: path should be string, ... not LlamaForCausalLM; 0.16.9 has no "
                  "DeepSpeed-Ulysses for HF models"),
     NeedsRelease("--tiled-mlp", lambda l, w: l.tiled_mlp, "deepspeed", "0.17.0",
                  "ALST's TiledMLP came in 0.17.0 (runtime/sequence_parallel/ulysses_sp.py)"),
@@ -48,9 +48,15 @@ NEEDS: tuple[NeedsRelease, ...] = (
     NeedsRelease("--tensor-parallel {tensor_parallel} on CPU ranks",
                  lambda l, w: l.tensor_parallel > 1 and w.device_type == "cpu", "deepspeed", "0.18.0",
                  "deepspeed 0.17.6's engine checks its inputs with a broadcast to device '1' on CPU ranks: "
-                 "RuntimeError 'Invalid device string: '1''; 0.18.0 names the device"),
+                 "RuntimeError: Invalid device string: '1'; 0.18.0 names the device"),
     NeedsRelease("--tensor-parallel {tensor_parallel}", lambda l, w: l.tensor_parallel > 1, "deepspeed", "0.16.4",
                  "AutoTP training's tensor_parallel.autotp_size came in 0.16.4"),
+    NeedsRelease("--workload moe", lambda l, w: w.workload == "moe", "transformers", "5.0.0",
+                 "transformers 4.57.6 has no MixtralExperts, the stacked experts ds_bench's MoE layers place: "
+                 "ImportError; 5.0.0 runs it"),
+    NeedsRelease("--engine fsdp on CPU ranks", lambda l, w: l.engine == "fsdp" and w.device_type == "cpu", "torch",
+                 "2.7.0", "torch 2.6.0's FSDP2 records an event on the CPU's stream, which has none before 2.7: "
+                 "AttributeError: 'Stream' object has no attribute 'record_event'"),
     NeedsRelease("--checkpoint-offload", lambda l, w: "checkpoint_offload" in w.run_options, "deepspeed", "0.19.6",
                  "ALST's activation checkpoint offload (runtime/activation_checkpointing/offload_activations.py) came "
                  "in 0.19.6"),

@@ -37,8 +37,8 @@ class Package:
 
 PACKAGES = (
     Package("deepspeed", "ds", "--deepspeed", "0.16.0"),
-    Package("torch", "torch", "--torch", "2.13.0"),
-    Package("transformers", "tf", "--transformers", "4.46.0"),
+    Package("torch", "torch", "--torch", "2.6.0"),
+    Package("transformers", "tf", "--transformers", "4.52.0"),
 )
 SUPPORTED = {p.name: p.oldest for p in PACKAGES}
 

@@ -95,7 +95,8 @@ def _build(stack: Stack, path: str) -> None:
     env = {**env, "UV_CONSTRAINT": " ".join(filter(None, (env.get("UV_CONSTRAINT"), constraints))),
            "PIP_CONSTRAINT": constraints}
     install = [uv, "pip", "install", "--quiet", "--python", python] if uv else [python, "-m", "pip", "install", "-q"]
-    _step(flags, [*install, *_requirements(), *stack.requirements()], env)
+    # setuptools: torch's extension builder imports it before torch 2.9 (uv's environments start without it)
+    _step(flags, [*install, *_requirements(), "setuptools", *stack.requirements()], env)
     site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, timeout=60, check=True).stdout.strip()
     with open(os.path.join(site, "ds_bench_checkout.pth"), "w") as f:

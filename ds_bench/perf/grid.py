@@ -68,7 +68,7 @@ def study_where(spec, world_size: int) -> Where:
     from ds_bench.config.study_flags import run_flags_of
 
     flags = run_flags_of(spec.workload, spec.run_args)
-    return Where(world_size, spec.device_type, legality.run_options(flags), legality.engaged(flags))
+    return Where(world_size, spec.device_type, legality.run_options(flags), legality.engaged(flags), spec.workload)
 
 
 def skip_reason(point: Layout, where: Where) -> str | None:

@@ -47,7 +47,8 @@ def title(record: ScalingRecord) -> str:
     v, threads = record.versions, record.threads_per_rank
     return (f"{record.workload} weak scaling, {record.launcher}, {record.device_type}"
             + (f" ({threads} thread(s) per rank)" if threads else "")
-            + f", micro-batch {record.micro_batch} per device, torch {v.get('torch')}, deepspeed {v.get('deepspeed')}")
+            + f", micro-batch {record.micro_batch} per device, torch {v.get('torch')}, deepspeed {v.get('deepspeed')}"
+            + (f" (stack {record.stack})" if record.stack else ""))
 
 
 def write_plot(rows: list[ScalingRow], path: str, title_text: str) -> str:

@@ -42,7 +42,7 @@ from ds_bench.jobs.runner import (
     workers,
 )
 from ds_bench.jobs.stack_axis import prepare_stacks, stack_lines
-from ds_bench.machine.stack_envs import python_of
+from ds_bench.machine.stack_envs import python_of, ready_versions
 from ds_bench.record import store as results
 from ds_bench.record.schema import ScalingRecord, ScalingRow
 from ds_bench.report import scaling_table as report
@@ -168,7 +168,9 @@ def record(spec: ScalingSpec, sid: str, rows: list[ScalingRow], notes: list[str]
     notes = notes + found
     failed = [r for r in rows if r.status != "ok"]
     md, png = spec.table_path(".md"), spec.plot_path
-    rec = ScalingRecord(**results.base_record(results.new_run_id(), spec.to_dict()), kind="scaling", scaling=sid,
+    stamp = results.base_record(results.new_run_id(), spec.to_dict())
+    stamp["versions"] = {**stamp["versions"], **_stack_versions(spec)}
+    rec = ScalingRecord(**stamp, kind="scaling", scaling=sid,
                         status="failed" if failed else "ok", workload=spec.workload, ds_config=spec.ds_config,
                         launcher=spec.launcher, hostfile=spec.hostfile, device_type=spec.device_type,
                         machine=machine, threads_per_rank=threads, micro_batch=spec.layout.micro_batch,
@@ -186,6 +188,14 @@ def record(spec: ScalingSpec, sid: str, rows: list[ScalingRow], notes: list[str]
     print(f"results: {spec.results} (scaling {sid}; runs in {spec.runs_path})\ntable:   {md}"
           + (f"\nplot:    {png}" if base is not None else ""), flush=True)
     return 1 if failed else 0
+
+
+def _stack_versions(spec: ScalingSpec) -> dict:
+    """The versions the points ran with where they ran on a stack of the axis (its environment's ready file), which
+    the record's own stamp (this process's) is not."""
+    stack = next((s for s in spec.stacks if s.label == spec.layout.stack and not s.own), None)
+    built = ready_versions(stack) if stack is not None else None
+    return (built or {}).get("versions", {})
 
 
 def _line(row: ScalingRow) -> str:

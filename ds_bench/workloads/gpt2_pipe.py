@@ -65,7 +65,8 @@ class GPT2BlockPipe(GPT2Block):
     """HF ``GPT2Block``, one tensor in and out."""
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return super().forward(hidden)
+        out = super().forward(hidden)
+        return out[0] if isinstance(out, tuple) else out  # transformers <= 5.0 returned (hidden, ...)
 
 
 class FinalNorm(nn.LayerNorm):
