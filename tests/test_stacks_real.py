@@ -117,7 +117,7 @@ def test_the_oldest_supported_stack_passes_its_core_subset(stack, tmp_path):
                        installed_versions())[0]
     python = os.path.join(env_path(oldest, stacks_root()), "bin", "python")
     refused = run_cmd([python, "-m", "ds_bench", "run", "--workload", "moe", "--size", "tiny", "--seq-len", "64",
-                       "--ds-config", "zero1.json", "--results", str(tmp_path / "r.jsonl")])
+                       "--ds-config", "ds_configs/zero1.json", "--results", str(tmp_path / "r.jsonl")])
     errors = [line for line in refused.stderr.splitlines() if line.startswith("ds-bench: error:")]
     assert refused.returncode == 2 and len(errors) == 1 and "Traceback" not in refused.stderr, explain(refused)
     assert errors[0].startswith(f"ds-bench: error: --workload moe needs transformers 5.0.0 or newer; this stack has "

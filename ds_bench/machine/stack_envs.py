@@ -76,16 +76,31 @@ def _ready(path: str) -> dict | None:
 
 
 def _build(stack: Stack, path: str) -> None:
+    """Steps 1-5 of the module docstring, each failure one line naming the stack's flags."""
     flags = ", ".join(f"{p.flag} {v}" for p in PACKAGES for n, v in stack.pins if n == p.name)
     print(f"stack {stack.label}: building its environment {path} (once)", flush=True)
     shutil.rmtree(path, ignore_errors=True)
+    python = _install(stack, path, flags)
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    with open(os.path.join(site, "ds_bench_checkout.pth"), "w") as f:
+        f.write(PROJECT + "\n")
+    _step(flags, [python, "-m", "ds_bench.machine.op_builds"], dict(os.environ))
+    held_there = _versions_in(python)
+    wrong = [f"{n} {held_there.get(n)} (asked {v})" for n, v in stack.pins if public(held_there.get(n) or "") != v]
+    if wrong:
+        raise UserError(f"{flags}: its environment {path} holds {', '.join(wrong)}")
+    with open(os.path.join(path, READY), "w") as f:
+        json.dump({"stack": stack.label, "versions": held_there}, f)
+
+
+def _install(stack: Stack, path: str, flags: str) -> str:
+    """The environment at ``path`` with the project's requirements and the stack's pins; its Python."""
     env, uv = _installer_env()
     if _system_site_packages():
         uv = None  # uv would not count the system's packages (a site's torch) as installed: pip, as set-up does
     venv = [uv, "venv", "--quiet", "--python", sys.executable] if uv else [sys.executable, "-m", "venv"]
-    if _system_site_packages():
-        venv.append("--system-site-packages")
-    _step(flags, [*venv, path], env)
+    _step(flags, [*venv, *(["--system-site-packages"] if _system_site_packages() else []), path], env)
     python = os.path.join(path, "bin", "python")
     constraints = os.path.join(path, "constraints.txt")
     held = installed_versions()
@@ -97,17 +112,7 @@ def _build(stack: Stack, path: str) -> None:
     install = [uv, "pip", "install", "--quiet", "--python", python] if uv else [python, "-m", "pip", "install", "-q"]
     # setuptools: torch's extension builder imports it before torch 2.9 (uv's environments start without it)
     _step(flags, [*install, *_requirements(), "setuptools", *stack.requirements()], env)
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, timeout=60, check=True).stdout.strip()
-    with open(os.path.join(site, "ds_bench_checkout.pth"), "w") as f:
-        f.write(PROJECT + "\n")
-    _step(flags, [python, "-m", "ds_bench.machine.op_builds"], {**os.environ, "DS_ACCELERATOR": "cpu"})
-    held_there = _versions_in(python)
-    wrong = [f"{n} {held_there.get(n)} (asked {v})" for n, v in stack.pins if public(held_there.get(n) or "") != v]
-    if wrong:
-        raise UserError(f"{flags}: its environment {path} holds {', '.join(wrong)}")
-    with open(os.path.join(path, READY), "w") as f:
-        json.dump({"stack": stack.label, "versions": held_there}, f)
+    return python
 
 
 def _step(flags: str, argv: list[str], env: dict) -> None:
