@@ -30,7 +30,7 @@ from ds_bench.errors import UserError
 from ds_bench.jobs import ledger, outcome
 from ds_bench.perf.grid import grid, next_auto_micro_batch, skip_reason
 from ds_bench.record.schema import RunRecord
-from ds_bench.sweep import driver, spec
+from ds_bench.sweep import axes, driver, spec
 from tests.conftest import REPO, child_env, default_sigint, ds_bench, explain, full_tier, records, run_cmd, size_of
 
 BASE = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
@@ -158,8 +158,8 @@ def test_parsers_of_the_axes():
     assert parsers.parse_list("--stages", "3,0,3", allowed=(0, 1, 2, 3), kind=int) == (3, 0)
     assert parsers.parse_duration("--timeout", "15m") == 900 and parsers.parse_duration("--timeout", "90s") == 90
     assert parsers.parse_duration("--queue-timeout", "1d") == 86400
-    assert spec.parse_micro_batches("auto", 8) is None and spec.parse_micro_batches(None, 8) == (8,)
-    assert spec.parse_micro_batches(None, None) is None
+    assert axes.parse_micro_batches("auto", 8) is None and axes.parse_micro_batches(None, 8) == (8,)
+    assert axes.parse_micro_batches(None, None) is None
     with pytest.raises(UserError, match="--timeout '1w'"):
         parsers.parse_duration("--timeout", "1w")
 

@@ -17,16 +17,17 @@ import os
 from dataclasses import dataclass, field
 
 from ds_bench.config import argcheck
-from ds_bench.config.layout import ATTENTION, ENGINES, OFFLOADS, PRECISIONS, SWITCHES, Layout, parse_key
-from ds_bench.config.parsers import CONFIG_DIR, config_path, flag_type, parse_count, parse_list, parse_memory
+from ds_bench.config.layout import ATTENTION, SWITCHES, Layout
+from ds_bench.config.parsers import CONFIG_DIR, config_path, flag_type, parse_count, parse_memory
 from ds_bench.errors import UserError
 from ds_bench.config.stacks import Stack
-from ds_bench.config.study_flags import StudySpec, add_degree_arguments, add_job_arguments, add_switch_arguments, degrees_of
-from ds_bench.config.study_flags import add_stack_arguments, job_options, run_flags_of, stacks_from, switches_of
+from ds_bench.config.study_flags import StudySpec, add_degree_arguments, add_job_arguments, add_switch_arguments
+from ds_bench.config.study_flags import add_stack_arguments, job_options, run_flags_of, stacks_from
 from ds_bench.jobs.compute_nodes import with_job_gpus
 from ds_bench.machine.compute_node import ComputeNode
 from ds_bench.perf.grid import families
-from ds_bench.sweep.common_args import common_run_args, seq_axis
+from ds_bench.sweep.axes import axes_of_sweep, extra_points
+from ds_bench.sweep.common_args import common_run_args
 
 
 @dataclass(frozen=True)
@@ -143,14 +144,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_stack_arguments(p)
 
 
-def parse_micro_batches(text: str | None, base_value: int | None) -> tuple[int, ...] | None:
-    if text is None:
-        return (base_value,) if base_value else None
-    if text.strip() == "auto":
-        return None
-    return parse_list("--micro-batch", text, kind=int)
-
-
 def check_numbers(args: argparse.Namespace) -> None:
     argcheck.at_least("--repeats", args.repeats, 1)
     argcheck.at_least("--max-micro-batch", args.max_micro_batch, 1)
@@ -169,7 +162,7 @@ def from_args(args: argparse.Namespace, run_tail: list[str], node: ComputeNode) 
     check_numbers(args)
     job = with_job_gpus(job_options(args), node)
     path, base = _base_config(args)
-    axes = _axes(args, base, node.runs_bf16, notes)
+    axes = axes_of_sweep(args, base, node.runs_bf16, notes)
     spec = SweepSpec(
         workload=args.workload, ds_config=path, overrides=tuple(args.overrides), **axes,
         run_args=common_run_args(args, run_tail), nproc=args.nproc or node.default_ranks(), **job,
@@ -180,7 +173,7 @@ def from_args(args: argparse.Namespace, run_tail: list[str], node: ComputeNode) 
         prune_keep=args.prune_keep, compute=node, dry_run=args.dry_run, stacks=stacks_from(args))
     _check_variants(spec)
     _check_prune(spec)
-    return dataclasses.replace(spec, extra_points=_extra_points(args.points or (), spec)), base
+    return dataclasses.replace(spec, extra_points=extra_points(args.points or (), spec)), base
 
 
 def _check_variants(spec: SweepSpec) -> None:
@@ -232,44 +225,6 @@ def _base_config(args: argparse.Namespace) -> tuple[str, dict]:
     if not os.path.isfile(path):
         raise UserError(f"--ds-config {args.ds_config}: file not found (as given, or in {CONFIG_DIR})")
     return path, ds_config.apply_overrides(ds_config.load_json(path), tuple(args.overrides))
-
-
-def _axes(args: argparse.Namespace, base: dict, bf16_native: bool, notes: list[str]) -> dict:
-    """Every axis from its flag, else the base config's own value; a CPU without native bf16 sweeps
-    fp32 unless ``--precision`` says otherwise (and ``notes`` says so)."""
-    from ds_bench.config.deepspeed.derive import axes_of
-
-    axes = axes_of(base)
-    precision_text = args.precision
-    if precision_text is None and axes["precision"] == "bf16" and not bf16_native:
-        precision_text = "fp32"
-        notes.append("the compute nodes' CPU has no native bf16 known (torch would emulate it, ~9x slower): "
-                     "sweeping fp32; measure bf16 anyway with --precision bf16")
-    return dict(
-        stages=parse_list("--stages", args.stages, allowed=(0, 1, 2, 3), kind=int) if args.stages else (axes["stage"],),
-        offloads=parse_list("--offload", args.offload, allowed=OFFLOADS) if args.offload else (axes["offload"],),
-        precisions=parse_list("--precision", precision_text, allowed=PRECISIONS) if precision_text else (axes["precision"],),
-        micro_batches=parse_micro_batches(args.micro_batch, axes["micro_batch"]),
-        grad_accums=parse_list("--grad-accum", args.grad_accum, kind=int) if args.grad_accum else (axes["grad_accum"],),
-        engines=parse_list("--engines", args.engines, allowed=ENGINES) if args.engines else ("deepspeed",),
-        degrees=degrees_of(args),
-        attns=parse_list("--attn", args.attn, allowed=ATTENTION) if args.attn else ("",),
-        compiles=tuple(v == "on" for v in parse_list("--compile", args.compile, allowed=("off", "on")))
-        if args.compile else (False,),
-        switches=switches_of(args), seq_lens=seq_axis(args.seq_len))
-
-
-def _extra_points(texts, spec: SweepSpec) -> tuple[Layout, ...]:
-    defaults = Layout(spec.stages[0], spec.offloads[0], spec.precisions[0],
-                     (spec.micro_batches or (0,))[0], spec.grad_accums[0])
-    out = []
-    for text in texts:
-        try:
-            point = parse_key(text, defaults)
-        except ValueError as e:
-            raise UserError(f"--point {text!r}: {e}") from None
-        out += [dataclasses.replace(point, stack=stack.label) for stack in spec.stacks] if not point.stack else [point]
-    return tuple(out)
 
 
 def _slurm_world(spec) -> list:
