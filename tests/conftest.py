@@ -92,6 +92,28 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def interrupt_after_first_ok(argv: list[str], log_path: Path, within_s: float, points) -> None:
+    """Start a study (``argv``), wait at most ``within_s`` for its first ``ok`` record (``points()``: its records so
+    far), let it into its next job, then Ctrl-C it: it must exit 130 (what it keeps is the caller's to check)."""
+    import signal
+    import time
+
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(argv, cwd=REPO, env=child_env(), stdout=log, stderr=subprocess.STDOUT,
+                                preexec_fn=default_sigint)
+    try:
+        deadline = time.monotonic() + within_s
+        while not any(r["status"] == "ok" for r in points()):
+            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.5)
+        time.sleep(2.0)  # into the next point's job
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130, log_path.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def ds_bench(*args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
     return run_cmd([sys.executable, "-m", "ds_bench", *args], timeout=timeout, **env)
 

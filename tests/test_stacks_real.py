@@ -18,16 +18,13 @@ first time on this machine, then from the op store).
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
-import time
 
 import pytest
 
 from ds_bench.config.stacks import PACKAGES, SUPPORTED, installed_versions, public, stacks_of
 from ds_bench.machine.stack_envs import env_path, stacks_root
-from tests.conftest import REPO, child_env, default_sigint, ds_bench, explain, records, run_cmd
+from tests.conftest import ds_bench, explain, interrupt_after_first_ok, records, run_cmd
 
 pytestmark = pytest.mark.full
 BUGGY = "0.17.6"
@@ -45,20 +42,7 @@ def test_a_sweep_over_two_releases_resumes_after_ctrl_c_and_compare_catches_deep
     results = tmp_path / "s.jsonl"
     argv = [sys.executable, "-m", "ds_bench", "sweep", *MNIST, "--stages", "1,2", "--deepspeed", f"{BUGGY},installed",
             "--results", str(results), "--master-port", "29661"]
-    log = open(tmp_path / "first.log", "w")
-    proc = subprocess.Popen(argv, cwd=REPO, env=child_env(), stdout=log, stderr=subprocess.STDOUT,
-                            preexec_fn=default_sigint)
-    try:
-        deadline = time.monotonic() + 900  # the 0.17.6 environment first, its ops from the store or built
-        while not any(r["status"] == "ok" for r in points(results)):
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "first.log").read_text()
-            time.sleep(0.5)
-        time.sleep(2.0)  # into the next point's job
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 130, (tmp_path / "first.log").read_text()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    interrupt_after_first_ok(argv, tmp_path / "first.log", 900, lambda: points(results))  # 0.17.6's environment first
     assert sum(r["status"] == "ok" for r in points(results)) == 1
     again = run_cmd(argv, timeout=900)
     assert again.returncode == 0, explain(again)

@@ -14,8 +14,6 @@ would need ~11 doublings per stage to reach its boundary.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import sys
 import time
 
@@ -30,8 +28,8 @@ from ds_bench.errors import UserError
 from ds_bench.jobs import ledger, outcome
 from ds_bench.perf.grid import grid, next_auto_micro_batch, skip_reason
 from ds_bench.record.schema import RunRecord
-from ds_bench.sweep import axes, driver, spec
-from tests.conftest import REPO, child_env, default_sigint, ds_bench, explain, full_tier, records, run_cmd, size_of
+from ds_bench.sweep import axes, driver
+from tests.conftest import ds_bench, explain, full_tier, interrupt_after_first_ok, records, run_cmd, size_of
 
 BASE = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
         "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}, "bf16": {"enabled": True},
@@ -194,20 +192,7 @@ def test_an_interrupted_sweep_resumes_without_running_a_finished_point_twice(tmp
     results = tmp_path / "s.jsonl"
     argv = [sys.executable, "-m", "ds_bench", "sweep", *MNIST_SWEEP, "--stages", "0,1", "--offload", "none,all",
             "--micro-batch", "16", "--results", str(results), "--master-port", "29641"]
-    log = open(tmp_path / "first.log", "w")
-    proc = subprocess.Popen(argv, cwd=REPO, env=child_env(), stdout=log, stderr=subprocess.STDOUT,
-                            preexec_fn=default_sigint)
-    try:
-        deadline = time.monotonic() + 240
-        while not any(r["status"] == "ok" for r in point_records(results)):
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "first.log").read_text()
-            time.sleep(0.5)
-        time.sleep(2.0)  # into the next point's job
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 130, (tmp_path / "first.log").read_text()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    interrupt_after_first_ok(argv, tmp_path / "first.log", 240, lambda: point_records(results))
     first = point_records(results)
     assert sum(r["status"] == "ok" for r in first) == 1
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(results.with_suffix(".runs.jsonl")) in " ".join(p.info["cmdline"] or [])]
