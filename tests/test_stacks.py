@@ -77,8 +77,9 @@ class Job:
 def test_a_stack_s_jobs_start_with_its_python_and_its_launchers(tmp_path):
     env = tmp_path / "env" / "bin"
     env.mkdir(parents=True)
-    for name in ("python", "torchrun", "deepspeed"):
+    for name in ("torchrun", "deepspeed"):
         (env / name).touch()
+    (env / "python").symlink_to(os.path.realpath(sys.executable))  # as a venv's: the same binary, another environment
     python = str(env / "python")
     assert spawn.command(Job("torchrun", python=python), ["run"], 29500)[0] == str(env / "torchrun")
     assert spawn.command(Job("deepspeed", python=python), ["run"], 29500)[0] == str(env / "deepspeed")

@@ -63,7 +63,7 @@ def job_environment(spec, env: dict[str, str] | None, python: str | None = None)
     threads = rank_threads(base, spec.launcher, len(os.sched_getaffinity(0)), spec.nproc)
     if threads is not None:
         out = {**base, "OMP_NUM_THREADS": threads}
-    if python and os.path.realpath(python) != os.path.realpath(sys.executable):
+    if python and os.path.abspath(python) != os.path.abspath(sys.executable):  # a venv's python links to the same binary
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         out = dict(out or base)
         out["PYTHONPATH"] = os.pathsep.join(filter(None, (here, out.get("PYTHONPATH"))))
@@ -105,10 +105,6 @@ def world_of(spec) -> tuple[int, int]:
         return world, max(len(s) for s in slots.values())
     nodes = int(os.environ.get("SLURM_JOB_NUM_NODES", "1")) if spec.launcher == "srun" else 1
     return spec.nproc * nodes, spec.nproc
-
-
-def deepspeed_launcher() -> str:
-    return beside_python("deepspeed")
 
 
 def beside_python(launcher: str, python: str | None = None) -> str:
