@@ -5,8 +5,8 @@ Each ``NeedsRelease`` names the feature by its flag, the package and release, an
 before fails with (docs/stacks.md, measured on this project's CPU machine with ``ds-bench run`` in a stack
 environment, ``ds_bench.machine.stack_envs``). ``too_old(layout, where)`` is the first such refusal for a layout
 on the versions ``where`` names (a study's stack), else on this environment's; ``ds_bench.config.legality``
-says it after the legality table's own rules, so ``ds-bench run`` refuses it before joining (exit 2) and a
-study skips the point with the same sentence.
+says it before the legality table's own rules (what a stack cannot run at all comes first), so ``ds-bench run``
+refuses it before joining (exit 2) and a study skips the point with the same sentence.
 """
 
 from __future__ import annotations

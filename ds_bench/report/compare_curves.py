@@ -2,7 +2,7 @@
 
 ``ds-bench compare`` sets each match's loss and gradient-norm curves (``RunMetrics.loss_curve``,
 ``grad_norm_curve``: every step, warm-up included) side by side and calls a step that differs beyond the layout's
-parity tolerance (``parity_rtol``). Same layout, same seed, same data: two DeepSpeed or PyTorch releases that
+parity tolerance (``PARITY_RTOL``, by precision). Same layout, same seed, same data: two DeepSpeed or PyTorch releases that
 are both right give the same curves to rounding (measured: ZeRO-2 on deepspeed 0.18.4 and 0.19.8, fp32, every
 loss and norm equal to 6 digits), so a difference is a change of numerics to look at, or a bug: DeepSpeed #7718
 (ZeRO-2 with gradient accumulation on 0.17.6-0.18.2) kept the first losses and reported gradient norms a third to
