@@ -20,6 +20,16 @@ of one layout agree to the records' 6 digits across releases, reordered reductio
 different kernel order moves a loss by up to ~1e-2."""
 
 
+CURVES = (("loss_curve", "loss"), ("grad_norm_curve", "gradient norm"))
+"""The per-step curves a run records (``RunMetrics``) and a sweep point carries (``SweepPointRecord``), by the
+field name both give them, and how a difference names each."""
+
+
+def curves_of(source) -> dict[str, list]:
+    """A run's metrics' or a sweep point's ``CURVES``, each an empty list where it recorded none."""
+    return {name: getattr(source, name) or [] for name, _ in CURVES}
+
+
 @dataclass(frozen=True)
 class CurveCheck:
     same: bool
@@ -34,7 +44,7 @@ def check(base: dict[str, list], new: dict[str, list], precision: str) -> CurveC
     without them)."""
     rtol = PARITY_RTOL.get(precision, PARITY_RTOL["bf16"])
     parted, compared = [], 0
-    for name, words in (("loss_curve", "loss"), ("grad_norm_curve", "gradient norm")):
+    for name, words in CURVES:
         a, b = base.get(name) or [], new.get(name) or []
         compared = max(compared, min(len(a), len(b)))
         step = first_difference(a, b, rtol)

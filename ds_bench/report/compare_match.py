@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 
 from ds_bench.record.schema import CommRecord, Record, RunRecord, ScalingRecord, SweepPointRecord
+from ds_bench.report.compare_curves import curves_of
 
 
 @dataclass
@@ -94,9 +95,8 @@ def _sweep_point(r: SweepPointRecord, stack: str | None) -> list[Sample]:
         return []
     key_words = r.key if stack is None else re.sub(r" stack=\S+", "", r.key)
     key = ("sweep", r.workload, r.size, r.world_size, key_words)
-    curves = {"loss_curve": r.loss_curve or [], "grad_norm_curve": r.grad_norm_curve or []}
     return [Sample(key, f"sweep {' '.join(filter(None, (r.workload, r.size)))} {r.world_size} ranks: {key_words}",
-                   "throughput", r.unit or "samples/s", values=[r.throughput], curves=curves,
+                   "throughput", r.unit or "samples/s", values=[r.throughput], curves=curves_of(r),
                    precision=(r.point or {}).get("precision", ""))]
 
 
@@ -113,7 +113,7 @@ def _run(r: RunRecord) -> list[Sample]:
     label = " ".join(str(part) for part in (
         "run", r.workload, r.size, r.engine, f"x{r.world_size}", r.layout_key, *words,
         "checkpoint-offload" if options[2] else None) if part)
-    curves = {"loss_curve": m.loss_curve or [], "grad_norm_curve": m.grad_norm_curve or []}
+    curves = curves_of(m)
     precision = (r.layout or {}).get("precision", "")
     if m.tokens_per_s:
         return [Sample(key, label, "throughput", "tokens/s", values=[m.tokens_per_s], curves=curves,
