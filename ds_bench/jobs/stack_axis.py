@@ -34,17 +34,21 @@ def stack_lines(stacks) -> list[str]:
     return lines
 
 
+def stack_named(spec, label: str):
+    """The stack of the study's axis whose label is ``label`` (a point's ``Layout.stack``), None where none is."""
+    return next((s for s in getattr(spec, "stacks", ()) if s.label == label), None)
+
+
 def on_stack(spec, label: str):
-    """``spec`` whose jobs run with the Python of its stack ``label`` (a point's ``Layout.stack``); itself for this
-    environment's."""
+    """``spec`` whose jobs run with the Python of its stack ``label``; itself for this environment's."""
     from ds_bench.machine.stack_envs import python_of
 
-    stack = next((s for s in getattr(spec, "stacks", ()) if s.label == label), None)
+    stack = stack_named(spec, label)
     return spec if stack is None or stack.own else dataclasses.replace(spec, python=python_of(stack))
 
 
 def stack_where(spec, where, point):
     """``where`` (``config.legality_rules.Where``) with the versions of ``point``'s stack, which a rule that needs a
     newer release reads (``config.stack_rules``); itself for this environment's."""
-    stack = next((s for s in getattr(spec, "stacks", ()) if s.label == point.stack), None)
+    stack = stack_named(spec, point.stack)
     return dataclasses.replace(where, versions=stack.versions) if stack is not None and stack.versions else where

@@ -41,8 +41,8 @@ from ds_bench.jobs.runner import (
     until_interrupted,
     workers,
 )
-from ds_bench.jobs.stack_axis import prepare_stacks, stack_lines
-from ds_bench.machine.stack_envs import python_of, ready_versions
+from ds_bench.jobs.stack_axis import on_stack, prepare_stacks, stack_lines, stack_named
+from ds_bench.machine.stack_envs import ready_versions
 from ds_bench.record import store as results
 from ds_bench.record.schema import ScalingRecord, ScalingRow
 from ds_bench.report import scaling_table as report
@@ -74,9 +74,8 @@ def main(args: argparse.Namespace) -> int:
     prepare_stacks(spec)
     worst = 0
     for stack in spec.stacks:  # each stack's points a scaling of its own (its id, record, table and plot)
-        on_stack = spec.on(stack, python_of(stack) if not stack.own else None)
         sid = sid if stack is spec.stacks[0] else uuid.uuid4().hex[:8]
-        code = _scale(on_stack, sid, env, notes, threads, node)
+        code = _scale(on_stack(spec.on(stack), stack.label), sid, env, notes, threads, node)
         if code == INTERRUPTED:
             return code
         worst = max(worst, code)
@@ -193,7 +192,7 @@ def record(spec: ScalingSpec, sid: str, rows: list[ScalingRow], notes: list[str]
 def _stack_versions(spec: ScalingSpec) -> dict:
     """The versions the points ran with where they ran on a stack of the axis (its environment's ready file), which
     the record's own stamp (this process's) is not."""
-    stack = next((s for s in spec.stacks if s.label == spec.layout.stack and not s.own), None)
+    stack = stack_named(spec, spec.layout.stack)
     built = ready_versions(stack) if stack is not None else None
     return (built or {}).get("versions", {})
 

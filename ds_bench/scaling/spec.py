@@ -45,9 +45,9 @@ class ScalingSpec(StudySpec):
     python: str | None = None
     """The interpreter of the points' jobs (the stack's environment); None: this one."""
 
-    def on(self, stack: Stack, python: str | None) -> ScalingSpec:
-        """This study's points on ``stack``, run with ``python``."""
-        return replace(self, python=python, layout=replace(self.layout, stack=stack.label))
+    def on(self, stack: Stack) -> ScalingSpec:
+        """This study's points on ``stack`` (its Python: ``jobs.stack_axis.on_stack``)."""
+        return replace(self, layout=replace(self.layout, stack=stack.label))
 
     @property
     def plot_path(self) -> str:
