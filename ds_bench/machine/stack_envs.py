@@ -162,8 +162,8 @@ def _requirements() -> list[str]:
 
 
 def _versions_in(python: str) -> dict:
-    names = [p.name for p in PACKAGES]
-    code = ("import json; from importlib import metadata as m; print(json.dumps({n: m.version(n) for n in "
-            f"{names!r}}}))")
+    """``config.stacks.installed_versions`` as the environment of ``python`` answers it (ds_bench is there by its
+    ``.pth``)."""
+    code = "import json; from ds_bench.config.stacks import installed_versions; print(json.dumps(installed_versions()))"
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
     return json.loads(out)
