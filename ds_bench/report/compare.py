@@ -35,15 +35,15 @@ def main(args: argparse.Namespace) -> int:
     base_records = _read(args.base, "BASE")
     new_records = base_records if args.new is None else _read(args.new, "NEW")
     base_stack, new_stack = _stacks(args, base_records, new_records)
+    base_side, new_side = _side(args.base, base_stack), _side(args.new or args.base, new_stack)
     found = judge_all(samples(base_records, base_stack), samples(new_records, new_stack), args.threshold, args.alpha)
     if not found.judged:
-        raise UserError(f"nothing to compare: {_side(args.base, base_stack)} and {_side(args.new or args.base, new_stack)}"
-                        " hold no measurement of the same workload, layout and ranks (or comm collective and size)")
+        raise UserError(f"nothing to compare: {base_side} and {new_side} hold no measurement of the same workload, "
+                        "layout and ranks (or comm collective and size)")
     print(table(found.judged))
     print("\n" + found.summary())
     if args.html:
-        _write_html(args, found.judged, found.summary(), new_records, _side(args.base, base_stack),
-                    _side(args.new or args.base, new_stack))
+        _write_html(args, found.judged, found.summary(), new_records, base_side, new_side)
     return 1 if found.slower or found.differ else 0
 
 
