@@ -34,6 +34,7 @@ class TorchEngine:
         self.scaler = _grad_scaler(settings, device)
         self.micro_steps = 0
         self.global_steps = 0
+        self._grad_norm = None  # clip_grad_norm_'s total at the last optimizer step; None without clipping
 
     def __call__(self, *args, **kwargs):
         if self.settings.engine == "ddp":  # DDP decides in forward whether this backward all-reduces (its no_sync)
@@ -80,7 +81,7 @@ class TorchEngine:
     def get_global_grad_norm(self):
         """The total gradient norm ``clip_grad_norm_`` returned at the last optimizer step (DeepSpeed's name);
         None without clipping (no norm is computed then)."""
-        return getattr(self, "_grad_norm", None)
+        return self._grad_norm
 
     def save_checkpoint(self, save_dir: str, tag: str | None = None, client_state: dict | None = None) -> None:
         import torch.distributed.checkpoint as dcp
