@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from ds_bench.config.degrees import DEGREES
 from ds_bench.config.degrees.protocol import with_degree_keywords
+from ds_bench.config.switches import SWITCHES, Switch  # noqa: F401  (Switch: importers of the layout's vocabulary)
 
 ENGINES = ("deepspeed", "ddp", "fsdp")
 """What can train the model (``--engine``), from the same DeepSpeed config (``ds_bench.engines``)."""
@@ -36,26 +37,6 @@ OFFLOADS = ("none", "optimizer", "all")
 """``optimizer``: ``offload_optimizer`` to CPU (ZeRO-Offload); ``all``: optimizer and parameters
 (ZeRO-Infinity to CPU memory, stage 3 only)."""
 PRECISIONS = ("fp32", "bf16", "fp16")
-
-
-@dataclass(frozen=True)
-class Switch:
-    """An on/off memory option of a layout: a ``Layout`` bool field."""
-
-    field: str
-    word: str
-    """The key's word when on (``tiled-mlp``) and its ``ds-bench run`` flag (``--tiled-mlp``); the studies' axis
-    flag of the same name takes ``off``, ``on`` or ``off,on``."""
-    what: str
-
-
-SWITCHES = (
-    Switch("tiled_mlp", "tiled-mlp", "DeepSpeed's TiledMLP (ALST): each block's MLP computed in sequence tiles, its "
-                                     "activations recomputed in backward"),
-    Switch("tiled_loss", "tiled-loss", "DeepSpeed's TiledFusedLogitsLoss (ALST): the LM head and loss computed in "
-                                       "sequence tiles, no full-vocabulary logits tensor"),
-)
-"""The long-context memory options (``ds_bench.engines.tiling``), in key order."""
 
 
 @with_degree_keywords(unset=1)
