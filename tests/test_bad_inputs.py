@@ -137,6 +137,27 @@ CASES["--channels-last with DeepSpeed"] = Case(run("--workload", "resnet", "--ch
                                               r"--channels-last with --engine deepspeed: only DDP trains NHWC weights")
 CASES["--compile without warm-up"] = Case(run("--compile", "--warmup", "0"), r"--compile needs --warmup 1 or more")
 CASES["--compile with dynamo disabled"] = Case(run("--compile"), r"--compile with TORCHDYNAMO_DISABLE set")  # conftest sets it
+CASES["--optimizer unknown"] = Case(run(*GPT2, "--optimizer", "lion"), r"--optimizer 'lion' is unknown; known: adamw, muon")
+CASES["--master-states unknown"] = Case(run(*GPT2, "--master-states", "fp8"),
+                                        r"--master-states 'fp8' is unknown; known: fp32, bf16, bf16-weights")
+CASES["--sp-path unknown"] = Case(run(*GPT2, "--sp-path", "ring"), r"--sp-path 'ring' is unknown; known: ulysses, autosp")
+CASES["Muon config clipping at ZeRO-1"] = Case(
+    run(*GPT2, cfg=cfg_with(zero_optimization__stage=1, gradient_clipping=1.0,
+                            optimizer={"type": "Muon", "params": {"muon_lr": 0.02, "adam_lr": 1e-3}})),
+    r"c\.json: gradient_clipping 1\.0 with optimizer Muon at ZeRO stage 1: DeepSpeed clips Muon's orthogonalised update")
+CASES["Muon config ZeRO-3 reduce scatter"] = Case(
+    run(*GPT2, cfg=cfg_with(zero_optimization__stage=3, gradient_clipping=0,
+                            optimizer={"type": "Muon", "params": {"muon_lr": 0.02, "adam_lr": 1e-3}})),
+    r"c\.json: zero_optimization\.reduce_scatter must be false with optimizer Muon at ZeRO stage 3")
+CASES["bf16 master weights alone without offload"] = Case(
+    run(*GPT2, cfg=cfg_with(bf16__bf16_master_weights_and_grads=True)),
+    r"bf16\.bf16_master_weights_and_grads without bf16\.bf16_optimizer_states needs zero_optimization\.offload_optimizer")
+CASES["--deepcompile on CPU ranks"] = Case(run(*GPT2, "--deepcompile", "--ds-config", "ds_configs/zero1.json"),
+                                           r"--deepcompile on CPU ranks: DeepCompile is CUDA-only",
+                                           env={"TORCHDYNAMO_DISABLE": "0"})
+CASES["--sp-path autosp without a group"] = Case(run(*GPT2, "--sp-path", "autosp"),
+                                                 r"--sp-path autosp needs --sequence-parallel 2 or more",
+                                                 env={"TORCHDYNAMO_DISABLE": "0"})
 CASES["--attn for mnist"] = Case(run("--attn", "sdpa"), r"--attn: workload mnist has no attention \(gpt2 and llama have\)")
 CASES["--attn eager with a pipeline"] = Case(run(*GPT2, "--attn", "eager", "--pipeline-stages", "1", "--ds-config",
                                                  "ds_configs/zero1.json"),
@@ -184,6 +205,9 @@ CASES["--sequence-parallel gpt2"] = Case(run("--workload", "gpt2", "--size", "ti
                                              "--ds-config", "ds_configs/zero1.json"),
                                          r"--sequence-parallel: DeepSpeed-Ulysses' HF wrapper cannot shard workload gpt2 "
                                          r"\(llama it can\): it returns the attention output as \[batch, tokens, width\]")
+CASES["--sp-path autosp with dynamo off"] = Case(run(*SP, "--sequence-parallel", "2", "--sp-path", "autosp"),
+                                                 r"--sp-path autosp with TORCHDYNAMO_DISABLE set in the environment",
+                                                 env={"TORCHDYNAMO_DISABLE": "1"})
 CASES["--tiled-loss with fp16"] = Case(run(*SP, "--tiled-loss", "--set", "bf16.enabled=false", "--set", "fp16.enabled=true"),
                                        r"--tiled-loss with fp16: DeepSpeed's TiledFusedLogitsLoss takes the LM head's "
                                        r"gradient in forward")
@@ -402,7 +426,7 @@ CASES["bfloat16 and fp16"] = Case(run(cfg=cfg_with(bf16=..., bfloat16={"enabled"
                                   r"fp16\.enabled and bf16\.enabled are both true")
 CASES["bf16 optimizer states alone"] = Case(run(cfg=cfg_with(bf16__bf16_optimizer_states=True)),
                                             r"bf16\.bf16_optimizer_states requires bf16\.bf16_master_weights_and_grads")
-CASES["bf16 master weights stage 0"] = Case(run(cfg=cfg_with(zero_optimization__stage=0, bf16__bf16_master_weights_and_grads=True)),
+CASES["bf16 master weights stage 0"] = Case(run(cfg=cfg_with(zero_optimization__stage=0, bf16__bf16_master_weights_and_grads=True, bf16__bf16_optimizer_states=True)),
                                             r"bf16\.bf16_master_weights_and_grads is only supported with ZeRO stage 1, 2 or 3")
 CASES["fp16 on cpu"] = Case(run(cfg=cfg_with(bf16=..., fp16={"enabled": True})), r"fp16 on CPU ranks: DeepSpeed's CPU accelerator has no fp16")
 CASES["fp16 loss scale string"] = Case(run(cfg=cfg_with(bf16=..., fp16={"enabled": False, "loss_scale": "dynamic"})),
@@ -509,6 +533,10 @@ CASES["run memory cap below held"] = Case(run("--cpu-mem-limit", "300MiB"),
 # --- sweep (and bench, its preset), report, doctor -------------------------------------------------
 SWEEP = ("sweep", "--results", "{tmp}/r.jsonl")
 MNIST = ("--workload", "mnist", "--ds-config", "ds_configs/zero1.json")
+CASES["sweep --optimizer unknown"] = Case(cmd(*SWEEP, "--optimizer", "adamw,sgd"),
+                                          r"--optimizer 'adamw,sgd': 'sgd' is not one of default, adamw, muon")
+CASES["sweep --offload unknown"] = Case(cmd(*SWEEP, "--offload", "zenflo"),
+                                        r"--offload 'zenflo': 'zenflo' is not one of none, optimizer, all, zenflow")
 CASES["sweep nproc 0"] = Case(cmd(*SWEEP, "--nproc", "0"), r"--nproc must be a positive integer, got 0")
 CASES["bench nproc -3"] = Case(cmd("bench", "--results", "{tmp}/r.jsonl", "--nproc", "-3"), r"--nproc must be a positive integer, got -3")
 CASES["sweep steps below warmup"] = Case(cmd(*SWEEP, "--steps", "2", "--warmup", "5"), r"--steps \(2\) must be greater than --warmup \(5\)")

@@ -120,9 +120,11 @@ def test_a_member_is_the_model_at_one_length():
 def test_the_switch_axes_are_generic_and_deepspeeds():
     p = argparse.ArgumentParser()
     add_switch_arguments(p)
-    assert switches_of(p.parse_args([])) == {"tiled_mlp": (False,), "tiled_loss": (False,)}
+    off = {"tiled_mlp": (False,), "tiled_loss": (False,), "optimizer": ("",), "master_states": ("",), "sp_path": ("",),
+           "deepcompile": (False,)}
+    assert switches_of(p.parse_args([])) == off
     switches = switches_of(p.parse_args(["--tiled-mlp", "off,on", "--tiled-loss", "on"]))
-    assert switches == {"tiled_mlp": (False, True), "tiled_loss": (True,)}
+    assert switches == {**off, "tiled_mlp": (False, True), "tiled_loss": (True,)}
     fams = families((3,), ("none",), ("fp32",), (1,), ("deepspeed", "ddp"), {"sequence_parallel": (1, 2)},
                     switches=switches)
     assert [f.family_label() for f in fams] == [

@@ -223,5 +223,5 @@ def test_the_docs_table_of_features_is_the_rules():
     """docs/stacks.md lists every ``NeedsRelease`` with its release and evidence, as the refusal says them."""
     page = (REPO / "docs" / "stacks.md").read_text()
     for need in NEEDS:
-        feature = need.feature.format(sequence_parallel="S", tensor_parallel="T")
+        feature = need.feature.format(sequence_parallel="S", tensor_parallel="T", master_states="bf16")
         assert f"| `{feature}` | {need.package} {need.release} | {need.evidence} |" in page, feature

@@ -2,12 +2,13 @@
 
 A layout is the engine (DeepSpeed, DDP or FSDP), the ZeRO stage, what is offloaded, the precision,
 the micro-batch and gradient accumulation, the parallel degrees (``DEGREES``: pipeline stages,
-tensor-, sequence- and expert-parallel ranks), the attention kernel, the compile switch, the long-context
-memory options (``SWITCHES``: ALST's tiled MLP and tiled loss) and, where a study varies them, the sequence
+tensor-, sequence- and expert-parallel ranks), the attention kernel, the compile switch, the run switches
+(``SWITCHES``, ``config.run_switches``: ALST's tiled MLP and tiled loss, the optimizer, the master-state precision,
+the sequence-parallel path, DeepCompile) and, where a study varies them, the sequence
 length and the software stack (``ds_bench.config.stacks``: the DeepSpeed, PyTorch and transformers it runs on). ``ds-bench run``'s flags
 produce one (``from_run``); a sweep point, a capacity layout and a scaling study's configuration are
 one. Its ``key`` (``[ddp|fsdp] [pp2] [tp2] [sp2] [ep2] z1 off=none bf16 mbs=4 [ga=2] [seq=N] [attn=X] [compile]
-[tiled-mlp] [tiled-loss] [stack=ds0.18.4]``) names it
+[tiled-mlp] [tiled-loss] [opt=muon] [states=bf16] [sp-path=autosp] [deepcompile] [stack=ds0.18.4]``) names it
 in records, logs and tables and is what a resumed study matches finished work on; ``label`` adds the
 data-parallel degree once the world size is known (``pp2 dp1 z1 off=none bf16 mbs=4``). Both are written by
 ``_label`` alone.
@@ -26,16 +27,17 @@ from dataclasses import dataclass
 
 from ds_bench.config.degrees import DEGREES
 from ds_bench.config.degrees.protocol import with_degree_keywords
-from ds_bench.config.switches import SWITCHES, Switch  # noqa: F401  (Switch: importers of the layout's vocabulary)
+from ds_bench.config.run_switches import SWITCHES
 
 ENGINES = ("deepspeed", "ddp", "fsdp")
 """What can train the model (``--engine``), from the same DeepSpeed config (``ds_bench.engines``)."""
 ATTENTION = ("sdpa", "eager", "flash_attention_2")
 """``--attn``: HF transformers' attention implementations (``attn_implementation``); sdpa is
 ``F.scaled_dot_product_attention`` (flash / memory-efficient kernels where the device has them)."""
-OFFLOADS = ("none", "optimizer", "all")
+OFFLOADS = ("none", "optimizer", "all", "zenflow")
 """``optimizer``: ``offload_optimizer`` to CPU (ZeRO-Offload); ``all``: optimizer and parameters
-(ZeRO-Infinity to CPU memory, stage 3 only)."""
+(ZeRO-Infinity to CPU memory, stage 3 only); ``zenflow``: the optimizer offloaded with ZeRO's ZenFlow (its most
+important gradient columns stepped on the device every step, the rest on the CPU every few, overlapped)."""
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
@@ -56,6 +58,14 @@ class Layout:
     """``--tiled-mlp`` of the run (``SWITCHES``)."""
     tiled_loss: bool = False
     """``--tiled-loss`` of the run (``SWITCHES``)."""
+    optimizer: str = ""
+    """``--optimizer`` of the run (``adamw``, ``muon``); empty: the config's own."""
+    master_states: str = ""
+    """``--master-states`` of the run (``fp32``, ``bf16``, ``bf16-weights``); empty: the config's own."""
+    sp_path: str = ""
+    """``--sp-path autosp``; empty: Ulysses (where ``--sequence-parallel`` is used)."""
+    deepcompile: bool = False
+    """``--deepcompile`` of the run."""
     seq_len: int = 0
     """``--seq-len`` where a study varies it (a sweep's ``--seq-len 1024,4096``); 0: the run's own."""
     stack: str = ""
@@ -110,14 +120,15 @@ class Layout:
             f" ga={self.grad_accum}" if self.grad_accum != 1 else "") + (
             f" seq={self.seq_len}" if self.seq_len else "") + (
             f" attn={self.attn}" if self.attn else "") + (" compile" if self.compile else "") + "".join(
-            f" {s.word}" for s in SWITCHES if getattr(self, s.field)) + (f" stack={self.stack}" if self.stack else "")
+            f" {s.key_word(getattr(self, s.field))}" for s in SWITCHES if getattr(self, s.field)) + (
+            f" stack={self.stack}" if self.stack else "")
 
     def run_flags(self) -> list[str]:
         """The ``ds-bench run`` flags of this layout's options beyond its DeepSpeed config."""
         out = [a for d in DEGREES if getattr(self, d.field) > 1 for a in (d.flag, str(getattr(self, d.field)))]
         return out + (["--seq-len", str(self.seq_len)] if self.seq_len else []) + (
             ["--attn", self.attn] if self.attn else []) + (["--compile"] if self.compile else []) + [
-            f"--{s.word}" for s in SWITCHES if getattr(self, s.field)]
+            a for s in SWITCHES for a in s.run_flags(getattr(self, s.field))]
 
     def to_dict(self) -> dict:
         """Every field, each registered degree by its own name (1 where unset): a record's ``point`` and ``layout``."""
@@ -145,7 +156,6 @@ def parse_key(text: str, defaults: Layout) -> Layout:
     word: DeepSpeed) -> Layout (pure). Raises ValueError naming the part it does not understand."""
     fields = defaults.to_dict() | {"engine": "deepspeed"}
     by_word = {d.word: d.field for d in DEGREES}
-    by_switch = {s.word: s.field for s in SWITCHES}
     for part in text.split():
         name, _, value = part.partition("=")
         word = part.rstrip("0123456789")
@@ -163,8 +173,9 @@ def parse_key(text: str, defaults: Layout) -> Layout:
             fields["attn"] = value
         elif part == "compile":
             fields["compile"] = True
-        elif part in by_switch:
-            fields[by_switch[part]] = True
+        elif any(s.parse_word(part) is not None for s in SWITCHES):
+            s = next(s for s in SWITCHES if s.parse_word(part) is not None)
+            fields[s.field] = s.parse_word(part)
         elif name == "stack" and value:
             fields["stack"] = value
         elif name in ("mbs", "ga", "seq") and value.isdigit() and int(value) > 0:
@@ -173,17 +184,22 @@ def parse_key(text: str, defaults: Layout) -> Layout:
             degrees = ", ".join(f"{d.word}N" for d in DEGREES)
             raise ValueError(f"{part!r} is not {'|'.join(ENGINES[1:])}, z0..z3, {degrees}, off={'|'.join(OFFLOADS)}, "
                              f"{'|'.join(PRECISIONS)}, mbs=N, ga=N, seq=N, attn={'|'.join(ATTENTION)}, compile, "
-                             f"{', '.join(by_switch)}, stack=LABEL")
+                             f"{', '.join(_switch_words())}, stack=LABEL")
     if fields["micro_batch"] < 1:
         raise ValueError("a point needs a micro-batch: mbs=N")
     return Layout.from_dict(fields)
 
 
+def _switch_words() -> list[str]:
+    return [s.word if not s.choices else f"{s.word}={'|'.join(s.choices)}" for s in SWITCHES]
+
+
 def from_run(cfg, ds_axes: dict) -> Layout:
     """The layout of one ``ds-bench run``: ``cfg`` a ``RunConfig``, ``ds_axes`` its DeepSpeed config's
-    stage, offload, precision, micro-batch and accumulation (``ds_bench.config.deepspeed.derive.axes_of``)."""
+    stage, offload, precision, micro-batch and accumulation (``ds_bench.config.deepspeed.derive.axes_of``), and the
+    switches it holds (``switches``: each switch's flag where given, else the config's value)."""
     degrees = {d.field: getattr(cfg, d.field, None) or 1 for d in DEGREES}
-    switches = {s.field: bool(getattr(cfg, s.field, False)) for s in SWITCHES}
+    switches = {s.field: s.value_of(cfg, None) or ds_axes.get("switches", {}).get(s.field, s.off) for s in SWITCHES}
     return Layout(stage=ds_axes["stage"], offload=ds_axes["offload"], precision=ds_axes["precision"],
                   micro_batch=getattr(cfg, "micro_batch", None) or ds_axes["micro_batch"] or 0,
                   grad_accum=ds_axes["grad_accum"], engine=getattr(cfg, "engine", None) or "deepspeed",

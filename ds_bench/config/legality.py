@@ -21,7 +21,8 @@ import functools
 
 from ds_bench.config.layout import DEGREES, Layout
 from ds_bench.config.legality_rules import (DEEPSPEED, Rule, Where, _ex, _pp, _tiled, _tp, parallel_rules,
-                                            run_option_rules)
+                                            run_option_rules, switch_rules)
+from ds_bench.config.layout import SWITCHES
 from ds_bench.errors import UserError
 
 __all__ = ["rules", "Rule", "Where", "violation", "first_broken", "refuse", "refuse_run", "run_options"]
@@ -74,7 +75,7 @@ OTHER_RULES: tuple[Rule, ...] = (
          "--engine fsdp with ZeRO stage {stage}: FSDP always shards parameters and gradients; use stage 2 "
          "(reshard_after_forward=False) or 3 (reshard_after_forward=True), or --engine ddp", "torch FSDP2 fully_shard",
          _ex(engine="fsdp", stage=1)),
-    Rule("FSDP offloads all or nothing", lambda l, w: l.engine == "fsdp" and l.offload == "optimizer",
+    Rule("FSDP offloads all or nothing", lambda l, w: l.engine == "fsdp" and l.offload in ("optimizer", "zenflow"),
          "--engine fsdp with offload=optimizer: FSDP2's CPUOffloadPolicy moves parameters, gradients and the "
          "optimizer step together; offload all at stage 3, or none", "torch FSDP2 CPUOffloadPolicy",
          _ex(engine="fsdp", stage=3, offload="optimizer")),
@@ -84,6 +85,9 @@ OTHER_RULES: tuple[Rule, ...] = (
     Rule("parameter offload needs ZeRO-3", lambda l, w: l.offload == "all" and l.stage not in (0, 3),
          "offload=all with ZeRO stage {stage}: zero_optimization.offload_param needs ZeRO stage 3 (DeepSpeed "
          "ignores it below)", f"{DEEPSPEED}, deepspeed/runtime/zero/config.py", _ex(stage=2, offload="all")),
+    Rule("ZenFlow and the parallel degrees", lambda l, w: l.offload == "zenflow" and any(
+        d.active(l, w) for d in DEGREES), "offload=zenflow with {degrees}: not measured yet", "not measured yet",
+         _ex(offload="zenflow", sequence_parallel=2)),
     Rule("no fp16 on CPU ranks", lambda l, w: l.precision == "fp16" and w.device_type == "cpu",
          "fp16 on CPU ranks: DeepSpeed's CPU accelerator has no fp16 (use bf16 or fp32)",
          f"{DEEPSPEED}: 'Type fp16 is not supported on your device'", _ex(precision="fp16")),
@@ -93,15 +97,16 @@ options'."""
 
 
 def rules() -> tuple[Rule, ...]:
-    """The table, checked in this order (the first that holds is what is said): every registered degree's rules
-    and the pairs that do not compose (``legality_rules.parallel_rules``), ``OTHER_RULES``, then the run options a
+    """The table, checked in this order (the first that holds is what is said): every run switch's rules
+    (``config.run_switches``: a switch's refusal names the switch, not a degree it sits beside), every registered
+    degree's rules and the pairs that do not compose (``legality_rules.parallel_rules``), ``OTHER_RULES``, then the run options a
     degree's engine does not take. Built once per set of registered degrees (the same ``Rule`` objects each call)."""
     return _table(tuple(map(id, DEGREES)))
 
 
 @functools.lru_cache(maxsize=4)
 def _table(degree_ids: tuple) -> tuple[Rule, ...]:
-    return (*parallel_rules(), *OTHER_RULES, *run_option_rules())
+    return (*(r for s in SWITCHES for r in switch_rules(s)), *parallel_rules(), *OTHER_RULES, *run_option_rules())
 
 
 def violation(layout: Layout, where: Where) -> str | None:
@@ -137,6 +142,7 @@ def refuse_run(cfg, world_size: int, device_type: str, read_cfg: dict | None = N
         axes = axes_of(ds_config.read(cfg.ds_config, tuple(cfg.overrides)) if read_cfg is None else read_cfg)
     except (UserError, AttributeError, TypeError, ValueError):
         return  # a malformed config: ds_config.resolve names what is wrong with it
+    axes.pop("switches")  # the rules name the switches' flags; what the config itself holds, its keys' checks name
     layout = dataclasses.replace(from_run(cfg, axes), seq_len=cfg.seq_len)  # the sequence a group slices
     refuse(layout, Where(world_size, device_type, run_options(cfg), engaged(cfg), getattr(cfg, "workload", "") or ""))
 

@@ -12,6 +12,7 @@ from ds_bench.config.degrees import DEGREES, Degree, DegreeRule, active
 from ds_bench.config.degrees.protocol import DEEPSPEED
 from ds_bench.config.degrees.pairs import PAIR_RULES
 from ds_bench.config.layout import SWITCHES, Layout
+from ds_bench.config.switches import Switch
 
 
 
@@ -45,7 +46,8 @@ class Rule:
     example_options: frozenset[str] = field(default_factory=frozenset)
 
     def says(self, layout: Layout, where: Where) -> str:
-        return self.message.format(world_size=where.world_size, tiles=_tiles(layout), **layout.to_dict())
+        return self.message.format(world_size=where.world_size, tiles=_tiles(layout), degrees=_degrees(layout, where),
+                                   **layout.to_dict())
 
 
 def _ex(**fields) -> Layout:
@@ -65,7 +67,11 @@ def _tiled(l: Layout) -> bool:
 
 
 def _tiles(l: Layout) -> str:
-    return " ".join(f"--{s.word}" for s in SWITCHES if getattr(l, s.field))
+    return " ".join(s.option for s in SWITCHES if s.long_context and getattr(l, s.field))
+
+
+def _degrees(l: Layout, w: Where) -> str:
+    return " ".join(f"{d.flag} {d.size(l)}" for d in DEGREES if d.active(l, w))
 
 
 def _rule(spec: DegreeRule) -> Rule:
@@ -98,6 +104,11 @@ def degree_rules(d: Degree) -> tuple[Rule, ...]:
 def parallel_rules() -> tuple[Rule, ...]:
     """Every registered degree's rules, then the pairs that do not compose (``ds_bench.config.degrees.pairs``)."""
     return (*(r for d in DEGREES for r in degree_rules(d)), *(_rule(p) for p in PAIR_RULES))
+
+
+def switch_rules(switch: Switch) -> tuple[Rule, ...]:
+    """A run switch's refusals (``config.run_switches``), in the table's terms."""
+    return tuple(_rule(r) for r in switch.rules)
 
 
 def run_option_rules() -> tuple[Rule, ...]:

@@ -17,11 +17,13 @@ from ds_bench.config.run_checks import (
     _require,
     check_attention,
     check_compile,
+    check_compile_environment,
     check_engine,
     check_timeout,
 )
 from ds_bench.config.degrees import DEGREES
 from ds_bench.config.degrees.protocol import with_degree_keywords
+from ds_bench.config.run_switches import SWITCHES
 from ds_bench.config.parsers import flag_type, parse_count, parse_duration, parse_memory
 from ds_bench.errors import UserError
 
@@ -169,6 +171,24 @@ class RunConfig:
                               help="compute the LM head and loss in sequence tiles with DeepSpeed's "
                                    "TiledFusedLogitsLoss (ALST): no full-vocabulary logits tensor")
     """ALST's tiled logits and loss (``ds_bench.engines.tiling``)."""
+    optimizer: str | None = option(None, "--optimizer", metavar="{adamw,muon}",
+                                   help="the optimizer, written into the DeepSpeed config: adamw, or muon (DeepSpeed's "
+                                        "Muon on the hidden matrices, AdamW on the rest; gradient clipping off: "
+                                        "docs/options.md#muon). Default: the config's")
+    """``config.run_switches`` (``Switch`` ``optimizer``); None: the config's optimizer."""
+    master_states: str | None = option(None, "--master-states", metavar="{fp32,bf16,bf16-weights}",
+                                       help="bf16 runs: the master weights, their gradients and the optimizer state "
+                                            "in fp32, all in bf16, or the master weights and gradients in bf16 "
+                                            "(bf16-weights; needs optimizer offload). Default: the config's")
+    """``config.run_switches`` (``master_states``); None: the config's."""
+    sp_path: str | None = option(None, "--sp-path", metavar="{ulysses,autosp}",
+                                 help="with --sequence-parallel: ulysses (DeepSpeed-Ulysses on the HF attention; "
+                                      "default) or autosp (DeepSpeed's AutoSP compiler pass; ZeRO 0/1, sdpa)")
+    """``config.run_switches`` (``sp_path``); None: Ulysses."""
+    deepcompile: bool = option(False, "--deepcompile",
+                               help="DeepSpeed's DeepCompile: ZeRO's collectives scheduled inside the compiled graph "
+                                    "(compile.deepcompile, engine.compile(); CUDA, ZeRO 1-3)")
+    """``config.run_switches`` (``deepcompile``)."""
     selective_checkpointing: bool = option(False, "--selective-checkpointing",
                                            help="with --activation-checkpointing: keep every other matmul's output and "
                                                 "the attention kernel's, recompute the rest (torchtitan's op-level "
@@ -227,6 +247,14 @@ class RunConfig:
                  "at its first step viewing them as bytes, FSDP2 refuses non-contiguous parameters); use --engine ddp")
         for d in DEGREES:
             d.check_flags(self)
+        for sw in SWITCHES:
+            value = getattr(self, sw.field)
+            _require(not sw.choices or value is None or value in sw.choices,
+                     f"{sw.option} {value!r} is unknown; known: {', '.join(sw.choices)}")
+        for compiled, flag in ((self.deepcompile, "--deepcompile"), (self.sp_path == "autosp", "--sp-path autosp")):
+            if compiled:
+                _require(self.warmup >= 1, f"{flag} needs --warmup 1 or more: the first step compiles")
+                check_compile_environment(flag)  # eager, AutoSP would give every rank the whole sequence, unsharded
         _require(not self.checkpoint_offload or self.activation_checkpointing,
                  "--checkpoint-offload needs --activation-checkpointing (it moves the checkpointed blocks' inputs)")
         _require(not self.selective_checkpointing or self.activation_checkpointing,

@@ -57,6 +57,24 @@ NEEDS: tuple[NeedsRelease, ...] = (
     NeedsRelease("--engine fsdp on CPU ranks", lambda l, w: l.engine == "fsdp" and w.device_type == "cpu", "torch",
                  "2.7.0", "torch 2.6.0's FSDP2 records an event on the CPU's stream, which has none before 2.7: "
                  "AttributeError: 'Stream' object has no attribute 'record_event'"),
+    NeedsRelease("--optimizer muon at ZeRO-3", lambda l, w: l.optimizer == "muon" and l.stage == 3, "deepspeed",
+                 "0.18.9", "0.17.6-0.18.8 assert 'Muon optimizer is not yet compatible with ZeRO Stage 3'"),
+    NeedsRelease("--optimizer muon", lambda l, w: l.optimizer == "muon", "deepspeed", "0.17.6",
+                 "DeepSpeed's Muon (runtime/zero/muon) came in 0.17.6"),
+    NeedsRelease("--master-states {master_states}", lambda l, w: l.master_states in ("bf16", "bf16-weights"),
+                 "deepspeed", "0.18.3", "bf16.bf16_master_weights_and_grads and bf16_optimizer_states came in 0.18.3 "
+                 "(runtime/precision_config.py)"),
+    NeedsRelease("--sp-path autosp", lambda l, w: l.sp_path == "autosp", "deepspeed", "0.18.9",
+                 "AutoSP (compile/passes/sp_compile.py) came in 0.18.9"),
+    NeedsRelease("--deepcompile at ZeRO-2", lambda l, w: l.deepcompile and l.stage == 2, "deepspeed", "0.19.6",
+                 "DeepCompile's ZeRO-2 pass (compile/init_z1_and_2.py) came in 0.19.6; before, 'Currently DeepCompile "
+                 "supports stage 1 or 3 only'"),
+    NeedsRelease("--deepcompile", lambda l, w: l.deepcompile, "deepspeed", "0.16.6",
+                 "DeepCompile (deepspeed/compile) came in 0.16.6"),
+    NeedsRelease("offload=zenflow at ZeRO-3", lambda l, w: l.offload == "zenflow" and l.stage == 3, "deepspeed",
+                 "0.18.1", "ZenFlow's ZeRO-3 engine (runtime/zenflow/engine_stage3.py) came in 0.18.1"),
+    NeedsRelease("offload=zenflow", lambda l, w: l.offload == "zenflow", "deepspeed", "0.17.5",
+                 "ZenFlow (runtime/zenflow) came in 0.17.5"),
     NeedsRelease("--checkpoint-offload", lambda l, w: "checkpoint_offload" in w.run_options, "deepspeed", "0.19.6",
                  "ALST's activation checkpoint offload (runtime/activation_checkpointing/offload_activations.py) came "
                  "in 0.19.6"),

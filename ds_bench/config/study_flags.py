@@ -183,7 +183,7 @@ def slurm_options(args: argparse.Namespace) -> SlurmOptions | None:
 def axis_flags() -> dict[str, str]:
     """Each study axis a registered degree or memory switch gives, as its ``RunConfig`` field -> flag: the run
     options a study sets per point itself (read at call time: a degree registered later is one more)."""
-    return {**{d.field: d.flag for d in DEGREES}, **{s.field: f"--{s.word}" for s in SWITCHES}}
+    return {**{d.field: d.flag for d in DEGREES}, **{s.field: s.option for s in SWITCHES}}
 
 
 def add_degree_arguments(p: argparse.ArgumentParser, what: str = "point", default: str = "1") -> None:
@@ -215,17 +215,23 @@ def run_flags_of(workload: str, run_args) -> argparse.Namespace:
     return flags
 
 
-def add_switch_arguments(p: argparse.ArgumentParser, what: str = "point", default: str = "off") -> None:
-    """One ``off|on|off,on`` flag per memory option, e.g. ``--tiled-mlp off,on``."""
+def add_switch_arguments(p: argparse.ArgumentParser, what: str = "point", every_planned: bool = False) -> None:
+    """One list flag per run switch (``config.run_switches``): ``--tiled-mlp off,on``, ``--optimizer adamw,muon``;
+    ``every_planned``: a switch the performance model has a term for (``Switch.planned``) takes all its values by
+    default (``ds-bench plan``)."""
     for s in SWITCHES:
-        p.add_argument(f"--{s.word}", dest=s.field, default=default, metavar="off|on|off,on",
-                       help=f"off, on or off,on: {s.what}, per {what} (default {default}; labels {s.word})")
+        values = ",".join(s.axis_values)
+        every = every_planned and s.planned
+        default = s.planned_values if every else "off" if not s.choices else "default: the base config's"
+        p.add_argument(s.option, dest=s.field, default=s.planned_values if every else None, metavar=values,
+                       help=f"{values} (a list): {s.what}, per {what} (default {default}; labels {s.key_word(s.axis_values[-1] if s.choices else True)})")
 
 
-def switches_of(args: argparse.Namespace) -> dict[str, tuple[bool, ...]]:
-    """``{"tiled_mlp": (False, True), ...}`` from the switch flags, each value ``off`` or ``on``."""
-    return {s.field: tuple(v == "on" for v in parse_list(f"--{s.word}", getattr(args, s.field), allowed=("off", "on")))
-            for s in SWITCHES}
+def switches_of(args: argparse.Namespace) -> dict[str, tuple]:
+    """``{"tiled_mlp": (False, True), "optimizer": ("adamw", "muon"), ...}`` from the switch flags, each value one of
+    the switch's (``Switch.of_axis``: ``on`` -> True, ``ulysses`` -> ""); a flag not given: off."""
+    return {s.field: tuple(s.of_axis(v) for v in parse_list(s.option, getattr(args, s.field), allowed=s.axis_values))
+            if getattr(args, s.field, None) is not None else (s.off,) for s in SWITCHES}
 
 
 def add_stack_arguments(p: argparse.ArgumentParser) -> None:

@@ -15,6 +15,12 @@ from __future__ import annotations
 DEFAULT_BACKEND = "inductor"
 
 
+def compiles(cfg, ds_cfg: dict) -> bool:
+    """Whether a run compiles its model: ``--compile``, or its DeepSpeed config's ``compile.deepcompile``
+    (``--deepcompile``, ``--sp-path autosp``: DeepSpeed's passes run inside ``engine.compile()``)."""
+    return bool(cfg.compile or (ds_cfg.get("compile") or {}).get("deepcompile") is True)
+
+
 def compile_engine(engine, engine_name: str) -> str:
     """Compile ``engine``'s model in place; the backend it compiles with."""
     if engine_name == "deepspeed":

@@ -34,7 +34,7 @@ def families(stages, offloads, precisions, grad_accums, engines=("deepspeed",), 
             engine, stages, offloads)
         own = every_engine_alike or engine == "deepspeed"
         values = [(degrees or {}).get(d.field, (1,)) if own else (1,) for d in DEGREES]
-        toggles = [(switches or {}).get(w.field, (False,)) if own else (False,) for w in SWITCHES]
+        toggles = [(switches or {}).get(w.field, (w.off,)) if own else (w.off,) for w in SWITCHES]
         n = len(DEGREES)
         for combo in itertools.product(*values, e_stages, e_offloads, precisions, grad_accums, attns, compiles,
                                        *toggles, seq_lens):

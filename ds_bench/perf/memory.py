@@ -77,7 +77,8 @@ def stage_shape(shape: Transformer, stages: int) -> ModelShape:
     blocks = -(-shape.layers // stages) * shape.block_params()
     expert = -(-shape.layers // stages) * shape.experts * 3 * shape.hidden * shape.ffn if shape.experts else 0
     embeddings = shape.embedding_params() if stages == 1 else (shape.vocab + shape.positions) * shape.hidden
-    return ModelShape(blocks + embeddings, shape.largest_layer_params, expert)
+    muon = -(-shape.layers // stages) * (shape.muon_params // shape.layers) if shape.layers else 0
+    return ModelShape(blocks + embeddings, shape.largest_layer_params, expert, muon)
 
 
 def states_bytes(shape: Transformer, candidate: Candidate, cluster: Cluster, host: bool = False) -> int:

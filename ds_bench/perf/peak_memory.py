@@ -169,7 +169,8 @@ def _split(layout: Layout) -> tuple:
     """What a calibration is shared by (the module docstring): the degrees, and the sequence and switches where
     a sweep varies them (a sweep without leaves the key as it was)."""
     seq = (("seq_len", layout.seq_len),) if layout.seq_len else ()
-    return tuple(sorted(layout.degrees().items())) + seq + tuple(s.field for s in SWITCHES if getattr(layout, s.field))
+    return tuple(sorted(layout.degrees().items())) + seq + tuple(s.key_word(getattr(layout, s.field)) for s in SWITCHES
+                                                                 if getattr(layout, s.field))
 
 
 def _as_run(point_record: SweepPointRecord) -> RunRecord:

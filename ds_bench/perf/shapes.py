@@ -100,6 +100,15 @@ class Transformer:
         widths = (self.ffn, 3 * self.hidden) if self.mlp == "gelu" else (self.ffn, self.q_width)
         return max(self.vocab, *widths) * self.hidden
 
+    @property
+    def muon_params(self) -> int:
+        """The parameters DeepSpeed's Muon steps (``deepspeed.set_optimizer_flags``): every matrix of the blocks (the
+        attention's, the MLP's or the router's and experts'); biases, norms, embeddings and the LM head take AdamW."""
+        d, f = self.hidden, self.ffn
+        attention = 2 * d * self.q_width + 2 * d * self.kv_width
+        mlp = self.experts * d + self.experts * 3 * d * f if self.experts else (2 if self.mlp == "gelu" else 3) * d * f
+        return self.layers * (attention + mlp)
+
     def matmul_params(self) -> int:
         """N of the 6 N term: every weight that multiplies a token (k experts of E, and the router)."""
         d, f = self.hidden, self.ffn

@@ -59,6 +59,10 @@ class ModelShape:
     largest_layer_params: int
     expert_params: int = 0
     """Of ``params``, the experts' (``moe_shapes.expert_param_count``): what ``--expert-parallel`` shards; 0: dense."""
+    muon_params: int = 0
+    """Of ``params``, those DeepSpeed's Muon steps (``deepspeed.set_optimizer_flags``: every matrix outside the
+    embeddings and the LM head; ``perf.shapes.Transformer.muon_params``, or a run's record); the rest take Muon's
+    AdamW half."""
 
 
 MODELLED = ("tensor_parallel", "sequence_parallel", "expert_parallel")
@@ -129,10 +133,46 @@ def _group_states(shape: ModelShape, n: int, ranks_per_node: int, point: Layout)
     shape, n, ranks_per_node = tensor_parallel_share(shape, point.tensor_parallel, n, ranks_per_node)
     if point.precision != "fp32" and point.stage in (2, 3):
         cpu_per_node, device = _deepspeed_estimate(shape, point, n, ranks_per_node)
-        return device, cpu_per_node / ranks_per_node
-    if point.precision == "fp32":
-        return _fp32_states(shape.params, shape.largest_layer_params, point, n)
-    return _mixed_states(shape.params, point, n)
+        device, host = device, cpu_per_node / ranks_per_node
+    elif point.precision == "fp32":
+        device, host = _fp32_states(shape.params, shape.largest_layer_params, point, n)
+    else:
+        device, host = _mixed_states(shape.params, point, n)
+    change = optimizer_state_change(shape, point) / (n if point.stage >= 1 else 1)  # ZeRO partitions them
+    return (device, host + change) if point.offload != "none" and point.stage >= 1 else (device + change, host)
+
+
+def master_bytes_per_param(point: Layout) -> int:
+    """The optimizer's copy of a parameter it updates: fp32 (4 B; ZeRO 1-3 clone one even in an fp32 run, the module
+    docstring; at ZeRO-0 in fp32 the parameter is it: 0), or bf16 with ``--master-states bf16`` or ``bf16-weights``
+    (``bf16_master_weights_and_grads``: 2 B)."""
+    if point.master_states in ("bf16", "bf16-weights") and point.precision == "bf16":
+        return 2
+    return 0 if point.precision == "fp32" and point.stage == 0 else 4
+
+
+def moment_bytes_per_param(point: Layout, muon_share: float = 0.0) -> float:
+    """The optimizer's state per parameter: Adam's two moments (Kingma and Ba 2015), 4 B each, 2 B with
+    ``--master-states bf16`` (``bf16_optimizer_states``); ``--optimizer muon`` keeps one momentum buffer for the
+    ``muon_share`` of the parameters Muon steps (Jordan et al. 2024) and Adam's two for the rest. Measured
+    (``ds_bench.measure.optimizer_state``, docs/options.md): exact at ZeRO 1 and 3."""
+    each = 2 if point.master_states == "bf16" and point.precision == "bf16" else 4
+    buffers = (1 if point.optimizer == "muon" else 2) * muon_share + 2 * (1 - muon_share)
+    return each * buffers
+
+
+def optimizer_bytes_per_param(point: Layout, muon_share: float = 0.0) -> float:
+    """K of the ZeRO paper (Rajbhandari et al. 2020, sec. 3.1: 12 in mixed precision): the master copy and the
+    moments, what ZeRO 1-3 partition over the ranks."""
+    return master_bytes_per_param(point) + moment_bytes_per_param(point, muon_share)
+
+
+def optimizer_state_change(shape: ModelShape, point: Layout) -> float:
+    """Bytes a rank's optimizer holds beyond (or short of) the AdamW states the formulas above count, for the whole
+    ``shape`` before ZeRO partitions it: (K(point) - K(AdamW, same precision)) x Ψ."""
+    share = shape.muon_params / shape.params if shape.params else 0.0
+    plain = Layout(point.stage, point.offload, point.precision, point.micro_batch)
+    return (optimizer_bytes_per_param(point, share) - optimizer_bytes_per_param(plain)) * shape.params
 
 
 def tensor_parallel_share(shape: ModelShape, t: int, n: int, ranks_per_node: int) -> tuple[ModelShape, int, int]:

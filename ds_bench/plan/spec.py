@@ -119,7 +119,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--checkpoint-offload", default=None, metavar="off|on|off,on",
                    help="with checkpointing, the checkpointed blocks' inputs in host memory (ALST; GPUs only; "
                         "default off,on on GPUs, off on CPU ranks)")
-    add_switch_arguments(a, what="candidate", default="off,on")
+    add_switch_arguments(a, what="candidate", every_planned=True)
     a.add_argument("--loss", default="upcast", choices=LOSSES,
                    help="how the loss is computed without --tiled-loss: upcast (HF's and ds_bench's: fp32 logits, "
                         "12 bytes per logit) or fused (a fused cross-entropy kernel, e.g. flash-attn's or Liger's: "

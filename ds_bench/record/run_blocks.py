@@ -100,6 +100,10 @@ class ModelBuild(Block):
     plus the layers AutoTP replicates; under ZeRO-3 before partitioning), against the whole model's ``params``."""
     rank_params_held: dict[str, int] | None = None
     """``--workload moe`` under DeepSpeed: parameters rank 0 holds, ``experts`` (its E / EP) and ``rest``."""
+    optimizer_state: dict[str, int] | None = None
+    """DeepSpeed: what rank 0's optimizer held after the last step, live tensor bytes (``ds_bench.measure.
+    optimizer_state``): ``master_bytes`` (its copy of the partition it updates), ``moments_bytes`` (Adam's moments,
+    Muon's momentum) and ``muon_params`` (the model's parameters Muon steps)."""
 
 
 class StartUp(Block):

@@ -34,12 +34,12 @@ def _one_sweep(sweep_id: str, records: list[SweepPointRecord]) -> list[str]:
     first = records[0]
     parts = [heading(f"sweep {sweep_id}: {first.workload}{'/' + first.size if first.size else ''}, "
                      f"{first.world_size} rank(s), {len(ranking.rows)} point(s)")]
-    pipeline = sweep_table.has_pipeline(ranking)
-    headers = sweep_table.headers(unit, pipeline)
+    pipeline, numerics = sweep_table.has_pipeline(ranking), sweep_table.has_numerics(ranking)
+    headers = sweep_table.headers(unit, pipeline, numerics)
     at = {name: headers.index(name) for name in ("status", f"median {unit}", "peak GiB")}
     rows = []
     for r in ranking.rows:
-        cells: list = list(sweep_table.cells(ranking, r, pipeline))
+        cells: list = list(sweep_table.cells(ranking, r, pipeline, numerics))
         cells[at["status"]] = status(r.status)
         cells[at[f"median {unit}"]] = Cell(cells[at[f"median {unit}"]], r.throughput_median, key="throughput")
         cells[at["peak GiB"]] = Cell(cells[at["peak GiB"]], r.peak_mem_bytes, key="peak_mem_bytes")

@@ -51,6 +51,8 @@ class PointRow:
     ds_config: dict | None = field(default=None, compare=False)
     bubble: float | None = None  # pipeline points, of the median ok repeat: measured, and the schedule's
     schedule_bubble: float | None = None
+    loss_last: float | None = None  # the median ok repeat's loss at its last step
+    steps: int | None = None  # how many steps its loss curve has
 
     @property
     def ran_ok(self) -> bool:
@@ -112,7 +114,9 @@ def summarize_point(attempts: list[SweepPointRecord], cores: int | None = None) 
         prediction_ratio=predicted / peak if predicted is not None and peak else None,
         busy=any(was_busy(a, cores) for a in attempts), unit=latest.unit,
         run_id=chosen.run_id, log=chosen.log, ds_config=chosen.ds_config,
-        bubble=chosen.bubble, schedule_bubble=chosen.schedule_bubble)
+        bubble=chosen.bubble, schedule_bubble=chosen.schedule_bubble,
+        loss_last=chosen.loss_curve[-1] if ok and chosen.loss_curve else None,
+        steps=len(chosen.loss_curve) if ok and chosen.loss_curve else None)
 
 
 def summarize_points(records: list[SweepPointRecord], cores: int | None = None) -> list[PointRow]:

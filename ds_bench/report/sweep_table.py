@@ -12,6 +12,7 @@ import csv
 
 from tabulate import tabulate
 
+from ds_bench.config.layout import SWITCHES
 from ds_bench.report.ranking import GIB, PointRow, Ranking, fits, format_throughput, recommendation_line
 
 LEGEND = ("rank: by median throughput, '=k' ties within noise; CV: sample std / mean over ok repeats; "
@@ -73,10 +74,24 @@ def has_pipeline(ranking: Ranking) -> bool:
     return any(r.schedule_bubble is not None for r in ranking.rows)
 
 
-def headers(unit: str, pipeline: bool = False) -> list[str]:
+def has_numerics(ranking: Ranking) -> bool:
+    """Whether the sweep varies a switch that changes what is computed (``Switch.numerics``: the optimizer, the
+    master states, the sequence-parallel path): then each point's loss after its steps is a column."""
+    return any(getattr(r.point, s.field) for r in ranking.rows for s in SWITCHES if s.numerics)
+
+
+def headers(unit: str, pipeline: bool = False, numerics: bool = False) -> list[str]:
     return ["rank", "point", "status", f"median {unit}", f"min-max {unit}", "CV %", "vs baseline %",
             "peak GiB", "predicted GiB", "predicted/measured", "headroom %",
-            *([BUBBLE_HEADER] if pipeline else []), "notes"]
+            *([BUBBLE_HEADER] if pipeline else []), *([LOSS_HEADER] if numerics else []), "notes"]
+
+
+LOSS_HEADER = "loss (step)"
+"""The median ok repeat's loss at its last step, and that step."""
+
+
+def loss_cell(row: PointRow) -> str:
+    return "-" if row.loss_last is None else f"{row.loss_last:.4f} ({row.steps})"
 
 
 def bubble_cell(row: PointRow) -> str:
@@ -86,17 +101,18 @@ def bubble_cell(row: PointRow) -> str:
     return f"{measured} ({row.schedule_bubble * 100:.0f})"
 
 
-def cells(ranking: Ranking, row: PointRow, pipeline: bool = False) -> list[str]:
+def cells(ranking: Ranking, row: PointRow, pipeline: bool = False, numerics: bool = False) -> list[str]:
     return [ranking.label(row), row.key, row.status, *_throughput_cells(row), _num(row.cv_pct, "{:.1f}"),
             _num(ranking.diff_pct(row), "{:+.1f}"), _num(_gib(row.peak_mem_bytes), "{:.2f}"),
             _num(_gib(row.predicted_mem_bytes), "{:.2f}"), _num(row.prediction_ratio, "{:.2f}"),
-            _num(row.headroom_pct, "{:.0f}"), *([bubble_cell(row)] if pipeline else []), notes(ranking, row)]
+            _num(row.headroom_pct, "{:.0f}"), *([bubble_cell(row)] if pipeline else []),
+            *([loss_cell(row)] if numerics else []), notes(ranking, row)]
 
 
 def _table(ranking: Ranking, unit: str, fmt: str) -> str:
-    pipeline = has_pipeline(ranking)
-    return tabulate([cells(ranking, r, pipeline) for r in ranking.rows], headers=headers(unit, pipeline),
-                    tablefmt=fmt, disable_numparse=True)
+    pipeline, numerics = has_pipeline(ranking), has_numerics(ranking)
+    return tabulate([cells(ranking, r, pipeline, numerics) for r in ranking.rows],
+                    headers=headers(unit, pipeline, numerics), tablefmt=fmt, disable_numparse=True)
 
 
 def markdown(ranking: Ranking, unit: str) -> str:
@@ -111,7 +127,7 @@ def terminal(ranking: Ranking, unit: str) -> str:
 CSV_COLUMNS = ["rank", "key", "stage", "offload", "precision", "micro_batch", "grad_accum", "status",
                "reason", "repeats", "repeats_ok", "unit", "throughput_median", "throughput_min",
                "throughput_max", "cv_pct", "diff_pct", "peak_gib", "predicted_gib", "prediction_ratio",
-               "headroom_pct", "capacity_gib", "noisy", "busy", "bubble", "schedule_bubble", "notes", "run_id", "log"]
+               "headroom_pct", "capacity_gib", "noisy", "busy", "bubble", "schedule_bubble", "loss_last", "notes", "run_id", "log"]
 
 
 def _csv_row(ranking: Ranking, row: PointRow) -> dict:
@@ -124,7 +140,7 @@ def _csv_row(ranking: Ranking, row: PointRow) -> dict:
             "peak_gib": _gib(row.peak_mem_bytes), "predicted_gib": _gib(row.predicted_mem_bytes),
             "prediction_ratio": row.prediction_ratio, "headroom_pct": row.headroom_pct,
             "capacity_gib": _gib(row.capacity_bytes), "noisy": row.noisy, "busy": row.busy,
-            "bubble": row.bubble, "schedule_bubble": row.schedule_bubble,
+            "bubble": row.bubble, "schedule_bubble": row.schedule_bubble, "loss_last": row.loss_last,
             "notes": notes(ranking, row, limit=None), "run_id": row.run_id, "log": row.log}
 
 

@@ -14,7 +14,8 @@ import logging
 
 from ds_bench import engines
 from ds_bench.cluster import join
-from ds_bench.config import legality, preflight
+from ds_bench.config import legality, preflight, run_switches
+from ds_bench.config.deepspeed.switch_sections import clipping
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.config.deepspeed.derive import layout_of_run
 from ds_bench.config.run_config import RunConfig
@@ -31,6 +32,8 @@ def resolve(cfg: RunConfig) -> Resolved:
     """Every check of ``cfg`` against this machine and these ranks, before joining."""
     rdzv = join.find_rendezvous(cfg.iface, cfg.dist_timeout_s)
     read_cfg = ds_config.read(cfg.ds_config, cfg.overrides)  # the file, --set: once
+    _warn_if_muon_unclips(cfg, read_cfg, rdzv.info.rank)
+    read_cfg = run_switches.apply(read_cfg, cfg)  # --optimizer, --master-states, --sp-path, --deepcompile
     legality.refuse_run(cfg, rdzv.info.world_size, environ.device_type(), read_cfg)
     workload = build_workload(cfg)
     lr = cfg.lr or workload.default_lr
@@ -58,3 +61,12 @@ def _warn_if_emulated(precision: str, device_type: str, rank: int | None) -> Non
     note = cpu_features.emulated_precision_note(precision, device_type, cpu_features.this_cpu_flags())
     if note:
         log.warning(note)
+
+
+def _warn_if_muon_unclips(cfg: RunConfig, read_cfg: dict, rank: int | None) -> None:
+    """``--optimizer muon`` turns the config's gradient clipping off (``switch_sections.optimizer_edit``): said once,
+    and the record's config holds the 0."""
+    if cfg.optimizer == "muon" and clipping(read_cfg) > 0 and rank in (0, None):
+        log.warning("--optimizer muon: gradient_clipping %s of %s set to 0; under ZeRO 1-3 DeepSpeed would clip "
+                    "Muon's orthogonalised update, not the gradient (docs/options.md#muon)", clipping(read_cfg),
+                    cfg.ds_config)

@@ -19,10 +19,10 @@ from ds_bench import engines
 from ds_bench.cluster import faults, process_exit, process_group
 from ds_bench.config.deepspeed import prepare as ds_config
 from ds_bench.engines import tiling
-from ds_bench.engines.compiled import compile_engine
+from ds_bench.engines.compiled import compile_engine, compiles
 from ds_bench.engines.degrees.pipeline import clip_on_the_whole_model
 from ds_bench.machine import memory
-from ds_bench.measure import checkpoint, compile_stats, degree_blocks
+from ds_bench.measure import checkpoint, compile_stats, degree_blocks, optimizer_state
 from ds_bench.measure.loop import DeviceClock, run_loop
 from ds_bench.run.run_metrics import run_metrics
 from ds_bench.run.run_record import rank_report, record_failure
@@ -56,6 +56,8 @@ def measure(run: Started, workload) -> tuple[dict, dict]:
     run.baseline_bytes = memory.current_bytes(run.state.device)
     built = build(run, workload)
     reports, loop_started_at = train(run, workload, built.engine)
+    if run.engine.name == "deepspeed" and built.build is not None:  # after the timed loop: it disturbs no step
+        built.build["optimizer_state"] = optimizer_state.state_bytes(built.engine)
     if built.compile_backend:
         compile_stats.check_settled([r.compiled for r in reports], run.cfg.warmup)
     if run.state.rank != 0:
@@ -83,7 +85,7 @@ def build(run: Started, workload) -> Built:
     mpu = mesh.mpu(model, run.ds_cfg["train_micro_batch_size_per_gpu"], workload)  # e.g. Ulysses' groups
     trained = tiling.with_tiled_loss(model) if run.cfg.tiled_loss else model  # the tiled loss is its forward
     engine = engines.build(run.engine, trained, run.ds_cfg, run.state.device, run.cfg.lr or workload.default_lr, mpu)
-    backend = compile_engine(engine, run.engine.name) if run.cfg.compile else None  # lazy: compiles in step 1
+    backend = compile_engine(engine, run.engine.name) if compiles(run.cfg, run.ds_cfg) else None  # in step 1
     return Built(engine, params, largest, flops, hw_flops, compile_backend=backend, build={
         "partitioned": partitioned, "model_s": model_built[0] - started,
         "engine_s": time.perf_counter() - engine_started, "model_mem_bytes": model_built[1],
@@ -123,7 +125,7 @@ def train(run: Started, workload, engine) -> tuple[list, float]:
                             world_size=state.world_size)  # resumes: returns the step reached
     clock = DeviceClock(state.device)
     timers = degree_blocks.timers(run.engine.mesh, engine, clock, workload)
-    watch = compile_stats.CompileWatch() if cfg.compile else None
+    watch = compile_stats.CompileWatch() if compiles(cfg, ds_cfg) else None
     with faults.StepWatchdog(cfg.step_timeout_s, lambda done: _stalled(run)) as watchdog:
         batches = _batches(run, workload, engine)
         batches = checkpoint.skip(batches, start * accumulation)  # used before the resume

@@ -188,8 +188,8 @@ def _check_variants(spec: SweepSpec) -> None:
         REGISTRY[spec.workload].check_attention_flag()
     REGISTRY[spec.workload].check_study(spec.degrees, run_flags_of(spec.workload, spec.run_args))
     for s in SWITCHES:
-        if True in spec.switches.get(s.field, ()):
-            REGISTRY[spec.workload].check_long_context_flag(f"--{s.word}")
+        if s.long_context and any(spec.switches.get(s.field, ())):
+            REGISTRY[spec.workload].check_long_context_flag(s.option)
     if True in spec.compiles:
         argcheck.at_least("--warmup (with --compile on)", spec.warmup, 1)
         check_compile_environment("--compile on")

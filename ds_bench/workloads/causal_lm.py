@@ -101,6 +101,8 @@ class CausalLMWorkload(Workload):
             weighted = tiling.token_sum(model, batch, sequence_parallel.token_weight(batch), self.cfg.tiled_loss)
             return sequence_parallel.group_loss(weighted, batch)
         ids = batch["input_ids"]
+        if batch.get("autosp"):
+            return _autosp_loss(model, ids)
         return model(input_ids=ids, labels=ids, use_cache=False, return_dict=True).loss
 
     def model_class(self) -> type:
@@ -202,3 +204,14 @@ def enable_checkpointing(model: nn.Module, selective: bool = False) -> None:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def _autosp_loss(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """HF's loss of a whole batch under AutoSP (``ds_bench.engines.degrees.sequence_parallel``): the inputs, labels
+    and positions marked dynamic along the sequence for DeepSpeed's pass, which keeps this rank's slice of each."""
+    from deepspeed.compile.passes.sp_compile import prepare_autosp_inputs
+
+    labels = ids.clone()
+    positions = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0).expand_as(ids).contiguous()
+    prepare_autosp_inputs(ids, labels, positions, None, seq_dim=1)
+    return model(input_ids=ids, labels=labels, position_ids=positions, use_cache=False, return_dict=True).loss

@@ -2,7 +2,7 @@
 
 Only what the point names changes: ``zero_optimization.stage``; the offload sections (kept from the
 base when it has them, so ``pin_memory``, buffer sizes and ``nvme_path`` survive; otherwise CPU with
-pinned memory); the precision sections (``bf16.enabled`` / ``fp16.enabled``, other keys of those
+pinned memory; ``zenflow``: optimizer offload with the base's ZenFlow settings, else DeepSpeedExamples'); the precision sections (``bf16.enabled`` / ``fp16.enabled``, other keys of those
 sections kept); ``train_micro_batch_size_per_gpu`` and ``gradient_accumulation_steps``, with
 ``train_batch_size`` left ``auto`` for the run to resolve against the real world size. Everything
 else (optimizer, scheduler, buckets, clipping) is the base config's.
@@ -15,7 +15,8 @@ import os
 import types
 
 from ds_bench.config.deepspeed.prepare import write_config
-from ds_bench.config.layout import Layout, from_run
+from ds_bench.config.deepspeed.switch_sections import zenflow_section
+from ds_bench.config.layout import SWITCHES, Layout, from_run
 
 _CPU_OFFLOAD = {"device": "cpu", "pin_memory": True}
 
@@ -24,13 +25,17 @@ def derive(base: dict, point: Layout) -> dict:
     cfg = copy.deepcopy(base)
     zero = dict(cfg.get("zero_optimization") or {})
     zero["stage"] = point.stage
-    for section, wanted in (("offload_optimizer", point.offload in ("optimizer", "all")),
+    for section, wanted in (("offload_optimizer", point.offload in ("optimizer", "all", "zenflow")),
                             ("offload_param", point.offload == "all")):
         if wanted:
             kept = dict(zero.get(section) or {})
             zero[section] = {**_CPU_OFFLOAD, **kept} if kept.get("device") in ("cpu", "nvme") else dict(_CPU_OFFLOAD)
         else:
             zero.pop(section, None)
+    if point.offload == "zenflow":
+        zero["zenflow"] = zenflow_section(zero.get("zenflow"))
+    else:
+        zero.pop("zenflow", None)
     cfg["zero_optimization"] = zero
     for name in ("bf16", "fp16"):
         section = dict(cfg.get(name) or cfg.get("bfloat16" if name == "bf16" else name) or {})
@@ -58,15 +63,16 @@ def axes_of(base: dict) -> dict:
     zero = base.get("zero_optimization") or {}
     device = lambda s: ((zero.get(s) or {}).get("device") or "none")  # noqa: E731
     param = device("offload_param") != "none" or _on(zero.get("cpu_offload_param"))
-    offload = "all" if param else "optimizer" if device("offload_optimizer") != "none" or _on(zero.get("cpu_offload")) \
-        else "none"
+    optimizer = device("offload_optimizer") != "none" or _on(zero.get("cpu_offload"))
+    offload = "all" if param else ("zenflow" if zero.get("zenflow") else "optimizer") if optimizer else "none"
     bf16 = _on((base.get("bf16") or base.get("bfloat16") or {}).get("enabled"), auto=True)
     fp16 = _on((base.get("fp16") or {}).get("enabled"))
     mbs = base.get("train_micro_batch_size_per_gpu")
     ga = base.get("gradient_accumulation_steps")
     return {"stage": int(zero.get("stage") or 0), "offload": offload,
             "precision": "bf16" if bf16 else "fp16" if fp16 else "fp32",
-            "micro_batch": mbs if isinstance(mbs, int) else None, "grad_accum": ga if isinstance(ga, int) else 1}
+            "micro_batch": mbs if isinstance(mbs, int) else None, "grad_accum": ga if isinstance(ga, int) else 1,
+            "switches": {s.field: s.normal(s.of_config(base)) for s in SWITCHES if s.of_config is not None}}
 
 
 def _on(value, auto: bool = False) -> bool:

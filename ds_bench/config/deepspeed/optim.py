@@ -25,6 +25,7 @@ import typing
 from typing import Any
 
 from ds_bench.config.deepspeed.sections import offload_device
+from ds_bench.config.deepspeed.switch_sections import check_muon
 from ds_bench.errors import UserError
 
 DEFAULT_SOURCE = "ds_bench default"
@@ -121,6 +122,8 @@ def check_optimizer(cfg: dict, path: str) -> None:
     if "max_grad_norm" in params:
         raise UserError(f"{path}: optimizer.params.max_grad_norm is not supported by DeepSpeed; "
                         "use the top-level \"gradient_clipping\" instead")
+    if name.lower() == "muon":
+        check_muon(cfg, path)
     cls, popped = optimizer_class(name, params, offloads_optimizer(cfg), f"{path}: optimizer")
     if cls is not None:
         check_params(cls, {k: v for k, v in params.items() if k not in popped}, "optimizer.params", path,

@@ -155,6 +155,7 @@ def resolve_auto(cfg: dict, ctx: RunContext, path: str) -> dict:
     rules = {
         ("gradient_clipping",): 1.0,
         ("optimizer", "params", "lr"): ctx.lr,
+        ("optimizer", "params", "adam_lr"): ctx.lr,  # Muon's AdamW half (--optimizer muon)
         ("optimizer", "params", "betas"): [0.9, 0.999],
         ("optimizer", "params", "eps"): 1e-8,
         ("optimizer", "params", "weight_decay"): 0.0,

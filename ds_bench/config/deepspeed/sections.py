@@ -151,6 +151,11 @@ def check_combinations(cfg: dict, path: str) -> None:
             raise UserError(f"{path}: bf16.{key} is only supported with ZeRO stage 1, 2 or 3, got stage 0")
     if bf16.get("bf16_optimizer_states") and not bf16.get("bf16_master_weights_and_grads"):
         raise UserError(f"{path}: bf16.bf16_optimizer_states requires bf16.bf16_master_weights_and_grads: true")
+    if bf16.get("bf16_master_weights_and_grads") and not bf16.get("bf16_optimizer_states") and \
+            offload_device(cfg, "offload_optimizer") not in ("cpu", "nvme"):
+        raise UserError(f"{path}: bf16.bf16_master_weights_and_grads without bf16.bf16_optimizer_states needs "
+                        "zero_optimization.offload_optimizer (DeepSpeed: 'Master weights feature requires ZeRO "
+                        "Offload with DeepSpeedCPUAdam')")
     if (cfg.get("fp16") or {}).get("fp16_master_weights_and_grads") and stage == 0:
         raise UserError(f"{path}: fp16.fp16_master_weights_and_grads is only supported with ZeRO stage 1, 2 or 3")
     if str(cfg.get("gradient_allreduce_op", "")).lower() == "sum" and stage == 3:

@@ -19,6 +19,13 @@ micro-batch x accumulation x D x sequence; DeepSpeed agrees: with ``sequence_par
 train_batch_size = micro-batch x accumulation x world size / S (``deepspeed/runtime/config.py``), the
 sequences of a step, which is the global batch ds_bench already gives it.
 
+AutoSP (``--sp-path autosp``; deepspeed >= 0.18.9, ``compile/passes/sp_compile.py``) is the same split made by a
+compiler pass: every rank of a group is given the replica's whole batch (``shard`` marks it), its inputs are marked
+dynamic along the sequence (``prepare_autosp_inputs``), and the compiled graph keeps each rank's T/S tokens and
+inserts the all-to-alls around ``scaled_dot_product_attention``. HF's loss then runs inside each rank's slice: the
+labels are shifted within the slice, so the last position of every slice but the last loses its target (S - 1 of the
+T - 1 per sequence), and the loss is the mean over each slice's own T/S - 1 targets (docs/options.md#autosp).
+
 The loss (``group_loss``): each rank sums the cross entropy of its slice's tokens (labels shifted before the
 split, the last position -100); the step's loss is the group's sum over the sequence's T-1 predicted tokens,
 the same number SP=1's mean gives. The gradient each rank back-propagates is its own sum over those tokens,
@@ -48,7 +55,6 @@ IGNORE = -100
 @dataclass(frozen=True)
 class SequenceParallelPlan(DegreePlan):
     field: ClassVar[str] = "sequence_parallel"
-    comm_timed: ClassVar[bool] = True
     shards_batches: ClassVar[bool] = True
 
     size: int
@@ -56,6 +62,16 @@ class SequenceParallelPlan(DegreePlan):
     data_parallel_size: int
     """D = world size / S."""
     zero_stage: int = 0
+    path: str = ""
+    """``--sp-path``: empty for Ulysses; ``autosp`` for DeepSpeed's AutoSP compiler pass (module docstring)."""
+
+    @property
+    def comm_timed(self) -> bool:
+        """Ulysses' all-to-alls are timed (``measure.layout_comm``); AutoSP's run inside the compiled graph."""
+        return self.path != "autosp"
+
+    def record_settings(self) -> dict:
+        return {"path": self.path} if self.path else {}
 
     def group_rank(self, rank: int) -> int:
         return rank % self.size
@@ -72,9 +88,13 @@ class SequenceParallelPlan(DegreePlan):
         return deepspeed_config(self, ds_cfg)
 
     def mpu(self, model, micro_batch: int, workload):
+        if self.path == "autosp":
+            return causal_sdpa(model)
         return register_attention(self, model, micro_batch, workload.seq_len)
 
     def shard(self, batches: Iterator[dict], rank: int) -> Iterator[dict]:
+        if self.path == "autosp":
+            return ({**batch, "autosp": True} for batch in batches)
         return shard_batches(batches, self.group_rank(rank), self.size, self.gradient_scale)
 
     def verdict_terms(self, workload, micro_batch: int, comm: dict | None, build: dict) -> dict:
@@ -88,7 +108,8 @@ def _from_run(cfg, workload, world_size: int, local_world_size: int | None) -> S
     if cfg.sequence_parallel is None:
         return None
     heads, kv_heads = workload.attention_heads
-    return resolve(cfg.sequence_parallel, world_size, heads, kv_heads, workload.seq_len)
+    plan = resolve(cfg.sequence_parallel, world_size, heads, kv_heads, workload.seq_len)
+    return dataclasses.replace(plan, path=getattr(cfg, "sp_path", None) or "") if plan is not None else None
 
 
 def resolve(size: int | None, world_size: int, heads: int, kv_heads: int, seq_len: int) -> SequenceParallelPlan | None:
@@ -115,13 +136,14 @@ def with_stage(sp: SequenceParallelPlan, zero_stage: int) -> SequenceParallelPla
 
 def ulysses(sp: SequenceParallelPlan | None) -> bool:
     """Whether Ulysses runs: ``--sequence-parallel 1`` engages the rules and the sharded batches, and no
-    all-to-all."""
-    return sp is not None and sp.size > 1
+    all-to-all; ``--sp-path autosp`` shards inside the compiled graph instead."""
+    return sp is not None and sp.size > 1 and sp.path != "autosp"
 
 
 def deepspeed_config(sp: SequenceParallelPlan | None, ds_cfg: dict) -> dict:
-    """The config ``deepspeed.initialize`` gets (pure): ``sequence_parallel_size`` with Ulysses."""
-    if not ulysses(sp):
+    """The config ``deepspeed.initialize`` gets (pure): ``sequence_parallel_size`` with Ulysses or AutoSP (whose
+    pass reads the group's size from it; ``--sp-path autosp`` wrote its ``compile`` section already)."""
+    if sp is None or sp.size <= 1:
         return ds_cfg
     return {**ds_cfg, "sequence_parallel_size": sp.size}
 
@@ -139,6 +161,24 @@ def register_attention(sp: SequenceParallelPlan | None, model: torch.nn.Module, 
     return UlyssesSPAttentionHF.register_with_transformers(
         model, core_attn_implementation=model.config._attn_implementation, sequence_parallel_size=sp.size,
         micro_batch_size=micro_batch, seq_length_is_variable=True, **{length: seq_len})
+
+
+CAUSAL_SDPA = "ds_bench_causal_sdpa"
+"""HF's sdpa attention under a name with no mask function: the model passes no mask and sdpa is causal by
+``is_causal`` (AutoSP's path)."""
+
+
+def causal_sdpa(model: torch.nn.Module) -> None:
+    """Give ``model`` sdpa attention without a mask tensor (before ``deepspeed.initialize``; no ``mpu``). Under
+    ``torch.compile`` transformers 5 builds the full T x T causal mask (it skips it for ``is_causal`` only when not
+    tracing, before torch 2.14), which AutoSP's pass cannot shard ('expand: attempting to expand a dimension of
+    length s -> s//2'); an attention name without a mask function makes ``create_causal_mask`` return None."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    AttentionInterface.register(CAUSAL_SDPA, sdpa_attention_forward)
+    model.set_attn_implementation(CAUSAL_SDPA)
+    return None
 
 
 def shard(input_ids: torch.Tensor, group_rank: int, size: int, gradient_scale: int = 1) -> dict:
