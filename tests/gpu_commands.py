@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from ds_bench.report.gpu_figures import RESNET, lm_name
+from ds_bench.report.gpu_figures import DEEPCOMPILE_STAGES, RESNET, deepcompile_name, lm_name
 
 FLASH_ATTN = importlib.util.find_spec("flash_attn") is not None
 """Whether the flash-attn package is importable here: the best runs use it, else SDPA (and the refusal is checked)."""
@@ -70,6 +70,13 @@ TIMED_RUNS: dict[str, tuple[str, ...]] = {
 }
 """``tests/test_gpu_timed.py``: the runs the figures come from, one at a time (defaults first: a best run that runs
 out of the budget costs its own row only)."""
+
+DEEPCOMPILE_RUNS: dict[str, tuple[str, ...]] = {
+    deepcompile_name(stage, on): (*LM_SHAPES["gpt2-small"], "--seq-len", "1024", "--micro-batch", "8",
+                                  "--ds-config", f"ds_configs/zero{stage}.json", *STEPS, *(("--deepcompile",) if on else ()))
+    for stage in DEEPCOMPILE_STAGES for on in (False, True)}
+"""``tests/test_gpu_timed.py``: GPT-2 small at ZeRO-1 and ZeRO-3, eager and under DeepCompile (issue 48): the speedup
+and the two loss curves side by side (``gpu_figures.deepcompile_table``)."""
 
 ROOFLINE = ("roofline", "--dtypes", "bf16,fp32,fp16", "--sizes", "8192", "--min-time", "0.5s", "--repeats", "3",
             "--copy-bytes", "1GiB")

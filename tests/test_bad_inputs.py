@@ -158,6 +158,10 @@ CASES["--deepcompile on CPU ranks"] = Case(run(*GPT2, "--deepcompile", "--ds-con
 CASES["--sp-path autosp without a group"] = Case(run(*GPT2, "--sp-path", "autosp"),
                                                  r"--sp-path autosp needs --sequence-parallel 2 or more",
                                                  env={"TORCHDYNAMO_DISABLE": "0"})
+CASES["zenflow with torch_adam"] = Case(
+    run(*GPT2, cfg=cfg_with(zero_optimization__offload_optimizer={"device": "cpu"},
+                            zero_optimization__zenflow={"topk_ratio": 0.1})),
+    r"c\.json: optimizer\.params\.torch_adam with zero_optimization\.zenflow: ZenFlow builds its own AdamW")
 CASES["--attn for mnist"] = Case(run("--attn", "sdpa"), r"--attn: workload mnist has no attention \(gpt2 and llama have\)")
 CASES["--attn eager with a pipeline"] = Case(run(*GPT2, "--attn", "eager", "--pipeline-stages", "1", "--ds-config",
                                                  "ds_configs/zero1.json"),

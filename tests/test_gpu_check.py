@@ -36,15 +36,16 @@ def test_make_gpu_check_without_a_gpu_says_so_in_one_line_and_writes_nothing(tmp
     assert (sorted(results.glob("gpu-check-*")) if results.exists() else []) == before
 
 
-RUNS = {**cmd.CHECK_RUNS, **cmd.TIMED_RUNS}
+RUNS = {**cmd.CHECK_RUNS, **cmd.TIMED_RUNS, **cmd.DEEPCOMPILE_RUNS}
 FP16_TO_BF16 = ("--set", "fp16.enabled=false", "--set", "bf16.enabled=true")
 
 
 def on_cpu(argv: tuple[str, ...]) -> list[str]:
     """A GPU run as CPU ranks take it, everything else as it is: fp16 as bf16 (fp16 is refused on CPU ranks),
-    no ``--checkpoint-offload`` (GPU ranks only: a CPU rank's activations are in host memory already), SDPA for
-    flash-attn (a CUDA package; the GPU test checks its refusal)."""
-    out = [a.replace("flash_attention_2", "sdpa") for a in argv if a != "--checkpoint-offload"]
+    no ``--checkpoint-offload`` (GPU ranks only: a CPU rank's activations are in host memory already) and no
+    ``--deepcompile`` (CUDA only: its refusal on CPU ranks is a bad-input row), SDPA for flash-attn (a CUDA package;
+    the GPU test checks its refusal)."""
+    out = [a.replace("flash_attention_2", "sdpa") for a in argv if a not in ("--checkpoint-offload", "--deepcompile")]
     return out + list(FP16_TO_BF16) if any(a.endswith("_fp16.json") for a in argv) else out
 
 

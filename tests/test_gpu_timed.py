@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ds_bench.machine.jit_ops import optimizer_op
-from ds_bench.report.gpu_figures import LM_MODELS, RESNET, lm_name
+from ds_bench.report.gpu_figures import DEEPCOMPILE_STAGES, LM_MODELS, RESNET, deepcompile_name, lm_name
 from ds_bench.workloads import gpt2_shapes, llama_shapes
 from tests import gpu_commands as cmd
 from tests.conftest import records
@@ -82,3 +82,16 @@ def test_capacity_per_layout_on_one_gpu(gpu_out):
         assert r["next"] is None or r["next"]["why"] in ("oom", "predicted"), r["next"]
     assert {p["status"] for p in probes} <= {"ok", "oom"}, [(p["member"], p["status"], p["reason"]) for p in probes]
     assert len(probes) <= 3 * len(answers)
+
+
+@pytest.mark.parametrize("stage", DEEPCOMPILE_STAGES)
+def test_deepcompile_against_eager(gpu_out, stage):
+    """``--deepcompile`` at ZeRO-1 and ZeRO-3 beside the eager run of the same model, batches and steps: it compiled
+    in the warm-up (DeepSpeed's passes in ``engine.compile()``), and the loss after 12 steps agrees with eager's to
+    bf16's rounding (the figures page tables the speedup)."""
+    eager = gpu_run(gpu_out, deepcompile_name(stage, False), cmd.DEEPCOMPILE_RUNS[deepcompile_name(stage, False)])
+    on = gpu_run(gpu_out, deepcompile_name(stage, True), cmd.DEEPCOMPILE_RUNS[deepcompile_name(stage, True)],
+                 timeout=600, TORCHDYNAMO_DISABLE="0")
+    assert on["ds_config"]["compile"]["deepcompile"] is True and on["layout_key"].endswith("deepcompile")
+    assert on["compile"]["graphs"] >= 1 and on["compile"]["inside_window"] == 0, on["compile"]
+    assert on["metrics"]["loss_last"] == pytest.approx(eager["metrics"]["loss_last"], rel=2e-2)

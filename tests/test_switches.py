@@ -64,11 +64,14 @@ def test_the_switches_write_and_read_back_their_deepspeed_sections():
 
 
 def test_zenflow_is_an_offload_mode_of_the_derived_config():
-    zen = derive({"zero_optimization": {"stage": 1}}, Layout(2, "zenflow", "fp32", 4))
+    base = {"zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True,
+                                                                                      "fused": True}}}
+    zen = derive(base, Layout(2, "zenflow", "fp32", 4))
     zero = zen["zero_optimization"]
+    assert zen["optimizer"]["params"] == {"lr": 1e-3}  # ZenFlow's own AdamW takes neither (deepspeed 0.19.8)
     assert zero["offload_optimizer"]["device"] == "cpu" and zero["zenflow"]["topk_ratio"] == 0.1
     assert axes_of(zen)["offload"] == "zenflow"
-    classic = derive(zen, Layout(2, "optimizer", "fp32", 4))
+    classic = derive(base, Layout(2, "optimizer", "fp32", 4))
     assert "zenflow" not in classic["zero_optimization"] and axes_of(classic)["offload"] == "optimizer"
 
 
@@ -186,3 +189,36 @@ def test_autosp_and_ulysses_against_one_rank_with_the_slice_boundary_accounted_f
     assert autosp["layout_key"].endswith("sp-path=autosp") and autosp["compile"]["graph_breaks"] == 0
     assert autosp["ds_config"]["compile"] == {"deepcompile": True, "passes": ["autosp"]}
     assert autosp["degrees"]["sequence_parallel"]["settings"] == {"path": "autosp"}
+
+
+def _plan_rows(out: str) -> dict[str, list[str]]:
+    """``ds-bench plan``'s ranked rows: layout -> its cells (columns split on two spaces or more)."""
+    import re
+
+    rows = [re.split(r"\s{2,}", line.strip()) for line in out.splitlines() if line[:1].isdigit() and "  " in line[:5]]
+    return {cells[1]: cells for cells in rows}
+
+
+def test_plan_weighs_muon_and_bf16_master_states_by_default(capsys):
+    """Without the flags, ``plan`` tries AdamW and Muon, fp32 and bf16 master states (``Switch.planned``): Llama 3.1
+    8B at ZeRO-1 on 8 H100s, one layout otherwise. bf16 states save (12 - 6) bytes per parameter of each rank's
+    partition, bf16 weights alone (12 - 10); Muon keeps one moment of its matrices' two and adds its Newton-Schulz
+    FLOPs to the optimizer's time."""
+    from ds_bench import cli
+
+    argv = ["plan", "--workload", "llama", "--size", "llama3.1-8b", "--seq-len", "4k", "--global-batch", "256k",
+            "--device", "H100", "--gpus-per-node", "8", "--engines", "deepspeed", "--stages", "1", "--offload", "none",
+            "--micro-batch", "1", "--tensor-parallel", "1", "--pipeline-stages", "1", "--sequence-parallel", "1",
+            "--activation-checkpointing", "on", "--selective-checkpointing", "off", "--tiled-mlp", "off",
+            "--tiled-loss", "off", "--checkpoint-offload", "off", "--top", "20", "--dry-run"]
+    assert cli.main(argv) == 0
+    rows = _plan_rows(capsys.readouterr().out)
+    plain = "dp8 z1 off=none bf16 mbs=1 ga=8 ckpt"
+    assert {plain, f"{plain.replace(' ckpt', '')} opt=muon ckpt", f"{plain.replace(' ckpt', '')} states=bf16 ckpt",
+            f"{plain.replace(' ckpt', '')} opt=muon states=bf16 ckpt"} <= set(rows), list(rows)
+    gib = {key: float(cells[-1]) for key, cells in rows.items()}
+    psi = of_workload("llama", "llama3.1-8b", None, None, None, 4096).params
+    saved = gib[plain] - gib[plain.replace(" ckpt", " states=bf16 ckpt")]
+    assert saved == pytest.approx(6 * psi / 8 / 2**30, abs=0.02)
+    optimizer_ms = {key: float(cells[-2]) for key, cells in rows.items()}
+    assert optimizer_ms[plain.replace(" ckpt", " opt=muon ckpt")] > optimizer_ms[plain]

@@ -102,7 +102,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a key of the base config by dotted path")
     p.add_argument("--stages", default=None, help="ZeRO stages, e.g. 0,3 (default: the base config's)")
-    p.add_argument("--offload", default="none", help="none,optimizer,all (default none)")
+    p.add_argument("--offload", default="none", help="none,optimizer,all,zenflow (default none)")
     add_degree_arguments(p, what="layout")
     add_switch_arguments(p, what="layout")
     p.add_argument("--workload", default="gpt2", choices=("gpt2", "llama", "moe"),

@@ -109,7 +109,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a = p.add_argument_group("what is searched (default: everything the legality table and the memory allow)")
     a.add_argument("--engines", default="deepspeed", help="deepspeed,ddp,fsdp (default deepspeed)")
     a.add_argument("--stages", default="0,1,2,3", help="ZeRO stages (default 0,1,2,3)")
-    a.add_argument("--offload", default="none,optimizer,all", help="default none,optimizer,all")
+    a.add_argument("--offload", default="none,optimizer,all",
+                   help="none,optimizer,all,zenflow (default none,optimizer,all; ZenFlow's step is modelled as "
+                        "classic offload's, an upper bound)")
     a.add_argument("--micro-batch", default="auto", help="e.g. 1,2,4 (default auto: powers of two)")
     a.add_argument("--activation-checkpointing", default="off,on", metavar="off|on|off,on",
                    help="recompute each block's activations in backward (default off,on)")

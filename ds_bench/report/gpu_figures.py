@@ -40,6 +40,13 @@ def lm_name(model: str, variant: str) -> str:
     return f"{model}-{variant}"
 
 
+DEEPCOMPILE_STAGES = (1, 3)
+
+
+def deepcompile_name(stage: int, on: bool) -> str:
+    return f"gpt2-small-z{stage}-{'deepcompile' if on else 'eager'}"
+
+
 def page(records: list[dict], *, date: str, command: str, machine: dict | None = None,
          notes: tuple[str, ...] = ()) -> str:
     """The whole page: header, then each table. ``machine``: what the records do not hold (``driver``,
@@ -50,7 +57,8 @@ def page(records: list[dict], *, date: str, command: str, machine: dict | None =
              "## ResNet-50", "", *resnet_table(runs), "",
              "## Measured ceiling (`ds-bench roofline`)", "", *roofline_table(records), "",
              "## Capacity (`ds-bench capacity`): the largest model that trained, per layout", "",
-             *capacity_table(records), ""]
+             *capacity_table(records), "",
+             "## DeepCompile (`--deepcompile`) against eager, GPT-2 small", "", *deepcompile_table(runs), ""]
     return "\n".join(parts)
 
 
@@ -218,3 +226,17 @@ def _markdown(head: list[str], rows: list[list[str]]) -> list[str]:
         return "| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |"
 
     return [line(head), "|" + "---|" * len(head), *(line(row) for row in rows)]
+
+
+def deepcompile_table(runs: dict[str, dict]) -> list[str]:
+    """Per ZeRO stage: eager and DeepCompile tokens/s, the speedup, and the last step's loss of each (parity: the
+    same weights, batches and steps)."""
+    rows = []
+    for stage in DEEPCOMPILE_STAGES:
+        eager, on = (runs.get(tag(deepcompile_name(stage, v))) for v in (False, True))
+        rows.append([f"ZeRO-{stage}", *(_figure(r, "tokens_per_s", "{:,.0f}") for r in (eager, on)),
+                     _ratio(eager, on, "tokens_per_s"), *(_figure(r, "loss_last", "{:.4f}") for r in (eager, on)),
+                     *(options(r, deepcompile_name(stage, v)) if r is None or r.get("status") not in (None, "ok")
+                       else "ok" for r, v in ((eager, False), (on, True)))])
+    return _markdown(["stage", "eager tokens/s", "DeepCompile tokens/s", "DeepCompile / eager", "eager loss",
+                      "DeepCompile loss", "eager run", "DeepCompile run"], rows)

@@ -76,8 +76,10 @@ def has_pipeline(ranking: Ranking) -> bool:
 
 def has_numerics(ranking: Ranking) -> bool:
     """Whether the sweep varies a switch that changes what is computed (``Switch.numerics``: the optimizer, the
-    master states, the sequence-parallel path): then each point's loss after its steps is a column."""
-    return any(getattr(r.point, s.field) for r in ranking.rows for s in SWITCHES if s.numerics)
+    master states, the sequence-parallel path; and ZenFlow's offload): then each point's loss after its steps is a
+    column."""
+    return any(getattr(r.point, s.field) for r in ranking.rows for s in SWITCHES if s.numerics) or any(
+        r.point.offload == "zenflow" for r in ranking.rows)  # ZenFlow steps some columns less often
 
 
 def headers(unit: str, pipeline: bool = False, numerics: bool = False) -> list[str]:

@@ -105,7 +105,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a key of the base config by dotted path")
     p.add_argument("--stages", default=None, help="ZeRO stages, e.g. 0,1,2,3 (default: the base config's)")
-    p.add_argument("--offload", default=None, help="none,optimizer,all (default: the base config's)")
+    p.add_argument("--offload", default=None, help="none,optimizer,all,zenflow (default: the base config's)")
     p.add_argument("--precision", default=None, help="fp32,bf16,fp16 (default: the base config's)")
     p.add_argument("--micro-batch", default=None, help="e.g. 1,2,4,8 or auto (default: the base config's, else auto)")
     p.add_argument("--grad-accum", default=None, help="gradient accumulation steps, e.g. 1,4")

@@ -34,6 +34,7 @@ def derive(base: dict, point: Layout) -> dict:
             zero.pop(section, None)
     if point.offload == "zenflow":
         zero["zenflow"] = zenflow_section(zero.get("zenflow"))
+        _without_torch_adam(cfg)
     else:
         zero.pop("zenflow", None)
     cfg["zero_optimization"] = zero
@@ -46,6 +47,17 @@ def derive(base: dict, point: Layout) -> dict:
     cfg["gradient_accumulation_steps"] = point.grad_accum
     cfg["train_batch_size"] = "auto"
     return cfg
+
+
+def _without_torch_adam(cfg: dict) -> None:
+    """ZenFlow builds its own AdamW from ``optimizer.params`` (``ops/adam/zenflow_torch_adam.py``), keys DeepSpeed pops
+    for the others included: deepspeed 0.19.8 fails at the first step with ``torch_adam`` there (``TypeError:
+    AdamW.__init__() got an unexpected keyword argument 'torch_adam'``), so a ZenFlow point leaves it and ``fused``
+    out (the shipped configs ask torch's fused AdamW with them)."""
+    params = (cfg.get("optimizer") or {}).get("params")
+    if isinstance(params, dict):
+        cfg["optimizer"] = {**cfg["optimizer"], "params": {k: v for k, v in params.items()
+                                                            if k not in ("torch_adam", "fused")}}
 
 
 def write_derived(path: str, base: dict, point: Layout) -> str:

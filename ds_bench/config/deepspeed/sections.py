@@ -156,6 +156,11 @@ def check_combinations(cfg: dict, path: str) -> None:
         raise UserError(f"{path}: bf16.bf16_master_weights_and_grads without bf16.bf16_optimizer_states needs "
                         "zero_optimization.offload_optimizer (DeepSpeed: 'Master weights feature requires ZeRO "
                         "Offload with DeepSpeedCPUAdam')")
+    params = (cfg.get("optimizer") or {}).get("params") or {}
+    if zero.get("zenflow") and params.get("torch_adam"):
+        raise UserError(f"{path}: optimizer.params.torch_adam with zero_optimization.zenflow: ZenFlow builds its own "
+                        "AdamW from optimizer.params and deepspeed 0.19.8 passes torch_adam on to it (TypeError: "
+                        "unexpected keyword argument 'torch_adam'); leave it out")
     if (cfg.get("fp16") or {}).get("fp16_master_weights_and_grads") and stage == 0:
         raise UserError(f"{path}: fp16.fp16_master_weights_and_grads is only supported with ZeRO stage 1, 2 or 3")
     if str(cfg.get("gradient_allreduce_op", "")).lower() == "sum" and stage == 3:
