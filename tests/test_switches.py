@@ -75,6 +75,17 @@ def test_zenflow_is_an_offload_mode_of_the_derived_config():
     assert "zenflow" not in classic["zero_optimization"] and axes_of(classic)["offload"] == "optimizer"
 
 
+def test_muon_at_zero3_all_reduces_the_gradients():
+    """``reduce_scatter`` off (Muon at ZeRO-3): the gradients' reduce-scatter becomes an all-reduce, twice the bytes
+    (``perf.bus_bytes``), in ``plan``'s step as in a run's comm-bound verdict."""
+    from ds_bench.perf.bus_bytes import bus_bytes_per_step
+
+    scatter = bus_bytes_per_step(3, 1000, 2, 2, 4, 1)
+    allreduce = bus_bytes_per_step(3, 1000, 2, 2, 4, 1, reduce_scatter=False)
+    assert allreduce["all_reduce"] == 2 * scatter["reduce_scatter"] and "reduce_scatter" not in allreduce
+    assert allreduce["all_gather"] == scatter["all_gather"]
+
+
 def test_the_optimizer_state_term_per_parameter():
     """K of the ZeRO paper (fp32 master + two fp32 moments: 12 B) and what each switch makes of it."""
     mixed = Layout(1, "none", "bf16", 4)
@@ -119,6 +130,7 @@ def test_muon_trains_alike_at_every_zero_stage_and_holds_the_predicted_state(tmp
     assert all(r["ds_config"]["gradient_clipping"] == 0 and r["layout_key"].endswith("opt=muon") for r in runs)
     assert all(min(r["metrics"]["grad_norm_curve"]) > 5 for r in runs[1:])
     z3 = runs[3]
+    assert set(z3["comm_bound"]["bus_bytes_per_step"]) == {"all_reduce", "all_gather"}  # reduce_scatter off
     measured = z3["build"]["optimizer_state"]
     assert measured["muon_params"] == of_workload("llama", None, 2, 128, 4, 32).muon_params
     master, moments = _predicted(z3)

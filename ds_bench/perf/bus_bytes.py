@@ -38,8 +38,18 @@ COMM_DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "half": 2,
 
 
 def bus_bytes_per_step(stage: int, params: int, param_bytes: int, grad_bytes: int, n: int,
-                       micro_steps: int) -> dict[str, float]:
-    """Collective -> bus bytes through each rank's link per optimizer step (see the module doc)."""
+                       micro_steps: int, reduce_scatter: bool = True) -> dict[str, float]:
+    """Collective -> bus bytes through each rank's link per optimizer step (see the module doc); ``reduce_scatter``
+    False (``zero_optimization.reduce_scatter``: Muon at ZeRO-3 needs it off) all-reduces ZeRO 1-3's gradients
+    instead, twice the bytes (deepspeed 0.19.8 ``stage3.py`` ``__avg_scatter_contiguous_grads``,
+    ``stage_1_and_2.py`` ``allreduce_bucket``)."""
+    volumes = _volumes(stage, params, param_bytes, grad_bytes, n, micro_steps)
+    if not reduce_scatter and "reduce_scatter" in volumes:
+        volumes["all_reduce"] = 2 * volumes.pop("reduce_scatter")
+    return volumes
+
+
+def _volumes(stage: int, params: int, param_bytes: int, grad_bytes: int, n: int, micro_steps: int) -> dict[str, float]:
     split = (n - 1) / n
     if stage == 0:
         return {"all_reduce": 2 * split * params * grad_bytes}

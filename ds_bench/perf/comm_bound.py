@@ -113,8 +113,9 @@ def for_run(*, stage: int, precision: str, ds_cfg: dict, params: int, world_size
         return {"note": "1 rank: nothing crosses a link"}
     data_parallel = world_size // tensor_parallel
     e, grad_bytes = ELEMENT_BYTES[precision], grad_bytes_of(ds_cfg, precision)
+    scatter = (ds_cfg.get("zero_optimization") or {}).get("reduce_scatter", True) is not False
     moved = bus_bytes_per_step(stage, -(-(params - expert_params) // tensor_parallel), e, grad_bytes,
-                               data_parallel, micro_steps) if data_parallel > 1 else {}
+                               data_parallel, micro_steps, scatter) if data_parallel > 1 else {}
     expert_holders = world_size // expert_parallel
     if expert_params and expert_holders > 1:
         for collective, value in bus_bytes_per_step(stage, expert_params, e, grad_bytes, expert_holders,

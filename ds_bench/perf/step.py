@@ -164,7 +164,8 @@ def collectives(shape: Transformer, candidate: Candidate, seq_len: int, m: int,
     dense = (shape.params - shape.expert_params) / (t * p)
     dp_ranks = world // (t * p)
     fsdp = layout.engine == "fsdp"
-    volumes = bus_bytes_per_step(3 if fsdp else stage, int(dense), e, e, dp_ranks, m) if dp_ranks > 1 else {}
+    scatter = not (layout.optimizer == "muon" and stage == 3)  # --optimizer muon turns it off there
+    volumes = bus_bytes_per_step(3 if fsdp else stage, int(dense), e, e, dp_ranks, m, scatter) if dp_ranks > 1 else {}
     if fsdp and stage == 2 and volumes:  # parameters kept whole from forward to backward: one gather per micro-step
         volumes["all_gather"] /= 2
     messages = dp_messages(shape, layout, e)
