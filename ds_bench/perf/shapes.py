@@ -24,6 +24,10 @@ from ds_bench.errors import UserError
 MLP_KINDS = ("gelu", "swiglu")
 
 
+
+NEWTON_SCHULZ_STEPS = 5
+"""Muon's quintic Newton-Schulz iterations per step (Jordan et al. 2024; DeepSpeed's ``muon_update`` default)."""
+
 @dataclass(frozen=True)
 class Transformer:
     label: str
@@ -108,6 +112,17 @@ class Transformer:
         attention = 2 * d * self.q_width + 2 * d * self.kv_width
         mlp = self.experts * d + self.experts * 3 * d * f if self.experts else (2 if self.mlp == "gelu" else 3) * d * f
         return self.layers * (attention + mlp)
+
+    def newton_schulz_flops(self) -> float:
+        """FLOPs of Muon's orthogonalisation of every matrix it steps, once per optimizer step (Jordan et al. 2024;
+        ``NEWTON_SCHULZ_STEPS`` quintic iterations): an m x n matrix (m <= n) takes per iteration A = X X^T (2 m^2 n),
+        B = b A + c A^2 (2 m^3) and X = a X + B X (2 m^2 n), 4 m^2 n + 2 m^3. ZeRO 1-3 split the matrices over the
+        data-parallel ranks (``perf.step.optimizer_s``)."""
+        d, f = self.hidden, self.ffn
+        matrices = [(d, self.q_width), (d, self.kv_width), (d, self.kv_width), (self.q_width, d)]
+        matrices += [(d, f)] * (3 * (self.experts or 1))
+        per_block = sum(4 * min(a, b) ** 2 * max(a, b) + 2 * min(a, b) ** 3 for a, b in matrices)
+        return NEWTON_SCHULZ_STEPS * self.layers * per_block
 
     def matmul_params(self) -> int:
         """N of the 6 N term: every weight that multiplies a token (k experts of E, and the router)."""

@@ -38,7 +38,8 @@
   compute = m x share x T and bubble = (1 - share) x T, T one micro-batch through the whole model; balanced stages
   (share 1/P) give Narayanan et al.'s bubble, (P-1)/m of the compute, a fraction (P-1)/(m+P-1) of the step.
 - **optimizer**: Adam reads and writes ``OPTIMIZER_BYTES`` per parameter the rank updates at its memory
-  bandwidth (``--optimizer muon``: and Muon's Newton-Schulz FLOPs, ``newton_schulz_flops``, at the achieved rate); offloaded, DeepSpeed's CPU Adam at the host's and each step's gradients down and parameters up
+  bandwidth (``--optimizer muon``: and Muon's Newton-Schulz FLOPs, ``Transformer.newton_schulz_flops``, at the achieved
+  rate); offloaded, DeepSpeed's CPU Adam at the host's and each step's gradients down and parameters up
   over PCIe (``host_GBps``).
 """
 
@@ -251,26 +252,10 @@ def optimizer_s(shape: Transformer, candidate: Candidate, cluster: Cluster) -> f
         experts /= max(1, world // (layout.expert_parallel * p))
     local = dense + experts
     per_param = OPTIMIZER_BYTES["fp32" if layout.precision == "fp32" else "mixed"]
-    orthogonalise = newton_schulz_flops(shape) / (t * p) / (world // (t * p) if stage >= 1 else 1) \
+    orthogonalise = shape.newton_schulz_flops() / (t * p) / (world // (t * p) if stage >= 1 else 1) \
         if layout.optimizer == "muon" else 0.0
     if layout.offload == "none" or cluster.device_type == "cpu":
         return local * per_param / (cluster.hbm_GBps * 1e9) + orthogonalise / (
             cluster.peak_tflops * 1e12 * cluster.achieved)
     e = ELEMENT_BYTES[layout.precision]
     return local * per_param / (HOST_ADAM_GBps * 1e9) + local * 2 * e / (cluster.host_GBps * 1e9)
-
-
-NEWTON_SCHULZ_STEPS = 5
-"""Muon's quintic Newton-Schulz iterations per step (Jordan et al. 2024; DeepSpeed's ``muon_update`` default)."""
-
-
-def newton_schulz_flops(shape: Transformer) -> float:
-    """FLOPs of Muon's orthogonalisation of every matrix it steps, once per optimizer step (Jordan et al. 2024): an
-    m x n matrix (m <= n) takes per iteration A = X X^T (2 m^2 n), B = b A + c A^2 (2 m^3) and X = a X + B X
-    (2 m^2 n): 4 m^2 n + 2 m^3. ZeRO 1-3 split the matrices over the data-parallel ranks (each orthogonalises
-    those of its partition: ``optimizer_s``)."""
-    d, f = shape.hidden, shape.ffn
-    matrices = [(d, shape.q_width), (d, shape.kv_width), (d, shape.kv_width), (shape.q_width, d)]
-    matrices += [(d, f)] * (3 * (shape.experts or 1))
-    per_block = sum(4 * min(a, b) ** 2 * max(a, b) + 2 * min(a, b) ** 3 for a, b in matrices)
-    return NEWTON_SCHULZ_STEPS * shape.layers * per_block
