@@ -166,8 +166,7 @@ def test_a_run_people_made_is_feasible_with_the_loss_and_dropout_it_ran(run, cap
     argv = ["plan", "--workload", "gpt2", *ISSUE_RUNS[run], "--device", "H100", "--gpus-per-node", "8",
             "--engines", "fsdp", "--stages", "3", "--tensor-parallel", "1", "--pipeline-stages", "1",
             "--sequence-parallel", "1", "--offload", "none", "--tiled-mlp", "off", "--tiled-loss", "off",
-            "--selective-checkpointing", "off", "--checkpoint-offload", "off", "--optimizer", "default",
-            "--master-states", "default", "--dry-run"]
+            "--selective-checkpointing", "off", "--checkpoint-offload", "off", "--dry-run"]
     checkpointed = "on" in ISSUE_RUNS[run]
     assert cli.main([*argv, "--dropout", "on"]) == (0 if checkpointed else 2)
     assert checkpointed or "fits no layout" in capsys.readouterr().err
@@ -182,8 +181,7 @@ def test_tiled_loss_and_tiled_mlp_are_candidates_beside_the_untiled(capsys):
     (94 GiB) fit no untiled layout without tensor parallelism; tiled, they do. The rows name the tiling they take."""
     argv = ["plan", "--workload", "llama", "--size", "llama3.1-8b", "--seq-len", "64k", "--global-batch", "512k",
             "--device", "H100", "--gpus-per-node", "8", "--offload", "none", "--stages", "3",
-            "--sequence-parallel", "1", "--optimizer", "default", "--master-states", "default", "--dry-run",
-            "--show-dropped"]
+            "--sequence-parallel", "1", "--dry-run", "--show-dropped"]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     ranked = [line for line in out.splitlines() if line[:1].isdigit() and "  " in line[:5]]

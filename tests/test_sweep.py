@@ -129,7 +129,8 @@ def test_derive_keeps_the_base_offload_settings():
     base = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/x", "pin_memory": False}}}
     assert derive(base, Layout(2, "optimizer", "bf16", 1))["zero_optimization"]["offload_optimizer"] == \
         {"device": "nvme", "nvme_path": "/x", "pin_memory": False}
-    assert axes_of(base) == {"stage": 2, "offload": "optimizer", "precision": "fp32", "micro_batch": None, "grad_accum": 1}
+    assert axes_of(base) == {"stage": 2, "offload": "optimizer", "precision": "fp32", "micro_batch": None, "grad_accum": 1,
+                             "switches": {"optimizer": "", "master_states": "", "sp_path": "", "deepcompile": False}}
     assert axes_of(BASE)["precision"] == "bf16"
 
 

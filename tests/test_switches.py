@@ -211,9 +211,9 @@ def _plan_rows(out: str) -> dict[str, list[str]]:
     return {cells[1]: cells for cells in rows}
 
 
-def test_plan_weighs_muon_and_bf16_master_states_by_default(capsys):
-    """Without the flags, ``plan`` tries AdamW and Muon, fp32 and bf16 master states (``Switch.planned``): Llama 3.1
-    8B at ZeRO-1 on 8 H100s, one layout otherwise. bf16 states save (12 - 6) bytes per parameter of each rank's
+def test_plan_weighs_muon_and_bf16_master_states(capsys):
+    """``plan --optimizer default,muon --master-states default,bf16,bf16-weights``: Llama 3.1 8B at ZeRO-1 on 8
+    H100s, one layout otherwise. bf16 states save (12 - 6) bytes per parameter of each rank's
     partition, bf16 weights alone (12 - 10); Muon keeps one moment of its matrices' two and adds its Newton-Schulz
     FLOPs to the optimizer's time."""
     from ds_bench import cli
@@ -222,7 +222,8 @@ def test_plan_weighs_muon_and_bf16_master_states_by_default(capsys):
             "--device", "H100", "--gpus-per-node", "8", "--engines", "deepspeed", "--stages", "1", "--offload", "none",
             "--micro-batch", "1", "--tensor-parallel", "1", "--pipeline-stages", "1", "--sequence-parallel", "1",
             "--activation-checkpointing", "on", "--selective-checkpointing", "off", "--tiled-mlp", "off",
-            "--tiled-loss", "off", "--checkpoint-offload", "off", "--top", "20", "--dry-run"]
+            "--tiled-loss", "off", "--checkpoint-offload", "off", "--optimizer", "default,muon", "--master-states",
+            "default,bf16,bf16-weights", "--top", "20", "--dry-run"]
     assert cli.main(argv) == 0
     rows = _plan_rows(capsys.readouterr().out)
     plain = "dp8 z1 off=none bf16 mbs=1 ga=8 ckpt"

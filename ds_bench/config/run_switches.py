@@ -109,12 +109,12 @@ SWITCHES = (
     Switch("tiled_loss", "tiled-loss", "DeepSpeed's TiledFusedLogitsLoss (ALST): the LM head and loss computed in "
                                        "sequence tiles, no full-vocabulary logits tensor", long_context=True, planned=True),
     Switch("optimizer", "opt", "the optimizer: AdamW, or DeepSpeed's Muon (hidden matrices) with AdamW (the rest)",
-           choices=("adamw", "muon"), flag="--optimizer", planned=True, numerics=True, rules=MUON_RULES, edit=sections.optimizer_edit,
+           choices=("adamw", "muon"), flag="--optimizer", numerics=True, rules=MUON_RULES, edit=sections.optimizer_edit,
            of_config=sections.optimizer_of),
     Switch("master_states", "states", "the precision of the master weights, their gradients and the optimizer "
                                       "state in a bf16 run: fp32 (mixed precision), bf16 (all three), bf16-weights "
                                       "(the master weights and gradients)",
-           choices=("fp32", "bf16", "bf16-weights"), flag="--master-states", planned=True, numerics=True, rules=STATES_RULES,
+           choices=("fp32", "bf16", "bf16-weights"), flag="--master-states", numerics=True, rules=STATES_RULES,
            edit=sections.master_states_edit, of_config=sections.master_states_of),
     Switch("sp_path", "sp-path", "how --sequence-parallel shards: ulysses (DeepSpeed-Ulysses on the HF attention) or "
                                  "autosp (DeepSpeed's AutoSP compiler pass)",

@@ -39,8 +39,10 @@ class Switch:
     numerics: bool = False
     """It changes what is computed, not only how (a sweep's table then shows each point's loss)."""
     planned: bool = False
-    """``ds-bench plan`` tries each of its values by default: the performance model has its term
-    (``ds_bench.perf.states``, ``ds_bench.perf.memory``)."""
+    """``ds-bench plan`` tries each of its values by default (ALST's tiling: what fits at long sequences). The
+    optimizer and the master states, whose terms the model has too, are tried when named (``--optimizer
+    default,muon``): they change what is trained, which ``plan`` ranks on speed and memory alone, and six times the
+    candidates would make every plan six times slower."""
     rules: tuple[DegreeRule, ...] = ()
     """Its refusals, in the legality table's terms."""
     edit: Callable[[dict, object], None] | None = None

@@ -156,7 +156,8 @@ def check_combinations(cfg: dict, path: str) -> None:
         raise UserError(f"{path}: bf16.bf16_master_weights_and_grads without bf16.bf16_optimizer_states needs "
                         "zero_optimization.offload_optimizer (DeepSpeed: 'Master weights feature requires ZeRO "
                         "Offload with DeepSpeedCPUAdam')")
-    params = (cfg.get("optimizer") or {}).get("params") or {}
+    optimizer = cfg.get("optimizer") if isinstance(cfg.get("optimizer"), dict) else {}
+    params = optimizer.get("params") if isinstance(optimizer.get("params"), dict) else {}
     if zero.get("zenflow") and params.get("torch_adam"):
         raise UserError(f"{path}: optimizer.params.torch_adam with zero_optimization.zenflow: ZenFlow builds its own "
                         "AdamW from optimizer.params and deepspeed 0.19.8 passes torch_adam on to it (TypeError: "

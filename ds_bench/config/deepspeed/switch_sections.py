@@ -27,60 +27,66 @@ ZENFLOW_DEFAULTS = {"topk_ratio": 0.1, "update_interval": 4, "full_warm_up_round
 columns stepped on the device every step, the rest on the CPU every 4th, overlapped)."""
 
 
+def _section(cfg: dict, *keys: str) -> dict:
+    """``cfg[k1][k2]...`` where each is a JSON object, else {} (a config as read, not yet checked: a malformed one is
+    named by ``prepare.resolve``'s checks, not here)."""
+    node = cfg
+    for key in keys:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else {}
+
+
 def _number(value, default):
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
 def optimizer_edit(cfg: dict, value: str) -> None:
-    params = dict((cfg.get("optimizer") or {}).get("params") or {})
+    params = dict(_section(cfg, "optimizer", "params"))
     lr = params.get("lr", "auto")
     weight_decay = _number(params.get("weight_decay"), 0.0)
     if value == "adamw":
-        if str((cfg.get("optimizer") or {}).get("type", "")).lower() not in ("adam", "adamw"):
+        if str(_section(cfg, "optimizer").get("type", "")).lower() not in ("adam", "adamw"):
             cfg["optimizer"] = {"type": "AdamW", "params": {"lr": lr, "weight_decay": weight_decay}}
         return
     cfg["optimizer"] = {"type": "Muon", "params": {"muon_lr": MUON_LR, "adam_lr": lr, "momentum": MUON_MOMENTUM,
                                                    "weight_decay": weight_decay, "torch_adam": True}}
     cfg["gradient_clipping"] = 0.0
-    zero = cfg.setdefault("zero_optimization", {})
-    if int(zero.get("stage") or 0) == 3:
-        zero["reduce_scatter"] = False
+    zero = _section(cfg, "zero_optimization")
+    if zero.get("stage") == 3:
+        cfg["zero_optimization"] = {**zero, "reduce_scatter": False}
 
 
 def optimizer_of(cfg: dict) -> str:
-    return "muon" if str((cfg.get("optimizer") or {}).get("type", "")).lower() == "muon" else ""
+    return "muon" if str(_section(cfg, "optimizer").get("type", "")).lower() == "muon" else ""
 
 
 def master_states_edit(cfg: dict, value: str) -> None:
-    bf16 = cfg.setdefault("bf16", {})
-    bf16["bf16_master_weights_and_grads"] = value in ("bf16", "bf16-weights")
-    bf16["bf16_optimizer_states"] = value == "bf16"
+    cfg["bf16"] = {**_section(cfg, "bf16"), "bf16_master_weights_and_grads": value in ("bf16", "bf16-weights"),
+                   "bf16_optimizer_states": value == "bf16"}
 
 
 def master_states_of(cfg: dict) -> str:
-    bf16 = cfg.get("bf16") or {}
+    bf16 = _section(cfg, "bf16")
     if bf16.get("bf16_master_weights_and_grads") is True:
         return "bf16" if bf16.get("bf16_optimizer_states") is True else "bf16-weights"
     return ""
 
 
 def autosp_edit(cfg: dict, value: str) -> None:
-    compile_section = cfg.setdefault("compile", {})
-    compile_section["deepcompile"] = True
-    compile_section["passes"] = ["autosp"]
+    cfg["compile"] = {**_section(cfg, "compile"), "deepcompile": True, "passes": ["autosp"]}
 
 
 def autosp_of(cfg: dict) -> str:
-    return "autosp" if "autosp" in ((cfg.get("compile") or {}).get("passes") or []) else ""
+    passes = _section(cfg, "compile").get("passes")
+    return "autosp" if isinstance(passes, list) and "autosp" in passes else ""
 
 
 def deepcompile_edit(cfg: dict, value: bool) -> None:
-    cfg.setdefault("compile", {})["deepcompile"] = True
+    cfg["compile"] = {**_section(cfg, "compile"), "deepcompile": True}
 
 
 def deepcompile_of(cfg: dict) -> bool:
-    section = cfg.get("compile") or {}
-    return section.get("deepcompile") is True and "autosp" not in (section.get("passes") or [])
+    return _section(cfg, "compile").get("deepcompile") is True and not autosp_of(cfg)
 
 
 def zenflow_section(kept: dict | None) -> dict:
@@ -97,8 +103,8 @@ def clipping(cfg: dict) -> float:
 def check_muon(cfg: dict, path: str) -> None:
     """DeepSpeed's Muon as a config names it: ZeRO 1-3 clip its orthogonalised update, not the gradient (the step
     ~50x smaller: docs/options.md#muon), so clipping must be off there; ZeRO-3 needs ``reduce_scatter`` off."""
-    zero = cfg.get("zero_optimization") or {}
-    stage = int(zero.get("stage") or 0)
+    zero = _section(cfg, "zero_optimization")
+    stage = zero.get("stage") if isinstance(zero.get("stage"), int) else 0
     if stage >= 1 and clipping(cfg) > 0:
         raise UserError(f"{path}: gradient_clipping {clipping(cfg)} with optimizer Muon at ZeRO stage {stage}: "
                         "DeepSpeed clips Muon's orthogonalised update there (norm ~20 a matrix), a ~50x smaller step "
