@@ -99,8 +99,8 @@ options'."""
 def rules() -> tuple[Rule, ...]:
     """The table, checked in this order (the first that holds is what is said): every run switch's rules
     (``config.run_switches``: a switch's refusal names the switch, not a degree it sits beside), every registered
-    degree's rules and the pairs that do not compose (``legality_rules.parallel_rules``), ``OTHER_RULES``, then the run options a
-    degree's engine does not take. Built once per set of registered degrees (the same ``Rule`` objects each call)."""
+    degree's rules and the pairs that do not compose (``legality_rules.parallel_rules``), ``OTHER_RULES``, then the
+    run options a degree's engine does not take. Built once per set of registered degrees (the same ``Rule`` objects each call)."""
     return _table(tuple(map(id, DEGREES)))
 
 

@@ -38,7 +38,8 @@ MUON_RULES = (
 )
 
 STATES_RULES = (
-    _deepspeed_only("master_states", ("bf16", "bf16-weights"), "--master-states {master_states}", "DeepSpeed's low-precision master states"),
+    _deepspeed_only("master_states", ("bf16", "bf16-weights"), "--master-states {master_states}",
+                    "DeepSpeed's low-precision master states"),
     DegreeRule("bf16 master states are a bf16 run's", lambda l, w: l.master_states in ("bf16", "bf16-weights")
                and l.precision != "bf16", "--master-states {master_states} with {precision}: the master states are "
                "kept in bf16 only in a bf16 run (bf16.enabled); use --precision bf16",
@@ -107,7 +108,8 @@ SWITCHES = (
     Switch("tiled_mlp", "tiled-mlp", "DeepSpeed's TiledMLP (ALST): each block's MLP computed in sequence tiles, its "
                                      "activations recomputed in backward", long_context=True, planned=True),
     Switch("tiled_loss", "tiled-loss", "DeepSpeed's TiledFusedLogitsLoss (ALST): the LM head and loss computed in "
-                                       "sequence tiles, no full-vocabulary logits tensor", long_context=True, planned=True),
+                                       "sequence tiles, no full-vocabulary logits tensor",
+           long_context=True, planned=True),
     Switch("optimizer", "opt", "the optimizer: AdamW, or DeepSpeed's Muon (hidden matrices) with AdamW (the rest)",
            choices=("adamw", "muon"), flag="--optimizer", numerics=True, rules=MUON_RULES, edit=sections.optimizer_edit,
            of_config=sections.optimizer_of),
