@@ -32,7 +32,7 @@ def test_each_switch_is_a_key_word_a_run_flag_and_an_axis_from_the_registry(swit
     word = switch.key_word(ON[switch.field])
     assert word in layout.key.split() and parse_key(layout.key, BASE) == layout
     flags, _ = parse_run_tail(["--workload", "llama", "--ds-config", "-"], layout.run_flags())
-    assert switch.value_of(flags, None) == ON[switch.field]
+    assert switch.value_of(flags) == ON[switch.field]
     p = argparse.ArgumentParser()
     add_switch_arguments(p)
     values = switches_of(p.parse_args([switch.option, ",".join(switch.axis_values)]))[switch.field]

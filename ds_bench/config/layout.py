@@ -173,9 +173,8 @@ def parse_key(text: str, defaults: Layout) -> Layout:
             fields["attn"] = value
         elif part == "compile":
             fields["compile"] = True
-        elif any(s.parse_word(part) is not None for s in SWITCHES):
-            s = next(s for s in SWITCHES if s.parse_word(part) is not None)
-            fields[s.field] = s.parse_word(part)
+        elif switched := next(((s, v) for s in SWITCHES if (v := s.parse_word(part)) is not None), None):
+            fields[switched[0].field] = switched[1]
         elif name == "stack" and value:
             fields["stack"] = value
         elif name in ("mbs", "ga", "seq") and value.isdigit() and int(value) > 0:
@@ -199,7 +198,7 @@ def from_run(cfg, ds_axes: dict) -> Layout:
     stage, offload, precision, micro-batch and accumulation (``ds_bench.config.deepspeed.derive.axes_of``), and the
     switches it holds (``switches``: each switch's flag where given, else the config's value)."""
     degrees = {d.field: getattr(cfg, d.field, None) or 1 for d in DEGREES}
-    switches = {s.field: s.value_of(cfg, None) or ds_axes.get("switches", {}).get(s.field, s.off) for s in SWITCHES}
+    switches = {s.field: s.value_of(cfg) or ds_axes.get("switches", {}).get(s.field, s.off) for s in SWITCHES}
     return Layout(stage=ds_axes["stage"], offload=ds_axes["offload"], precision=ds_axes["precision"],
                   micro_batch=getattr(cfg, "micro_batch", None) or ds_axes["micro_batch"] or 0,
                   grad_accum=ds_axes["grad_accum"], engine=getattr(cfg, "engine", None) or "deepspeed",

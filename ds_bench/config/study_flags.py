@@ -222,8 +222,8 @@ def add_switch_arguments(p: argparse.ArgumentParser, what: str = "point", every_
     for s in SWITCHES:
         values = ",".join(s.axis_values)
         every = every_planned and s.planned
-        default = s.planned_values if every else "off" if not s.choices else "default: the base config's"
-        p.add_argument(s.option, dest=s.field, default=s.planned_values if every else None, metavar=values,
+        default = values if every else "off" if not s.choices else "default: the base config's"
+        p.add_argument(s.option, dest=s.field, default=values if every else None, metavar=values,
                        help=f"{values} (a list): {s.what}, per {what} (default {default}; labels {s.key_word(s.axis_values[-1] if s.choices else True)})")
 
 

@@ -64,12 +64,6 @@ class Switch:
         choices."""
         return ("default", *self.choices) if self.choices else ("off", "on")
 
-    @property
-    def planned_values(self) -> str:
-        """``ds-bench plan``'s default list: every value, the first choice as ``default`` (what the model assumes
-        without the switch: AdamW, fp32 master states)."""
-        return ",".join(("off", "on") if not self.choices else ("default", *self.choices[1:]))
-
     def normal(self, value):
         """A value as a layout holds it: a bool, or a choice with ``plain`` read as empty."""
         if not self.choices:
@@ -99,9 +93,7 @@ class Switch:
         name, _, value = part.partition("=")
         return self.normal(value) if name == self.word and value in self.choices else None
 
-    def value_of(self, flags, ds_cfg: dict | None):
-        """A run's value: its flag where given, else what its DeepSpeed config holds."""
-        given = self.normal(getattr(flags, self.field, None))
-        if given or ds_cfg is None or self.of_config is None:
-            return given
-        return self.normal(self.of_config(ds_cfg))
+    def value_of(self, flags):
+        """A run's value as its flags give it (a ``RunConfig`` or parsed flags; what its config holds is
+        ``of_config``'s, read by ``derive.axes_of``)."""
+        return self.normal(getattr(flags, self.field, None))

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from ds_bench.engines import full_numel
+
 
 PARTITIONS = ("single_partition_of_fp32_groups", "fp32_partitioned_groups_flat")
 """DeepSpeed's ZeRO-1/2 and ZeRO-3 lists of the master partitions the inner optimizer updates."""
@@ -43,9 +45,6 @@ def state_bytes(engine) -> dict | None:
         held += [t for t in getattr(outer, name, None) or [] if isinstance(t, torch.Tensor)]
     master = sum(_bytes(p) for p in {id(p): p for p in held if id(p) not in own}.values())
     moments = sum(_bytes(t) for state in inner.state.values() for t in state.values())
-    muon = sum(_full_numel(p) for p in engine.module.parameters() if getattr(p, "use_muon", False))
+    muon = sum(full_numel(p) for p in engine.module.parameters() if getattr(p, "use_muon", False))
     return {"master_bytes": master, "moments_bytes": moments, "muon_params": muon}
 
-
-def _full_numel(p) -> int:
-    return getattr(p, "ds_numel", None) or p.numel()
